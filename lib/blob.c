@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The blob every rank publishes after create(): a fixed-size, explicitly
+ * little-endian record (doc/wire-format.md), and the fingerprint of a
+ * declaration.  The decoder takes any 256 bytes (it is fuzzed) and rejects
+ * every malformed one with -EPROTO and a message naming the rank.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum {
+	OFF_MAGIC = 0,
+	OFF_VERSION = 4,
+	OFF_BACKEND = 6,
+	OFF_RANK = 8,
+	OFF_WORLD = 12,
+	OFF_OWNER = 16,
+	OFF_FLAGS = 20,
+	OFF_PAGE_SIZE = 24,
+	OFF_FINGERPRINT = 32,
+	OFF_ALLOC_SIZE = 40,
+	OFF_BOOT_ID = 48,
+	OFF_PID_NS = 64,
+	OFF_PID = 72,
+	OFF_UID = 76,
+	OFF_HANDLE_BYTES = 80,
+	OFF_RESERVED1 = 82,
+	OFF_HANDLE = 88,
+	OFF_RESERVED2 = OFF_HANDLE + MC_HANDLE_MAX,
+	OFF_CHECKSUM = MOONCAKE_SEGMENT_BLOB_SIZE - 8,
+};
+
+_Static_assert(OFF_RESERVED2 == 216, "handle area moved");
+_Static_assert(OFF_CHECKSUM == 248, "checksum moved");
+
+#define FNV1A_PRIME UINT64_C(1099511628211)
+
+uint64_t mc_fnv1a_bytes(uint64_t hash, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+
+	for (size_t i = 0; i < len; i++) {
+		hash ^= p[i];
+		hash *= FNV1A_PRIME;
+	}
+	return hash;
+}
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get_u16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+uint64_t mc_fnv1a_u64(uint64_t hash, uint64_t value)
+{
+	uint8_t le[8];
+
+	put_u64(le, value);
+	return mc_fnv1a_bytes(hash, le, sizeof(le));
+}
+
+/* FNV-1a 64 over the name bytes, then each declared value as 8 LE bytes.
+ * rank_id and device_id are per rank, so they are left out. */
+uint64_t mc_fingerprint(const char *name, uint64_t size, const struct mooncake_segment_options *opt)
+{
+	uint64_t h = mc_fnv1a_bytes(MC_FNV1A_OFFSET, name, strlen(name));
+
+	h = mc_fnv1a_u64(h, size);
+	h = mc_fnv1a_u64(h, opt->world_size);
+	h = mc_fnv1a_u64(h, opt->owner_rank);
+	h = mc_fnv1a_u64(h, opt->mmap ? 1 : 0);
+	h = mc_fnv1a_u64(h, opt->host_register ? 1 : 0);
+	h = mc_fnv1a_u64(h, opt->hugetlb ? 1 : 0);
+	return h;
+}
+
+static uint64_t checksum(const uint8_t *blob)
+{
+	return mc_fnv1a_bytes(MC_FNV1A_OFFSET, blob, OFF_CHECKSUM);
+}
+
+int mc_blob_encode(const struct mc_blob *b, uint8_t out[MOONCAKE_SEGMENT_BLOB_SIZE])
+{
+	uint32_t flags = b->flags & ~MC_BLOB_FLAG_HANDLE;
+
+	if (b->handle_bytes > MC_HANDLE_MAX)
+		return mc_error(EINVAL, "Shared segment handle of %u bytes does not fit in a blob (%d at most)",
+				b->handle_bytes, MC_HANDLE_MAX);
+	if (b->handle_bytes)
+		flags |= MC_BLOB_FLAG_HANDLE;
+
+	memset(out, 0, MOONCAKE_SEGMENT_BLOB_SIZE);
+	put_u32(out + OFF_MAGIC, MC_BLOB_MAGIC);
+	put_u16(out + OFF_VERSION, MC_BLOB_VERSION);
+	put_u16(out + OFF_BACKEND, b->backend_id);
+	put_u32(out + OFF_RANK, b->rank_id);
+	put_u32(out + OFF_WORLD, b->world_size);
+	put_u32(out + OFF_OWNER, b->owner_rank);
+	put_u32(out + OFF_FLAGS, flags);
+	put_u64(out + OFF_PAGE_SIZE, b->page_size);
+	put_u64(out + OFF_FINGERPRINT, b->fingerprint);
+	put_u64(out + OFF_ALLOC_SIZE, b->alloc_size);
+	memcpy(out + OFF_BOOT_ID, b->boot_id, MC_BOOT_ID_SIZE);
+	put_u64(out + OFF_PID_NS, b->pid_namespace);
+	put_u32(out + OFF_PID, b->pid);
+	put_u32(out + OFF_UID, b->uid);
+	put_u16(out + OFF_HANDLE_BYTES, b->handle_bytes);
+	memcpy(out + OFF_HANDLE, b->handle, b->handle_bytes);
+	put_u64(out + OFF_CHECKSUM, checksum(out));
+	return 0;
+}
+
+static bool all_zero(const uint8_t *p, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/* Every format error names the rank whose blob it is (the `rank` in scope). */
+#define MALFORMED(fmt, ...) mc_error(EPROTO, "Shared segment blob of rank %u: " fmt, rank, ##__VA_ARGS__)
+
+int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, struct mc_blob *b)
+{
+	uint32_t magic = get_u32(in + OFF_MAGIC);
+
+	memset(b, 0, sizeof(*b));
+	if (magic != MC_BLOB_MAGIC)
+		return MALFORMED("magic mismatch (0x%08x, expected 0x%08x): not a mooncake-segment blob", magic, MC_BLOB_MAGIC);
+	b->version = get_u16(in + OFF_VERSION);
+	if (b->version != MC_BLOB_VERSION)
+		return MALFORMED("format version %u, this build speaks %u: peers run different builds of mooncake-segment", b->version, MC_BLOB_VERSION);
+	if (get_u64(in + OFF_CHECKSUM) != checksum(in))
+		return MALFORMED("checksum mismatch: the blob was corrupted or truncated in transit");
+
+	b->backend_id = get_u16(in + OFF_BACKEND);
+	b->rank_id = get_u32(in + OFF_RANK);
+	b->world_size = get_u32(in + OFF_WORLD);
+	b->owner_rank = get_u32(in + OFF_OWNER);
+	b->flags = get_u32(in + OFF_FLAGS);
+	b->page_size = get_u64(in + OFF_PAGE_SIZE);
+	b->fingerprint = get_u64(in + OFF_FINGERPRINT);
+	b->alloc_size = get_u64(in + OFF_ALLOC_SIZE);
+	memcpy(b->boot_id, in + OFF_BOOT_ID, MC_BOOT_ID_SIZE);
+	b->pid_namespace = get_u64(in + OFF_PID_NS);
+	b->pid = get_u32(in + OFF_PID);
+	b->uid = get_u32(in + OFF_UID);
+	b->handle_bytes = get_u16(in + OFF_HANDLE_BYTES);
+
+	if (b->flags & ~MC_BLOB_FLAGS_KNOWN)
+		return MALFORMED("unknown flags 0x%x", b->flags & ~MC_BLOB_FLAGS_KNOWN);
+	if (b->handle_bytes > MC_HANDLE_MAX)
+		return MALFORMED("declares an oversized handle of %u bytes (%d at most)",
+				 b->handle_bytes, MC_HANDLE_MAX);
+	if (!!(b->flags & MC_BLOB_FLAG_HANDLE) != (b->handle_bytes > 0))
+		return MALFORMED("handle flag and handle length (%u) disagree", b->handle_bytes);
+	if (!all_zero(in + OFF_RESERVED1, OFF_HANDLE - OFF_RESERVED1) ||
+	    !all_zero(in + OFF_HANDLE + b->handle_bytes, OFF_CHECKSUM - OFF_HANDLE - b->handle_bytes))
+		return MALFORMED("reserved bytes are not zero");
+	if (b->world_size == 0 || b->rank_id >= b->world_size || b->owner_rank >= b->world_size)
+		return MALFORMED("rank %u and owner %u do not fit world size %u", b->rank_id,
+				 b->owner_rank, b->world_size);
+	if (!mc_is_power_of_two(b->page_size))
+		return MALFORMED("page size %llu is not a power of two",
+				 (unsigned long long)b->page_size);
+	if (b->alloc_size == 0 || b->alloc_size % b->page_size)
+		return MALFORMED("allocation size %llu is not a positive multiple of the page size %llu", (unsigned long long)b->alloc_size, (unsigned long long)b->page_size);
+	memcpy(b->handle, in + OFF_HANDLE, b->handle_bytes);
+	return 0;
+}

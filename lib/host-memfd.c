@@ -1,0 +1,410 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The host-memory backend: an unnamed memfd, never a file in /dev/shm, so
+ * nothing can leak after a SIGKILL and the size of /dev/shm does not matter.
+ *
+ * The owner creates, sizes and seals the memfd (no rank can shrink it and
+ * make the others SIGBUS), maps it into an aligned window, advises THP before
+ * the first touch, commits every page and keeps the descriptor open until
+ * finish().  A peer opens the owner's /proc/PID/fd/N (or, when that is
+ * refused, pidfd_open + pidfd_getfd), checks that it reached the very file the
+ * owner published (device and inode), and maps it over its reservation.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+#ifndef MFD_HUGE_SHIFT
+#define MFD_HUGE_SHIFT 26
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+/* The handle a memfd owner publishes: enough to find the file and to prove a
+ * peer reached that file and not another one behind a reused pid. */
+struct memfd_handle {
+	uint32_t pid;
+	uint32_t fd;
+	uint64_t dev;
+	uint64_t ino;
+};
+#define MEMFD_HANDLE_BYTES 24
+
+static void put_le(uint8_t *p, uint64_t v, int bytes)
+{
+	for (int i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int bytes)
+{
+	uint64_t v = 0;
+
+	for (int i = bytes - 1; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static uint16_t encode_handle(const struct memfd_handle *h, uint8_t *out)
+{
+	put_le(out, h->pid, 4);
+	put_le(out + 4, h->fd, 4);
+	put_le(out + 8, h->dev, 8);
+	put_le(out + 16, h->ino, 8);
+	return MEMFD_HANDLE_BYTES;
+}
+
+static bool decode_handle(const struct mc_blob *b, struct memfd_handle *h)
+{
+	if (b->handle_bytes != MEMFD_HANDLE_BYTES)
+		return false;
+	h->pid = (uint32_t)get_le(b->handle, 4);
+	h->fd = (uint32_t)get_le(b->handle + 4, 4);
+	h->dev = get_le(b->handle + 8, 8);
+	h->ino = get_le(b->handle + 16, 8);
+	return h->pid > 0 && h->fd <= INT32_MAX;
+}
+
+static int memfd_granularity(const struct mooncake_segment_options *opt, uint64_t *page_size)
+{
+	uint64_t huge;
+
+	if (!opt->hugetlb) {
+		/* Round to the PMD size only where THP can actually back shmem. */
+		*page_size = mc_host_shmem_thp_allowed() ? mc_host_thp_pmd_size() : mc_host_base_page_size();
+		return 0;
+	}
+	huge = opt->hugetlb_page_size ? opt->hugetlb_page_size : mc_hugetlb_default_size();
+	if (!huge)
+		return mc_error(ENOTSUP, "Shared segment hugetlb=true: this kernel has no HugeTLB support "
+				"(no Hugepagesize in /proc/meminfo); use hugetlb=false");
+	if (!mc_is_power_of_two(huge) || !mc_hugetlb_size_configured(huge))
+		return mc_error(EINVAL, "Shared segment hugetlb page size %llu is not configured on this host "
+				"(no /sys/kernel/mm/hugepages/hugepages-%llukB); use 0 for the default (%llu kB)",
+				(unsigned long long)huge, (unsigned long long)(huge >> 10),
+				(unsigned long long)(mc_hugetlb_default_size() >> 10));
+	*page_size = huge;
+	return 0;
+}
+
+static unsigned int hugetlb_size_flag(uint64_t page_size)
+{
+	unsigned int log2 = 0;
+
+	while ((UINT64_C(1) << log2) < page_size)
+		log2++;
+	return log2 << MFD_HUGE_SHIFT;
+}
+
+/* The error for a HugeTLB pool that cannot back the segment, with the numbers and the fix. */
+static int hugetlb_pool_error(const struct mooncake_segment *seg, int sys_errno)
+{
+	uint64_t needed = seg->alloc_size / seg->page_size, total = 0, available = 0;
+	unsigned long long kb = (unsigned long long)(seg->page_size >> 10);
+	bool known = mc_hugetlb_pool(seg->page_size, &total, &available);
+	bool is_default = seg->page_size == mc_hugetlb_default_size();
+	char fix[192];
+
+	if (is_default)
+		snprintf(fix, sizeof(fix), "sysctl -w vm.nr_hugepages=%llu",
+			 (unsigned long long)(total + needed - (available < needed ? available : needed)));
+	else
+		snprintf(fix, sizeof(fix), "echo %llu > /sys/kernel/mm/hugepages/hugepages-%llukB/nr_hugepages",
+			 (unsigned long long)(total + needed - (available < needed ? available : needed)), kb);
+	if (!known)
+		return mc_error_sys(ENOMEM, sys_errno,
+				    "Shared segment '%s' needs %llu HugeTLB pages of %llu kB and the pool cannot "
+				    "back them; raise it (%s)", seg->label, (unsigned long long)needed, kb, fix);
+	return mc_error(ENOMEM,
+			"Shared segment '%s' needs %llu HugeTLB pages of %llu kB but only %llu of the pool's "
+			"%llu are free; raise the pool (%s) or use hugetlb=false",
+			seg->label, (unsigned long long)needed, kb, (unsigned long long)available,
+			(unsigned long long)total, fix);
+}
+
+static uint64_t window_alignment(const struct mooncake_segment *seg)
+{
+	/* Align for huge pages even where THP is off today: address space is free. */
+	return seg->opt.hugetlb ? seg->page_size : mc_host_thp_pmd_size();
+}
+
+static void advise_after_map(struct mooncake_segment *seg)
+{
+	if (!seg->opt.hugetlb && mc_host_shmem_thp_allowed()) {
+		if (madvise(seg->base, seg->alloc_size, MADV_HUGEPAGE) == 0)
+			seg->info_flags |= MOONCAKE_SEGMENT_INFO_THP_ADVISED;
+		else
+			mc_log(MOONCAKE_SEGMENT_LOG_INFO, "Shared segment '%s': MADV_HUGEPAGE refused (%s); "
+			       "4 KiB pages", seg->label, strerror(errno));
+	}
+	/* A child of a rank must not inherit (and keep alive) the pages. */
+	if (madvise(seg->base, seg->alloc_size, MADV_DONTFORK) != 0)
+		mc_log(MOONCAKE_SEGMENT_LOG_WARNING, "Shared segment '%s': MADV_DONTFORK failed (%s)",
+		       seg->label, strerror(errno));
+}
+
+static int map_over_window(struct mooncake_segment *seg, int fd)
+{
+	void *p = mmap(seg->base, seg->alloc_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	seg->mapped = true;
+	return 0;
+}
+
+static int memfd_create_owner(struct mooncake_segment *seg)
+{
+	char name[96];
+	unsigned int flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+	struct stat st;
+	struct memfd_handle handle;
+	int err;
+
+	if (seg->opt.hugetlb)
+		flags |= MFD_HUGETLB | hugetlb_size_flag(seg->page_size);
+	snprintf(name, sizeof(name), "mooncake-segment:%s", seg->label);
+	seg->fd = memfd_create(name, flags);
+	if (seg->fd < 0) {
+		err = errno;
+		if (seg->opt.hugetlb && err == EINVAL)
+			return mc_error_sys(ENOTSUP, err, "Shared segment hugetlb=true: memfd_create(MFD_HUGETLB) refused");
+		return mc_error_sys(mc_fold_errno(err), err, "Shared segment memfd_create failed%s",
+				    err == EPERM ? " (a seccomp filter may block memfd_create)" : "");
+	}
+	if (ftruncate(seg->fd, (off_t)seg->alloc_size) != 0)
+		return mc_error_sys(mc_fold_errno(errno), errno, "Shared segment ftruncate to %llu bytes failed",
+				    (unsigned long long)seg->alloc_size);
+	/* Nobody may shrink or grow the file under the others' mappings. */
+	if (fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+		return mc_error_sys(mc_fold_errno(errno), errno, "Shared segment cannot seal its memfd");
+
+	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
+	if (!seg->base)
+		return mc_error_sys(ENOMEM, errno, "Shared segment cannot reserve %llu bytes of address space",
+				    (unsigned long long)seg->alloc_size);
+	err = map_over_window(seg, seg->fd);
+	if (err) {
+		/* HugeTLB reserves the pool at mmap: ENOMEM means the pool is short. */
+		if (seg->opt.hugetlb && err == -ENOMEM)
+			return hugetlb_pool_error(seg, ENOMEM);
+		return mc_error_sys(mc_fold_errno(-err), -err, "Shared segment mmap of %llu bytes failed",
+				    (unsigned long long)seg->alloc_size);
+	}
+	if (seg->opt.hugetlb)
+		seg->info_flags |= MOONCAKE_SEGMENT_INFO_HUGETLB;
+	advise_after_map(seg);
+
+	err = mc_commit_pages(seg->fd, seg->base, seg->alloc_size, seg->page_size, seg->opt.commit_threads,
+			      &seg->commit);
+	if (err) {
+		if (seg->opt.hugetlb && err == -ENOSPC)
+			return hugetlb_pool_error(seg, ENOSPC);
+		return err;
+	}
+
+	if (fstat(seg->fd, &st) != 0)
+		return mc_error_sys(EIO, errno, "Shared segment fstat of its memfd failed");
+	seg->file_dev = (uint64_t)st.st_dev;
+	seg->file_ino = (uint64_t)st.st_ino;
+	handle = (struct memfd_handle){(uint32_t)getpid(), (uint32_t)seg->fd, seg->file_dev, seg->file_ino};
+	seg->handle_bytes = encode_handle(&handle, seg->handle);
+	return 0;
+}
+
+static int memfd_reserve(struct mooncake_segment *seg)
+{
+	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
+	if (!seg->base)
+		return mc_error_sys(ENOMEM, errno, "Shared segment cannot reserve %llu bytes of address space",
+				    (unsigned long long)seg->alloc_size);
+	return 0;
+}
+
+static bool process_exists(pid_t pid)
+{
+	return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+static int owner_gone_error(const struct mooncake_segment *seg, const struct memfd_handle *h)
+{
+	if (!process_exists((pid_t)h->pid))
+		return mc_error(ESRCH, "Shared segment rank %u: the owner process %u is gone before this rank "
+				"mapped its pages; the owner must stay alive until every rank has completed",
+				seg->opt.rank_id, h->pid);
+	return mc_error(ESRCH, "Shared segment rank %u: the owner process %u no longer holds descriptor %u "
+			"(it called finish() or destroy() before every rank completed, or the pid was reused)",
+			seg->opt.rank_id, h->pid, h->fd);
+}
+
+static int access_denied_error(const struct mooncake_segment *seg, const struct mc_blob *owner,
+			       const char *path, int open_errno, int getfd_errno)
+{
+	char scope[16] = "", cause[256];
+
+	if (owner->uid != (uint32_t)getuid())
+		snprintf(cause, sizeof(cause), "the owner runs as uid %u and this rank as uid %u; run every rank "
+			 "as the same user", owner->uid, (unsigned int)getuid());
+	else if (mc_read_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) && atoi(scope) >= 2)
+		snprintf(cause, sizeof(cause), "kernel.yama.ptrace_scope is %s; set it to 0 or 1 "
+			 "(sysctl -w kernel.yama.ptrace_scope=1)", scope);
+	else
+		snprintf(cause, sizeof(cause), "the owner may not be dumpable (setuid, prctl(PR_SET_DUMPABLE, 0)) "
+			 "or a ptrace restriction applies (a container without CAP_SYS_PTRACE, an LSM); "
+			 "Docker: --cap-add SYS_PTRACE; Kubernetes: securityContext.capabilities.add [SYS_PTRACE]");
+	return mc_error(EACCES, "Shared segment rank %u cannot open the owner's pages: %s: %s, pidfd_getfd: %s. "
+			"Likely cause: %s", seg->opt.rank_id, path, strerror(open_errno),
+			getfd_errno ? strerror(getfd_errno) : "not available", cause);
+}
+
+/* The second route: same descriptor, through a pidfd (needs ptrace attach rights). */
+static int open_through_pidfd(const struct memfd_handle *h, int *getfd_errno)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
+	int fd;
+
+	if (pidfd < 0) {
+		*getfd_errno = errno;
+		return -1;
+	}
+	fd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)h->fd, 0);
+	*getfd_errno = fd < 0 ? errno : 0;
+	close(pidfd);
+	return fd;
+}
+
+static int open_owner_file(struct mooncake_segment *seg, const struct mc_blob *owner,
+			   const struct memfd_handle *h)
+{
+	char path[64];
+	int fd, open_errno, getfd_errno = 0;
+
+	snprintf(path, sizeof(path), "/proc/%u/fd/%u", h->pid, h->fd);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd >= 0)
+		return fd;
+	open_errno = errno;
+	if (open_errno == ENOENT)
+		return owner_gone_error(seg, h);
+	if (open_errno != EACCES && open_errno != EPERM)
+		return mc_error_sys(mc_fold_errno(open_errno), open_errno, "Shared segment rank %u: open %s failed",
+				    seg->opt.rank_id, path);
+	fd = open_through_pidfd(h, &getfd_errno);
+	if (fd >= 0)
+		return fd;
+	if (getfd_errno == ESRCH || getfd_errno == EBADF)
+		return owner_gone_error(seg, h);
+	if (getfd_errno == ENOSYS)
+		getfd_errno = 0;
+	return access_denied_error(seg, owner, path, open_errno, getfd_errno);
+}
+
+/* The file we opened must be the sealed memfd the owner published. */
+static int check_owner_file(const struct mooncake_segment *seg, int fd, const struct memfd_handle *h)
+{
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) != 0)
+		return mc_error_sys(EIO, errno, "Shared segment fstat of the owner's memfd failed");
+	if ((uint64_t)st.st_dev != h->dev || (uint64_t)st.st_ino != h->ino) {
+		errno = 0;
+		return owner_gone_error(seg, h);
+	}
+	if ((uint64_t)st.st_size != seg->alloc_size)
+		return mc_error(EPROTO, "Shared segment owner's memfd holds %llu bytes, the blobs say %llu",
+				(unsigned long long)st.st_size, (unsigned long long)seg->alloc_size);
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return mc_error(EPROTO, "Shared segment owner's memfd is not sealed against shrinking");
+	return 0;
+}
+
+static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owner)
+{
+	struct memfd_handle h;
+	uint64_t own_ns = mc_host_pid_namespace();
+	int fd, err;
+
+	if (!decode_handle(owner, &h))
+		return mc_error(EPROTO, "Shared segment owner rank %u exported a handle that is not a memfd handle",
+				seg->opt.owner_rank);
+	if (owner->pid_namespace && own_ns && owner->pid_namespace != own_ns)
+		return mc_error(EACCES, "Shared segment rank %u runs in another PID namespace than the owner "
+				"(pid:[%llu] here, pid:[%llu] there), so the owner's pid %u means nothing here; run "
+				"the ranks in one PID namespace (docker run --pid=host or --pid=container:NAME; "
+				"Kubernetes: one pod with shareProcessNamespace: true)",
+				seg->opt.rank_id, (unsigned long long)own_ns,
+				(unsigned long long)owner->pid_namespace, h.pid);
+
+	fd = open_owner_file(seg, owner, &h);
+	if (fd < 0)
+		return fd;
+	err = check_owner_file(seg, fd, &h);
+	if (!err) {
+		err = map_over_window(seg, fd);
+		if (err)
+			err = mc_error_sys(mc_fold_errno(-err), -err, "Shared segment rank %u cannot map the owner's "
+					   "%llu bytes", seg->opt.rank_id, (unsigned long long)seg->alloc_size);
+	}
+	close(fd);
+	if (err)
+		return err;
+
+	advise_after_map(seg);
+	if (seg->opt.populate_on_import) {
+		err = mc_populate_mapping(seg->base, seg->alloc_size, seg->page_size, seg->opt.commit_threads);
+		if (err) {
+			/* A failed complete leaves nothing mapped. */
+			if (mc_window_reset(seg->base, seg->alloc_size) == 0)
+				seg->mapped = false;
+			return err;
+		}
+	}
+	return 0;
+}
+
+static void memfd_finish(struct mooncake_segment *seg)
+{
+	if (seg->fd >= 0) {
+		close(seg->fd);
+		seg->fd = -1;
+	}
+}
+
+static void memfd_release(struct mooncake_segment *seg)
+{
+	mc_window_release(seg->base, seg->alloc_size);
+	seg->base = NULL;
+	seg->mapped = false;
+	memfd_finish(seg);
+}
+
+const struct mc_backend_ops mc_backend_memfd = {
+	.name = "memfd",
+	.id = MC_BACKEND_MEMFD,
+	.granularity = memfd_granularity,
+	.create_owner = memfd_create_owner,
+	.reserve = memfd_reserve,
+	.import = memfd_import,
+	.finish = memfd_finish,
+	.release = memfd_release,
+};

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Internal interfaces of libmooncake-segment: the export macro, error and log
+ * helpers, the segment object, and the backend table that separates the
+ * state machine (segment.c) from the memory (host-memfd.c).
+ */
+#ifndef MOONCAKE_SEGMENT_INTERNAL_H
+#define MOONCAKE_SEGMENT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mooncake/segment.h"
+
+/* Only definitions marked MC_EXPORT leave the library (with the version script). */
+#define MC_EXPORT __attribute__((visibility("default")))
+
+#define MC_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+
+#define MC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static inline uint64_t mc_align_up(uint64_t value, uint64_t align)
+{
+	return (value + align - 1) / align * align;
+}
+
+static inline bool mc_is_power_of_two(uint64_t value)
+{
+	return value && !(value & (value - 1));
+}
+
+/* --- errors and logging (error.c) ------------------------------------------ */
+
+/* Record a message for mooncake_segment_last_error(), log it at DEBUG and
+ * return -err, so a failure path is `return mc_error(EINVAL, "...")`. */
+int mc_error(int err, const char *fmt, ...) MC_PRINTF(2, 3);
+/* Same, appending ": strerror(sys_errno)". */
+int mc_error_sys(int err, int sys_errno, const char *fmt, ...) MC_PRINTF(3, 4);
+void mc_clear_error(void);
+void mc_log(int priority, const char *fmt, ...) MC_PRINTF(2, 3);
+bool mc_log_enabled(int priority);
+
+/* Map an errno from the system onto the documented set of create/complete. */
+int mc_fold_errno(int sys_errno);
+
+/* --- host facts (host.c) ----------------------------------------------------- */
+
+#define MC_BOOT_ID_SIZE 16
+
+/* The kernel's boot id as 16 bytes; false when unreadable. */
+bool mc_host_boot_id(uint8_t id[MC_BOOT_ID_SIZE]);
+/* Inode of this process's PID namespace, 0 when unknown. */
+uint64_t mc_host_pid_namespace(void);
+uint64_t mc_host_base_page_size(void);
+/* THP PMD size from sysfs, 2 MiB when unreadable. */
+uint64_t mc_host_thp_pmd_size(void);
+/* True when shmem_enabled lets MADV_HUGEPAGE take effect on shmem. */
+bool mc_host_shmem_thp_allowed(void);
+/* CPUs this process may run on (at least 1). */
+unsigned int mc_host_cpus_allowed(void);
+/* HugeTLB: the default huge page size (Hugepagesize in /proc/meminfo), 0 if none. */
+uint64_t mc_hugetlb_default_size(void);
+/* Whether the kernel has a pool of @page_size pages (sysfs hugepages-NkB). */
+bool mc_hugetlb_size_configured(uint64_t page_size);
+/* Pool of @page_size pages: total and free minus reserved; false when unreadable. */
+bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available);
+/* Read the first line of @path into @buf (newline stripped); false on error. */
+bool mc_read_line(const char *path, char *buf, size_t size);
+/* The word between [ and ] of a sysfs mode line ("always [madvise] never"). */
+bool mc_selected_mode(const char *line, char *mode, size_t size);
+
+/* --- blob wire format (blob.c) ------------------------------------------ */
+
+#define MC_BLOB_MAGIC UINT32_C(0x4753434D) /* bytes "MCSG" */
+#define MC_BLOB_VERSION 1
+#define MC_HANDLE_MAX 128
+
+#define MC_BLOB_FLAG_MMAP (1u << 0)
+#define MC_BLOB_FLAG_HOST_REGISTER (1u << 1)
+#define MC_BLOB_FLAG_HUGETLB (1u << 2)
+#define MC_BLOB_FLAG_HANDLE (1u << 3)
+#define MC_BLOB_FLAGS_KNOWN (MC_BLOB_FLAG_MMAP | MC_BLOB_FLAG_HOST_REGISTER | \
+			     MC_BLOB_FLAG_HUGETLB | MC_BLOB_FLAG_HANDLE)
+/* The flags that are part of the declaration (the fingerprint covers them). */
+#define MC_BLOB_FLAGS_DECLARED (MC_BLOB_FLAG_MMAP | MC_BLOB_FLAG_HOST_REGISTER | MC_BLOB_FLAG_HUGETLB)
+
+enum mc_backend_id {
+	MC_BACKEND_MEMFD = 1,
+	MC_BACKEND_ASCEND_VMM = 2,
+};
+
+/* The decoded form of a blob; doc/wire-format.md is the byte layout. */
+struct mc_blob {
+	uint16_t version;
+	uint16_t backend_id;
+	uint32_t rank_id;
+	uint32_t world_size;
+	uint32_t owner_rank;
+	uint32_t flags;
+	uint64_t page_size;
+	uint64_t fingerprint;
+	uint64_t alloc_size;
+	uint8_t boot_id[MC_BOOT_ID_SIZE];
+	uint64_t pid_namespace;
+	uint32_t pid;
+	uint32_t uid;
+	uint16_t handle_bytes;
+	uint8_t handle[MC_HANDLE_MAX];
+};
+
+uint64_t mc_fnv1a_bytes(uint64_t hash, const void *data, size_t len);
+uint64_t mc_fnv1a_u64(uint64_t hash, uint64_t value);
+#define MC_FNV1A_OFFSET UINT64_C(0xcbf29ce484222325)
+
+uint64_t mc_fingerprint(const char *name, uint64_t size, const struct mooncake_segment_options *opt);
+/* Encode @b into exactly MOONCAKE_SEGMENT_BLOB_SIZE bytes; -EINVAL if the handle does not fit. */
+int mc_blob_encode(const struct mc_blob *b, uint8_t out[MOONCAKE_SEGMENT_BLOB_SIZE]);
+/* Decode and check the format of one blob; -EPROTO with a message naming @rank. */
+int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, struct mc_blob *b);
+
+/* --- committing pages (populate.c) ------------------------------------------ */
+
+struct mc_commit_result {
+	uint64_t ns;
+	unsigned int threads;
+	char method[32];
+};
+
+/* Commit every page of [addr, addr+len) backed by @fd: fallocate (a clean
+ * ENOSPC/ENOMEM), then populate the page tables with @threads threads (0:
+ * automatic).  Returns 0 or a negative errno with a message. */
+int mc_commit_pages(int fd, void *addr, uint64_t len, uint64_t page_size, unsigned int threads,
+		    struct mc_commit_result *result);
+/* Map every page table entry of a mapping of existing pages (peers). */
+int mc_populate_mapping(void *addr, uint64_t len, uint64_t page_size, unsigned int threads);
+
+/* --- address windows (window.c) ---------------------------------------------- */
+
+/* Reserve @len bytes of address space aligned to @align (PROT_NONE); NULL on failure (errno set). */
+void *mc_window_reserve(uint64_t len, uint64_t align);
+/* Put the reservation back over [addr, addr+len) after a failed import. */
+int mc_window_reset(void *addr, uint64_t len);
+void mc_window_release(void *addr, uint64_t len);
+
+/* --- backends ---------------------------------------------------------------- */
+
+struct mooncake_segment;
+
+/* A backend owns the memory of a segment; it knows nothing of blobs or ranks. */
+struct mc_backend_ops {
+	const char *name;
+	enum mc_backend_id id;
+	/* The page size (and hence allocation granularity) for these options. */
+	int (*granularity)(const struct mooncake_segment_options *opt, uint64_t *page_size);
+	/* Owner: allocate, map, commit; fill seg->base, seg->handle. */
+	int (*create_owner)(struct mooncake_segment *seg);
+	/* Non-owner: reserve seg->alloc_size bytes of address space at seg->base. */
+	int (*reserve)(struct mooncake_segment *seg);
+	/* Non-owner: map the owner's pages described by @owner into the reservation. */
+	int (*import)(struct mooncake_segment *seg, const struct mc_blob *owner);
+	/* Owner: drop what importers needed (the memfd). */
+	void (*finish)(struct mooncake_segment *seg);
+	/* Release everything; must cope with any partly built state. */
+	void (*release)(struct mooncake_segment *seg);
+};
+
+extern const struct mc_backend_ops mc_backend_memfd;
+
+struct mooncake_segment {
+	const struct mc_backend_ops *backend;
+	struct mooncake_segment_options opt;
+	char label[64];           /* the name before '|', for messages and /proc/PID/maps */
+	uint64_t size;
+	uint64_t alloc_size;
+	uint64_t page_size;
+	uint64_t fingerprint;
+	bool is_owner;
+	bool ready;
+	bool finished;
+
+	void *base;               /* this rank's mapping or reservation */
+	bool mapped;              /* base holds the shared pages (not just a reservation) */
+	int fd;                   /* owner: the memfd kept for importers; -1 otherwise */
+	uint64_t file_dev, file_ino;
+	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages */
+	uint16_t handle_bytes;
+	uint64_t device_addr;
+
+	uint32_t info_flags;      /* MOONCAKE_SEGMENT_INFO_* known at create */
+	int32_t numa_node_requested;
+	struct mc_commit_result commit;
+};
+
+#endif /* MOONCAKE_SEGMENT_INTERNAL_H */

@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * <mooncake/segment.h>: one physical copy of host memory, mapped by every
+ * rank of a group of processes on one host.
+ *
+ * The protocol has two phases and the caller owns the collective between
+ * them:
+ *
+ *   1. mooncake_segment_create() on every rank.  The owner rank allocates and
+ *      commits the pages; every other rank reserves an address window.  Each
+ *      rank gets a blob of exactly MOONCAKE_SEGMENT_BLOB_SIZE bytes.
+ *   2. The caller all-gathers the blobs in rank order (MPI_Allgather, a torch
+ *      process group, a pipe...).
+ *   3. mooncake_segment_complete() on every rank with all the blobs.  Every
+ *      blob is checked; non-owners map the owner's pages into their window.
+ *   4. After a barrier that tells every rank has completed,
+ *      mooncake_segment_finish() lets the owner drop what it kept for
+ *      importers.
+ *   5. mooncake_segment_destroy() on every rank, in any order.
+ *
+ * Ranks agree on the byte layout of the segment, not on its address: each
+ * rank's base address is its own.
+ *
+ * Errors: every function that can fail returns 0 or a negative errno from the
+ * set documented with it; anything unexpected from the system is folded into
+ * the documented set.  mooncake_segment_last_error() then holds a sentence
+ * with the details (rank, sizes, paths and the fix).  The library never
+ * prints and never exits; see mooncake_segment_set_log_fn().
+ *
+ * Thread safety: functions taking a segment must not run concurrently on the
+ * same segment, except the const getters, which may run concurrently with
+ * each other.  Distinct segments are independent.  The error message is per
+ * thread.
+ *
+ * fork(): the pages are MADV_DONTFORK and every descriptor is close-on-exec,
+ * so a child of a rank does not inherit the segment; the child must not use
+ * the parent's segment object, and must not destroy it either.
+ */
+#ifndef MOONCAKE_SEGMENT_H
+#define MOONCAKE_SEGMENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MOONCAKE_SEGMENT_VERSION_MAJOR 0
+#define MOONCAKE_SEGMENT_VERSION_MINOR 1
+#define MOONCAKE_SEGMENT_VERSION_MICRO 0
+
+/** Every rank's blob has exactly this size. */
+#define MOONCAKE_SEGMENT_BLOB_SIZE 256
+
+/** The largest size create() accepts (64 TiB); larger is a declaration bug. */
+#define MOONCAKE_SEGMENT_MAX_SIZE (UINT64_C(1) << 46)
+
+/** numa_node value: the accelerator's host node when known, else the local policy. */
+#define MOONCAKE_SEGMENT_NUMA_AUTO (-1)
+/** numa_node value: interleave the pages across every node allowed to the process. */
+#define MOONCAKE_SEGMENT_NUMA_INTERLEAVE (-2)
+
+struct mooncake_segment; /* opaque */
+
+struct mooncake_segment_options {
+	/* Fields may be added at the end in later versions: always call
+	 * mooncake_segment_options_init() first. */
+	uint32_t world_size;    /* >= 1 */
+	uint32_t rank_id;       /* < world_size */
+	uint32_t owner_rank;    /* < world_size */
+	int32_t device_id;      /* accelerator of this rank, or -1 */
+	bool mmap;              /* true: host shared memory (memfd); false: platform VMM */
+	bool host_register;     /* register the pages with the accelerator (mmap only) */
+	bool hugetlb;           /* back with HugeTLB pages, fail if the pool cannot */
+	int32_t numa_node;      /* a node, MOONCAKE_SEGMENT_NUMA_AUTO or _INTERLEAVE */
+	uint32_t commit_threads;     /* owner threads committing pages; 0: automatic */
+	bool populate_on_import;     /* non-owners map every page table entry at complete */
+	uint64_t hugetlb_page_size;  /* with hugetlb: 0 for the default (2 MiB), or 1 GiB */
+};
+
+/**
+ * Fill @opt with the defaults: world_size 1, rank 0, owner 0, device -1,
+ * mmap true, everything else off or automatic.  Leaves errno alone.
+ */
+void mooncake_segment_options_init(struct mooncake_segment_options *opt);
+
+/**
+ * Phase one.  Validates @opt; the owner allocates, places and commits every
+ * page of the segment before this returns (lack of memory is an error here,
+ * never a SIGBUS later); a non-owner reserves an address window.  On success
+ * *@out owns a new segment (free it with mooncake_segment_destroy()) and
+ * @blob holds this rank's MOONCAKE_SEGMENT_BLOB_SIZE bytes.  On failure
+ * nothing is allocated and *@out and @blob are left untouched.
+ *
+ * @name is a logical name: it is only folded into the fingerprint (so ranks
+ * that disagree on it cannot form a group) and shown in /proc/PID/maps.
+ *
+ * Returns 0 or:
+ *  -EINVAL  a NULL argument, world_size 0, rank_id or owner_rank >= world_size,
+ *           size 0 or above MOONCAKE_SEGMENT_MAX_SIZE, host_register without
+ *           mmap, a NUMA node that does not exist, an unsupported hugetlb page size
+ *  -ENOTSUP a capability this build or host lacks (VMM, host registration,
+ *           HugeTLB, an accelerator runtime)
+ *  -ENOMEM  not enough memory, address space, memory cgroup room or HugeTLB pages
+ *  -ENOSPC  the backing filesystem is full
+ *  -EMFILE  the process is out of file descriptors
+ *  -EPERM   the kernel refused (for example a seccomp filter on memfd_create)
+ *  -EIO     any other failure of the system or of a runtime
+ */
+int mooncake_segment_create(const char *name, uint64_t size,
+			    const struct mooncake_segment_options *opt,
+			    struct mooncake_segment **out, void *blob);
+
+/**
+ * Phase two.  @blobs is every rank's blob back to back in rank order, so
+ * @blobs_len must be world_size * MOONCAKE_SEGMENT_BLOB_SIZE.  Every blob
+ * (this rank's own included) is checked in rank order, the first failure
+ * winning: format, rank id, host, backend, declaration, page and allocation
+ * size; then that the owner exported a handle.  A non-owner then maps the
+ * owner's pages.  A failed complete leaves nothing mapped:
+ * mooncake_segment_destroy() is still needed, and enough.
+ *
+ * Returns 0 or:
+ *  -EINVAL   NULL arguments, a wrong @blobs_len, a rank whose declaration
+ *            (name, size, world size, owner, flags, page size) differs
+ *  -EPROTO   a malformed blob (magic, version, checksum, fields), or an owner
+ *            blob without a handle
+ *  -EXDEV    a rank runs on another host
+ *  -EALREADY complete already succeeded on this segment
+ *  -ESRCH    the owner process is gone or has already called finish()
+ *  -EACCES   the owner's pages cannot be opened: another user, a ptrace
+ *            restriction or separate PID namespaces (the message names which)
+ *  -ENOMEM, -EMFILE, -EIO as for create
+ */
+int mooncake_segment_complete(struct mooncake_segment *seg, const void *blobs, size_t blobs_len);
+
+/**
+ * Call once the caller knows that every rank has completed (after a
+ * barrier): the owner closes the descriptor it kept open for importers, so
+ * that the pages live exactly as long as the mappings.  A no-op on
+ * non-owners and when called again.
+ *
+ * Returns 0 or -EINVAL (NULL, or the segment is not complete).
+ */
+int mooncake_segment_finish(struct mooncake_segment *seg);
+
+/**
+ * Release everything this rank holds for @seg: registration, mapping,
+ * descriptors.  The memory itself lives until the last rank releases it.
+ * NULL-safe.  Leaves errno alone.
+ */
+void mooncake_segment_destroy(struct mooncake_segment *seg);
+
+/** True once complete() succeeded; false for NULL. */
+bool mooncake_segment_ready(const struct mooncake_segment *seg);
+
+/** This rank's base address, valid from create() on (reserved until complete()). */
+void *mooncake_segment_base(const struct mooncake_segment *seg);
+
+/** The size passed to create(). */
+uint64_t mooncake_segment_size(const struct mooncake_segment *seg);
+
+/** The size actually mapped: size rounded up to the page size. */
+uint64_t mooncake_segment_alloc_size(const struct mooncake_segment *seg);
+
+/** The accelerator address of the base, or 0 when the pages are not registered. */
+uint64_t mooncake_segment_device_addr(const struct mooncake_segment *seg);
+
+/**
+ * Whether this build and this host can create a segment of this kind:
+ * mmap alone is always true; hugetlb needs MFD_HUGETLB support; host_register
+ * needs an accelerator runtime with at least one device; !mmap needs a VMM
+ * runtime.  Sets no error message.
+ */
+bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb);
+
+/** The details of the last failure in this thread; never NULL, "" when none. */
+const char *mooncake_segment_last_error(void);
+
+/** The library's version, "MAJOR.MINOR.MICRO". */
+const char *mooncake_segment_version(void);
+
+/* --- What a segment actually got ---------------------------------------- */
+
+/** info.flags: THP was advised on the mapping before the first touch. */
+#define MOONCAKE_SEGMENT_INFO_THP_ADVISED (1u << 0)
+/** info.flags: the pages are HugeTLB pages. */
+#define MOONCAKE_SEGMENT_INFO_HUGETLB (1u << 1)
+/** info.flags: the NUMA policy could not be applied (see the log); default placement. */
+#define MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED (1u << 2)
+/** info.flags: the pages are registered with an accelerator. */
+#define MOONCAKE_SEGMENT_INFO_REGISTERED (1u << 3)
+/** info.flags: this rank owns the pages. */
+#define MOONCAKE_SEGMENT_INFO_OWNER (1u << 4)
+/** info.flags: THP was dropped because it committed slower than base pages. */
+#define MOONCAKE_SEGMENT_INFO_THP_FALLBACK (1u << 5)
+
+struct mooncake_segment_info {
+	uint64_t size;            /* as create() was asked */
+	uint64_t alloc_size;      /* mapped size */
+	uint64_t page_size;       /* the page size the backing asks for */
+	uint64_t resident_bytes;  /* mapped in this process now */
+	uint64_t huge_bytes;      /* of those, mapped by huge pages (THP or HugeTLB) */
+	uint64_t commit_ns;       /* owner: time spent committing the pages */
+	uint32_t commit_threads;  /* owner: threads that committed them */
+	uint32_t flags;           /* MOONCAKE_SEGMENT_INFO_* */
+	int32_t numa_node_requested; /* as in the options, after automatic selection */
+	int32_t numa_node;        /* the node holding most of the pages, -1 unknown */
+	uint64_t numa_node_mask;  /* bit n: some page sits on node n (nodes < 64) */
+	char backend[16];         /* "memfd", "memfd-hugetlb", ... NUL-terminated */
+	char commit_method[32];   /* how the owner committed, e.g. "fallocate+populate" */
+};
+
+/**
+ * Fill @info (of @info_size bytes, normally sizeof(*info); a smaller, older
+ * struct gets its prefix) with what the segment actually got.  It reads this
+ * process's page tables, so it costs time proportional to the segment.
+ *
+ * Returns 0 or -EINVAL (NULL arguments or @info_size below the first field).
+ */
+int mooncake_segment_get_info(const struct mooncake_segment *seg,
+			      struct mooncake_segment_info *info, size_t info_size);
+
+/* --- Logging ---------------------------------------------------------------- */
+
+/** Log priorities, as syslog's. */
+#define MOONCAKE_SEGMENT_LOG_ERR 3
+#define MOONCAKE_SEGMENT_LOG_WARNING 4
+#define MOONCAKE_SEGMENT_LOG_INFO 6
+#define MOONCAKE_SEGMENT_LOG_DEBUG 7
+
+typedef void (*mooncake_segment_log_fn)(int priority, const char *message, void *userdata);
+
+/**
+ * Route the library's log lines with a priority at most @max_priority to
+ * @fn (NULL: silence, the default).  Process-wide; @fn may be called from
+ * any thread that calls into the library, and must not call back into it.
+ */
+void mooncake_segment_set_log_fn(mooncake_segment_log_fn fn, int max_priority, void *userdata);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOONCAKE_SEGMENT_H */

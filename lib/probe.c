@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * mooncake_segment_supported(): what this build and this host can do, probed
+ * at run time (a kernel feature is tried, not assumed from headers).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+
+static bool kernel_has_hugetlb_memfd(void)
+{
+	int saved_errno = errno;
+	int fd;
+
+	if (!mc_hugetlb_default_size())
+		return false;
+	fd = memfd_create("mooncake-segment-probe", MFD_CLOEXEC | MFD_HUGETLB);
+	if (fd >= 0)
+		close(fd);
+	errno = saved_errno;
+	return fd >= 0;
+}
+
+MC_EXPORT bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb)
+{
+	if (!mmap)
+		return false; /* no VMM backend in this build */
+	if (host_register)
+		return false; /* no accelerator registration in this build */
+	if (hugetlb)
+		return kernel_has_hugetlb_memfd();
+	return true;
+}

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The segment state machine: option validation, create (owner allocates,
+ * others reserve), complete (check every rank's blob, then import), finish
+ * and destroy.  It knows nothing of memfd or accelerators: a backend
+ * (internal.h) owns the memory.
+ *
+ *   create() -> created --complete()--> ready --finish()--> finished
+ *                  \______________ destroy() from any state ______/
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+MC_EXPORT void mooncake_segment_options_init(struct mooncake_segment_options *opt)
+{
+	if (!opt)
+		return;
+	memset(opt, 0, sizeof(*opt));
+	opt->world_size = 1;
+	opt->device_id = -1;
+	opt->mmap = true;
+	opt->numa_node = MOONCAKE_SEGMENT_NUMA_AUTO;
+}
+
+MC_EXPORT const char *mooncake_segment_version(void)
+{
+	return PACKAGE_VERSION;
+}
+
+static int validate(const char *name, uint64_t size, const struct mooncake_segment_options *opt,
+		    struct mooncake_segment **out, const void *blob)
+{
+	if (!name || !opt || !out || !blob)
+		return mc_error(EINVAL, "Shared segment create needs a name, options, an output pointer and a "
+				"blob buffer (got NULL)");
+	if (opt->world_size == 0)
+		return mc_error(EINVAL, "Shared segment world_size must not be zero");
+	if (opt->rank_id >= opt->world_size || opt->owner_rank >= opt->world_size)
+		return mc_error(EINVAL, "Shared segment rank_id (%u) and owner_rank (%u) must be below world_size (%u)",
+				opt->rank_id, opt->owner_rank, opt->world_size);
+	if (size == 0 || size > MOONCAKE_SEGMENT_MAX_SIZE)
+		return mc_error(EINVAL, "Shared segment size must be in (0, %llu], got %llu",
+				(unsigned long long)MOONCAKE_SEGMENT_MAX_SIZE, (unsigned long long)size);
+	if (opt->host_register && !opt->mmap)
+		return mc_error(EINVAL, "Shared segment host_register requires mmap=true");
+	if (opt->hugetlb && !opt->mmap)
+		return mc_error(EINVAL, "Shared segment hugetlb requires mmap=true");
+	if (opt->device_id < -1)
+		return mc_error(EINVAL, "Shared segment device_id must be a device index or -1, got %d", opt->device_id);
+	if (opt->numa_node < MOONCAKE_SEGMENT_NUMA_INTERLEAVE)
+		return mc_error(EINVAL, "Shared segment numa_node must be a node, -1 (automatic) or -2 "
+				"(interleave), got %d", opt->numa_node);
+	return 0;
+}
+
+static int pick_backend(const struct mooncake_segment_options *opt, const struct mc_backend_ops **backend)
+{
+	if (!opt->mmap)
+		return mc_error(ENOTSUP, "This build has no VMM backend for shared segments (mmap=false needs the "
+				"Ascend runtime); use mmap=true");
+	if (opt->host_register)
+		return mc_error(ENOTSUP, "Shared segment host_register=true needs an accelerator runtime, and this "
+				"build registers with none; use host_register=false");
+	*backend = &mc_backend_memfd;
+	return 0;
+}
+
+static void copy_label(char *label, size_t size, const char *name)
+{
+	size_t len = strcspn(name, "|");
+
+	if (len >= size)
+		len = size - 1;
+	memcpy(label, name, len);
+	label[len] = '\0';
+}
+
+static void fill_blob(const struct mooncake_segment *seg, struct mc_blob *b)
+{
+	memset(b, 0, sizeof(*b));
+	b->backend_id = (uint16_t)seg->backend->id;
+	b->rank_id = seg->opt.rank_id;
+	b->world_size = seg->opt.world_size;
+	b->owner_rank = seg->opt.owner_rank;
+	b->flags = (seg->opt.mmap ? MC_BLOB_FLAG_MMAP : 0) |
+		   (seg->opt.host_register ? MC_BLOB_FLAG_HOST_REGISTER : 0) |
+		   (seg->opt.hugetlb ? MC_BLOB_FLAG_HUGETLB : 0);
+	b->page_size = seg->page_size;
+	b->fingerprint = seg->fingerprint;
+	b->alloc_size = seg->alloc_size;
+	if (!mc_host_boot_id(b->boot_id))
+		memset(b->boot_id, 0, sizeof(b->boot_id));
+	b->pid_namespace = mc_host_pid_namespace();
+	b->pid = (uint32_t)getpid();
+	b->uid = (uint32_t)getuid();
+	b->handle_bytes = seg->handle_bytes;
+	memcpy(b->handle, seg->handle, seg->handle_bytes);
+}
+
+MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
+				      const struct mooncake_segment_options *opt,
+				      struct mooncake_segment **out, void *blob)
+{
+	struct mooncake_segment *seg;
+	struct mc_blob b;
+	int err;
+
+	mc_clear_error();
+	err = validate(name, size, opt, out, blob);
+	if (err)
+		return err;
+	seg = calloc(1, sizeof(*seg));
+	if (!seg)
+		return mc_error(ENOMEM, "Shared segment: out of memory");
+	seg->opt = *opt;
+	seg->fd = -1;
+	seg->size = size;
+	seg->is_owner = opt->rank_id == opt->owner_rank;
+	seg->numa_node_requested = opt->numa_node;
+	copy_label(seg->label, sizeof(seg->label), name);
+	seg->fingerprint = mc_fingerprint(name, size, opt);
+
+	err = pick_backend(opt, &seg->backend);
+	if (!err)
+		err = seg->backend->granularity(opt, &seg->page_size);
+	if (err)
+		goto fail;
+	seg->alloc_size = mc_align_up(size, seg->page_size);
+	if (seg->is_owner)
+		seg->info_flags |= MOONCAKE_SEGMENT_INFO_OWNER;
+
+	err = seg->is_owner ? seg->backend->create_owner(seg) : seg->backend->reserve(seg);
+	if (err)
+		goto fail;
+	fill_blob(seg, &b);
+	err = mc_blob_encode(&b, blob);
+	if (err)
+		goto fail;
+
+	mc_log(MOONCAKE_SEGMENT_LOG_INFO, "Shared segment %s create: rank %u of %u%s, base %p, %llu bytes "
+	       "(page %llu)", seg->label, opt->rank_id, opt->world_size, seg->is_owner ? " (owner)" : "",
+	       seg->base, (unsigned long long)seg->alloc_size, (unsigned long long)seg->page_size);
+	*out = seg;
+	return 0;
+fail:
+	if (seg->backend)
+		seg->backend->release(seg);
+	free(seg);
+	return err;
+}
+
+static const char *yes_no(uint32_t flags, uint32_t bit)
+{
+	return flags & bit ? "true" : "false";
+}
+
+/* Does rank @k's blob describe the same segment as ours?  -EINVAL/-EXDEV naming the difference. */
+static int check_agreement(const struct mooncake_segment *seg, uint32_t k, const struct mc_blob *b,
+			   const struct mc_blob *local)
+{
+	uint32_t theirs = b->flags & MC_BLOB_FLAGS_DECLARED, ours = local->flags & MC_BLOB_FLAGS_DECLARED;
+
+	if (b->rank_id != k)
+		return mc_error(EINVAL, "Shared segment blob at position %u carries rank id %u: blobs must be in "
+				"rank order and rank_id must be each process's rank in the group", k, b->rank_id);
+	if (memcmp(b->boot_id, local->boot_id, MC_BOOT_ID_SIZE) != 0)
+		return mc_error(EXDEV, "Shared segment rank %u runs on another host (another boot id): a shared "
+				"segment spans the ranks of one host only; use a group of the local ranks", k);
+	if (b->backend_id != local->backend_id)
+		return mc_error(EINVAL, "Shared segment backend of rank %u (%u) differs from this rank's (%u)", k,
+				b->backend_id, local->backend_id);
+	if (b->world_size != local->world_size || b->owner_rank != local->owner_rank)
+		return mc_error(EINVAL, "Shared segment rank %u declares world_size %u and owner %u, this rank %u "
+				"declares %u and %u", k, b->world_size, b->owner_rank, seg->opt.rank_id,
+				local->world_size, local->owner_rank);
+	if (theirs != ours)
+		return mc_error(EINVAL, "Shared segment rank %u declares mmap=%s host_register=%s hugetlb=%s, this "
+				"rank %u mmap=%s host_register=%s hugetlb=%s", k, yes_no(theirs, MC_BLOB_FLAG_MMAP),
+				yes_no(theirs, MC_BLOB_FLAG_HOST_REGISTER), yes_no(theirs, MC_BLOB_FLAG_HUGETLB),
+				seg->opt.rank_id, yes_no(ours, MC_BLOB_FLAG_MMAP),
+				yes_no(ours, MC_BLOB_FLAG_HOST_REGISTER), yes_no(ours, MC_BLOB_FLAG_HUGETLB));
+	if (b->fingerprint != local->fingerprint)
+		return mc_error(EINVAL, "Shared segment declaration of rank %u differs from the local one (name, "
+				"size or block layout)", k);
+	if (b->page_size != local->page_size)
+		return mc_error(EINVAL, "Shared segment page size of rank %u (%llu) differs from the local one "
+				"(%llu)", k, (unsigned long long)b->page_size, (unsigned long long)local->page_size);
+	if (b->alloc_size != local->alloc_size)
+		return mc_error(EINVAL, "Shared segment allocation size of rank %u (%llu) differs from the local "
+				"one (%llu)", k, (unsigned long long)b->alloc_size,
+				(unsigned long long)local->alloc_size);
+	return 0;
+}
+
+MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void *blobs, size_t blobs_len)
+{
+	const uint8_t *bytes = blobs;
+	struct mc_blob local, b, owner = {0};
+	size_t expected;
+	int err;
+
+	mc_clear_error();
+	if (!seg || !blobs)
+		return mc_error(EINVAL, "Shared segment complete needs a segment returned by create and the blobs");
+	if (seg->ready)
+		return mc_error(EALREADY, "Shared segment complete has already been called on this segment");
+	expected = (size_t)seg->opt.world_size * MOONCAKE_SEGMENT_BLOB_SIZE;
+	if (blobs_len != expected)
+		return mc_error(EINVAL, "Shared segment expects one blob per rank: %u x %d = %zu bytes, got %zu",
+				seg->opt.world_size, MOONCAKE_SEGMENT_BLOB_SIZE, expected, blobs_len);
+
+	fill_blob(seg, &local);
+	for (uint32_t k = 0; k < seg->opt.world_size; k++) {
+		err = mc_blob_decode(bytes + (size_t)k * MOONCAKE_SEGMENT_BLOB_SIZE, k, &b);
+		if (!err)
+			err = check_agreement(seg, k, &b, &local);
+		if (err)
+			return err;
+		if (k == seg->opt.owner_rank)
+			owner = b;
+	}
+	if (!(owner.flags & MC_BLOB_FLAG_HANDLE))
+		return mc_error(EPROTO, "Shared segment owner rank %u did not export a handle", seg->opt.owner_rank);
+
+	if (!seg->is_owner) {
+		err = seg->backend->import(seg, &owner);
+		if (err)
+			return err;
+	}
+	seg->ready = true;
+	return 0;
+}
+
+MC_EXPORT int mooncake_segment_finish(struct mooncake_segment *seg)
+{
+	mc_clear_error();
+	if (!seg || !seg->ready)
+		return mc_error(EINVAL, "Shared segment finish needs a segment on which complete succeeded");
+	if (seg->is_owner && !seg->finished)
+		seg->backend->finish(seg);
+	seg->finished = true;
+	return 0;
+}
+
+MC_EXPORT void mooncake_segment_destroy(struct mooncake_segment *seg)
+{
+	int saved_errno = errno;
+
+	if (!seg)
+		return;
+	seg->backend->release(seg);
+	free(seg);
+	errno = saved_errno;
+}
+
+MC_EXPORT bool mooncake_segment_ready(const struct mooncake_segment *seg)
+{
+	return seg && seg->ready;
+}
+
+MC_EXPORT void *mooncake_segment_base(const struct mooncake_segment *seg)
+{
+	return seg ? seg->base : NULL;
+}
+
+MC_EXPORT uint64_t mooncake_segment_size(const struct mooncake_segment *seg)
+{
+	return seg ? seg->size : 0;
+}
+
+MC_EXPORT uint64_t mooncake_segment_alloc_size(const struct mooncake_segment *seg)
+{
+	return seg ? seg->alloc_size : 0;
+}
+
+MC_EXPORT uint64_t mooncake_segment_device_addr(const struct mooncake_segment *seg)
+{
+	return seg ? seg->device_addr : 0;
+}

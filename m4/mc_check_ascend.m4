@@ -1,0 +1,48 @@
+# MC_CHECK_ASCEND
+# ---------------
+# Probe the Ascend CANN runtime header (acl/acl.h).  Only the header is used at
+# build time; the runtime library is dlopen'd at run time.
+#   --with-ascend=guess (default): look in $ASCEND_HOME_PATH/include (CANN's own
+#                                  convention); absent is a notice.
+#   --with-ascend=yes|DIR:         absent is fatal (yes means $ASCEND_HOME_PATH).
+#   --without-ascend:              no Ascend support.
+# Defines HAVE_ASCEND to 0 or 1, substitutes ASCEND_CPPFLAGS, sets the automake
+# conditional HAVE_ASCEND and the shell variable mc_ascend_summary.
+AC_DEFUN([MC_CHECK_ASCEND], [
+  AC_ARG_WITH([ascend],
+    [AS_HELP_STRING([--with-ascend@<:@=DIR@:>@],
+                    [Ascend CANN headers in DIR/include (default: guess $ASCEND_HOME_PATH)])],
+    [], [with_ascend=guess])
+
+  mc_have_ascend=no
+  ASCEND_CPPFLAGS=
+  AS_CASE([$with_ascend],
+    [no], [mc_ascend_dir=],
+    [yes|guess], [mc_ascend_dir=$ASCEND_HOME_PATH],
+    [mc_ascend_dir=$with_ascend])
+
+  AS_IF([test "x$with_ascend" != xno && test -n "$mc_ascend_dir"], [
+    mc_save_CPPFLAGS=$CPPFLAGS
+    CPPFLAGS="$CPPFLAGS -I$mc_ascend_dir/include"
+    AC_CHECK_HEADER([acl/acl.h], [
+      AC_CHECK_DECLS([aclrtHostRegister, aclrtHostUnregister, aclrtGetDevice, aclrtMallocPhysical,
+                      aclrtMapMem, aclrtMemExportToShareableHandle, aclrtMemImportFromShareableHandle],
+                     [mc_have_ascend=yes], [mc_have_ascend=no], [[#include <acl/acl.h>]])
+    ])
+    CPPFLAGS=$mc_save_CPPFLAGS
+  ])
+  AS_IF([test "x$mc_have_ascend" = xyes], [ASCEND_CPPFLAGS="-I$mc_ascend_dir/include"])
+  AS_IF([test "x$mc_have_ascend" = xno && test "x$with_ascend" != xno], [
+    AS_IF([test "x$with_ascend" = xguess],
+      [AC_MSG_NOTICE([Ascend headers (acl/acl.h) not found${mc_ascend_dir:+ in $mc_ascend_dir/include}: building without Ascend support])],
+      [AC_MSG_ERROR([Ascend support was requested but acl/acl.h was not found${mc_ascend_dir:+ in $mc_ascend_dir/include} (set ASCEND_HOME_PATH or pass --with-ascend=DIR, or --without-ascend)])])
+  ])
+
+  AS_IF([test "x$mc_have_ascend" = xyes],
+    [AC_DEFINE([HAVE_ASCEND], [1], [Define to 1 to build Ascend registration and VMM (dlopen'd)])
+     mc_ascend_summary="yes (headers in $mc_ascend_dir/include; runtime dlopen)"],
+    [AC_DEFINE([HAVE_ASCEND], [0], [Define to 1 to build Ascend registration and VMM (dlopen'd)])
+     mc_ascend_summary=no])
+  AC_SUBST([ASCEND_CPPFLAGS])
+  AM_CONDITIONAL([HAVE_ASCEND], [test "x$mc_have_ascend" = xyes])
+])

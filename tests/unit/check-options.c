@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Option validation: every invalid input is -EINVAL with a message and allocates nothing. */
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "helpers.h"
+
+static uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+
+/* Create must fail with @err, leave *out and the blob untouched and leak nothing. */
+static void expect_create_fails(uint64_t size, const struct mooncake_segment_options *opt, int err,
+				const char *needle)
+{
+	struct mooncake_segment *seg = (struct mooncake_segment *)0x1;
+	int fds = count_fds(), maps = count_mappings();
+
+	memset(blob, 0xA5, sizeof(blob));
+	ck_assert_error(mooncake_segment_create("cache", size, opt, &seg, blob), err, needle);
+	ck_assert_ptr_eq(seg, (struct mooncake_segment *)0x1);
+	for (size_t i = 0; i < sizeof(blob); i++)
+		ck_assert_uint_eq(blob[i], 0xA5);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_mappings(), maps);
+}
+
+START_TEST(test_defaults)
+{
+	struct mooncake_segment_options opt;
+
+	memset(&opt, 0x5A, sizeof(opt));
+	mooncake_segment_options_init(&opt);
+	ck_assert_uint_eq(opt.world_size, 1);
+	ck_assert_uint_eq(opt.rank_id, 0);
+	ck_assert_uint_eq(opt.owner_rank, 0);
+	ck_assert_int_eq(opt.device_id, -1);
+	ck_assert(opt.mmap);
+	ck_assert(!opt.host_register);
+	ck_assert(!opt.hugetlb);
+	ck_assert_int_eq(opt.numa_node, MOONCAKE_SEGMENT_NUMA_AUTO);
+	ck_assert_uint_eq(opt.commit_threads, 0);
+	ck_assert(!opt.populate_on_import);
+	mooncake_segment_options_init(NULL); /* harmless */
+}
+END_TEST
+
+START_TEST(test_rejects_world_size_zero)
+{
+	struct mooncake_segment_options opt = test_options(0, 0, 0);
+
+	expect_create_fails(TEST_SIZE, &opt, EINVAL, "world_size must not be zero");
+}
+END_TEST
+
+START_TEST(test_rejects_rank_at_world_size)
+{
+	struct mooncake_segment_options opt = test_options(2, 2, 0);
+
+	expect_create_fails(TEST_SIZE, &opt, EINVAL, "must be below world_size");
+}
+END_TEST
+
+START_TEST(test_rejects_owner_at_world_size)
+{
+	struct mooncake_segment_options opt = test_options(2, 0, 5);
+
+	expect_create_fails(TEST_SIZE, &opt, EINVAL, "must be below world_size");
+}
+END_TEST
+
+START_TEST(test_rejects_size_zero_and_too_large)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+
+	expect_create_fails(0, &opt, EINVAL, "size must be in (0, 70368744177664]");
+	expect_create_fails(MOONCAKE_SEGMENT_MAX_SIZE + 1, &opt, EINVAL, "size must be in");
+	expect_create_fails(UINT64_MAX, &opt, EINVAL, "size must be in");
+}
+END_TEST
+
+START_TEST(test_rejects_host_register_without_mmap)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+
+	opt.mmap = false;
+	opt.host_register = true;
+	expect_create_fails(TEST_SIZE, &opt, EINVAL, "host_register requires mmap=true");
+}
+END_TEST
+
+START_TEST(test_rejects_hugetlb_without_mmap)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+
+	opt.mmap = false;
+	opt.hugetlb = true;
+	expect_create_fails(TEST_SIZE, &opt, EINVAL, "hugetlb requires mmap=true");
+}
+END_TEST
+
+START_TEST(test_rejects_bad_device_and_numa)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+
+	opt.device_id = -2;
+	expect_create_fails(TEST_SIZE, &opt, EINVAL, "device_id");
+	opt.device_id = -1;
+	opt.numa_node = -3;
+	expect_create_fails(TEST_SIZE, &opt, EINVAL, "numa_node");
+}
+END_TEST
+
+START_TEST(test_rejects_null_arguments)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+
+	ck_assert_error(mooncake_segment_create(NULL, TEST_SIZE, &opt, &seg, blob), EINVAL, "got NULL");
+	ck_assert_error(mooncake_segment_create("x", TEST_SIZE, NULL, &seg, blob), EINVAL, "got NULL");
+	ck_assert_error(mooncake_segment_create("x", TEST_SIZE, &opt, NULL, blob), EINVAL, "got NULL");
+	ck_assert_error(mooncake_segment_create("x", TEST_SIZE, &opt, &seg, NULL), EINVAL, "got NULL");
+	ck_assert_ptr_null(seg);
+	ck_assert_error(mooncake_segment_complete(NULL, blob, sizeof(blob)), EINVAL, "needs a segment");
+	ck_assert_error(mooncake_segment_finish(NULL), EINVAL, "finish");
+}
+END_TEST
+
+START_TEST(test_unsupported_capabilities_are_enotsup)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+
+	opt.mmap = false;
+	ck_assert(!mooncake_segment_supported(false, false, false));
+	expect_create_fails(TEST_SIZE, &opt, ENOTSUP, "no VMM backend");
+	opt.mmap = true;
+	opt.host_register = true;
+	if (!mooncake_segment_supported(true, true, false))
+		expect_create_fails(TEST_SIZE, &opt, ENOTSUP, "host_register");
+	ck_assert(mooncake_segment_supported(true, false, false));
+}
+END_TEST
+
+START_TEST(test_getters_are_null_safe)
+{
+	ck_assert(!mooncake_segment_ready(NULL));
+	ck_assert_ptr_null(mooncake_segment_base(NULL));
+	ck_assert_uint_eq(mooncake_segment_size(NULL), 0);
+	ck_assert_uint_eq(mooncake_segment_alloc_size(NULL), 0);
+	ck_assert_uint_eq(mooncake_segment_device_addr(NULL), 0);
+	mooncake_segment_destroy(NULL);
+	ck_assert_str_eq(mooncake_segment_version(), PACKAGE_VERSION);
+}
+END_TEST
+
+START_TEST(test_error_is_per_thread_and_cleared)
+{
+	struct mooncake_segment_options opt = test_options(0, 0, 0);
+	struct mooncake_segment *seg = NULL;
+
+	ck_assert_int_lt(mooncake_segment_create("x", 1, &opt, &seg, blob), 0);
+	ck_assert_str_ne(mooncake_segment_last_error(), "");
+	opt.world_size = 1;
+	ck_assert_int_eq(mooncake_segment_create("x", 1, &opt, &seg, blob), 0);
+	ck_assert_str_eq(mooncake_segment_last_error(), "");
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
+Suite *suite_options(void)
+{
+	Suite *s = suite_create("options");
+	TCase *tc = tcase_create("validation");
+
+	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_rejects_world_size_zero);
+	tcase_add_test(tc, test_rejects_rank_at_world_size);
+	tcase_add_test(tc, test_rejects_owner_at_world_size);
+	tcase_add_test(tc, test_rejects_size_zero_and_too_large);
+	tcase_add_test(tc, test_rejects_host_register_without_mmap);
+	tcase_add_test(tc, test_rejects_hugetlb_without_mmap);
+	tcase_add_test(tc, test_rejects_bad_device_and_numa);
+	tcase_add_test(tc, test_rejects_null_arguments);
+	tcase_add_test(tc, test_unsupported_capabilities_are_enotsup);
+	tcase_add_test(tc, test_getters_are_null_safe);
+	tcase_add_test(tc, test_error_is_per_thread_and_cleared);
+	suite_add_tcase(s, tc);
+	return s;
+}

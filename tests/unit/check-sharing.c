@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Real sharing: one rank, two ranks in one process, N ranks in N forked
+ * processes writing both ways, one physical copy (PSS), finish, a gone
+ * owner, and nothing left behind after destroy.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "group.h"
+#include "helpers.h"
+#include "internal.h"
+
+START_TEST(test_single_rank_round_trip)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+	struct mooncake_segment_info info;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	int fds = count_fds(), maps = count_mappings();
+	uint8_t *base;
+
+	ck_assert_int_eq(mooncake_segment_create("single", TEST_SIZE, &opt, &seg, blob), 0);
+	ck_assert(!mooncake_segment_ready(seg));
+	ck_assert_int_eq(mooncake_segment_complete(seg, blob, sizeof(blob)), 0);
+	ck_assert(mooncake_segment_ready(seg));
+	base = mooncake_segment_base(seg);
+	ck_assert_ptr_nonnull(base);
+	ck_assert_uint_eq(mooncake_segment_size(seg), TEST_SIZE);
+	ck_assert_uint_ge(mooncake_segment_alloc_size(seg), TEST_SIZE);
+	ck_assert_uint_eq(mooncake_segment_device_addr(seg), 0);
+	/* Committed and zeroed before create returned. */
+	ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
+	ck_assert_uint_eq(info.alloc_size % info.page_size, 0);
+	ck_assert_uint_eq(info.resident_bytes, info.alloc_size);
+	ck_assert(info.flags & MOONCAKE_SEGMENT_INFO_OWNER);
+	ck_assert_str_eq(info.backend, "memfd");
+	ck_assert_uint_ge(info.commit_threads, 1);
+	ck_assert_str_ne(info.commit_method, "");
+	ck_assert_uint_eq(base[0], 0);
+	ck_assert_uint_eq(base[TEST_SIZE - 1], 0);
+	base[0] = 0x11;
+	base[TEST_SIZE - 1] = 0x22;
+	ck_assert_uint_eq(base[0] + base[TEST_SIZE - 1], 0x33);
+	ck_assert_int_eq(mooncake_segment_finish(seg), 0);
+	ck_assert_int_eq(mooncake_segment_finish(seg), 0);
+	ck_assert_int_eq(count_fds(), fds);
+	mooncake_segment_destroy(seg);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_mappings(), maps);
+}
+END_TEST
+
+/* Owner and peer in this process; blobs holds both. */
+static void create_pair(const char *name, struct mooncake_segment **owner, struct mooncake_segment **peer,
+			uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE])
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+
+	ck_assert_int_eq(mooncake_segment_create(name, TEST_SIZE, &o, owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create(name, TEST_SIZE, &p, peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE), 0);
+}
+
+START_TEST(test_two_ranks_share_pages_in_one_process)
+{
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *owner, *peer;
+	int fds = count_fds(), maps = count_mappings();
+	uint8_t *a, *b;
+
+	create_pair("pair", &owner, &peer, blobs);
+	ck_assert_ptr_nonnull(mooncake_segment_base(peer)); /* known after phase one */
+	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	a = mooncake_segment_base(owner);
+	b = mooncake_segment_base(peer);
+	ck_assert_ptr_ne(a, b);
+	fill_pattern(a, TEST_SIZE / 2, 1);
+	ck_assert(check_pattern(b, TEST_SIZE / 2, 1));
+	fill_pattern(b + TEST_SIZE / 2, TEST_SIZE / 2, 2);
+	ck_assert(check_pattern(a + TEST_SIZE / 2, TEST_SIZE / 2, 2));
+	ck_assert_int_eq(mooncake_segment_finish(peer), 0); /* a no-op on non-owners */
+	ck_assert_int_eq(mooncake_segment_finish(owner), 0);
+	/* Destroying the owner first leaves the peer's pages valid. */
+	mooncake_segment_destroy(owner);
+	ck_assert(check_pattern(b, TEST_SIZE / 2, 1));
+	mooncake_segment_destroy(peer);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_mappings(), maps);
+}
+END_TEST
+
+START_TEST(test_complete_twice_is_ealready)
+{
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *owner, *peer;
+
+	create_pair("twice", &owner, &peer, blobs);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EALREADY, "already");
+	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+	ck_assert_error(mooncake_segment_complete(owner, blobs, sizeof(blobs)), EALREADY, "already");
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
+START_TEST(test_finish_before_complete_is_einval)
+{
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *owner, *peer;
+
+	create_pair("early-finish", &owner, &peer, blobs);
+	ck_assert_error(mooncake_segment_finish(owner), EINVAL, "complete");
+	ck_assert_error(mooncake_segment_finish(peer), EINVAL, "complete");
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
+START_TEST(test_peer_after_finish_gets_esrch)
+{
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *owner, *peer;
+	int maps;
+
+	create_pair("late", &owner, &peer, blobs);
+	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(mooncake_segment_finish(owner), 0);
+	maps = count_mappings();
+	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), ESRCH, "no longer holds");
+	ck_assert(!mooncake_segment_ready(peer));
+	ck_assert_int_eq(count_mappings(), maps);
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
+START_TEST(test_memfd_is_sealed_against_resizing)
+{
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg;
+	int seals;
+
+	ck_assert_int_eq(mooncake_segment_create("sealed", TEST_SIZE, &opt, &seg, blob), 0);
+	seals = fcntl(seg->fd, F_GET_SEALS);
+	ck_assert_int_eq(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+			 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	ck_assert_int_eq(ftruncate(seg->fd, 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert_int_eq(ftruncate(seg->fd, (off_t)seg->alloc_size * 2), -1);
+	ck_assert_int_eq(errno, EPERM);
+	/* The close-on-exec flag keeps it out of exec'd children. */
+	ck_assert(fcntl(seg->fd, F_GETFD) & FD_CLOEXEC);
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
+struct log_capture {
+	int lines;
+	char last[256];
+};
+
+static void capture_log(int priority, const char *message, void *userdata)
+{
+	struct log_capture *c = userdata;
+
+	if (priority == MOONCAKE_SEGMENT_LOG_INFO) {
+		c->lines++;
+		snprintf(c->last, sizeof(c->last), "%s", message);
+	}
+}
+
+START_TEST(test_log_callback_is_silent_by_default_and_routes_lines)
+{
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg;
+	struct log_capture c = {0, ""};
+
+	mooncake_segment_set_log_fn(capture_log, MOONCAKE_SEGMENT_LOG_INFO, &c);
+	ck_assert_int_eq(mooncake_segment_create("logged|tag", TEST_SIZE, &opt, &seg, blob), 0);
+	mooncake_segment_set_log_fn(NULL, 0, NULL);
+	ck_assert_int_eq(c.lines, 1);
+	ck_assert_msg(strstr(c.last, "logged create") && !strstr(c.last, "tag"), "%s", c.last);
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
+/* --- N ranks in N processes ------------------------------------------------ */
+
+struct group_args {
+	uint32_t owner;
+	uint64_t size;
+};
+
+/* Pss of the mapping at @base in this process, from smaps. */
+static uint64_t mapping_pss(const void *base)
+{
+	FILE *f = fopen("/proc/self/smaps", "re");
+	char line[256];
+	unsigned long long lo, hi, kb;
+	int inside = 0;
+	uint64_t pss = 0;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+			inside = lo == (unsigned long long)(uintptr_t)base;
+		else if (inside && sscanf(line, "Pss: %llu kB", &kb) == 1)
+			pss += kb << 10;
+	}
+	if (f)
+		fclose(f);
+	return pss;
+}
+
+#define RANK_CHECK(cond)                                                                              \
+	do {                                                                                          \
+		if (!(cond)) {                                                                        \
+			fprintf(stderr, "rank %u: %s failed: %s\n", self->rank, #cond,                \
+				mooncake_segment_last_error());                                       \
+			return 1;                                                                     \
+		}                                                                                     \
+	} while (0)
+
+static int sharing_rank(struct group_rank *self, void *arg)
+{
+	const struct group_args *a = arg;
+	struct mooncake_segment_options opt = test_options(self->world_size, self->rank, a->owner);
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], *blobs, *base;
+	struct mooncake_segment *seg = NULL;
+	uint64_t slice = a->size / self->world_size, pss, all_pss[64];
+	int fds = count_fds(), maps = count_mappings();
+
+	blobs = malloc((size_t)self->world_size * MOONCAKE_SEGMENT_BLOB_SIZE);
+	RANK_CHECK(blobs);
+	RANK_CHECK(mooncake_segment_create("group", a->size, &opt, &seg, blob) == 0);
+	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
+	RANK_CHECK(mooncake_segment_complete(seg, blobs, (size_t)self->world_size * sizeof(blob)) == 0);
+	RANK_CHECK(group_barrier(self) == 0);
+	RANK_CHECK(mooncake_segment_finish(seg) == 0);
+	base = mooncake_segment_base(seg);
+	/* Every rank writes its own slice, then reads everyone's: both directions. */
+	fill_pattern(base + self->rank * slice, slice, self->rank + 1);
+	RANK_CHECK(group_barrier(self) == 0);
+	for (uint32_t r = 0; r < self->world_size; r++)
+		RANK_CHECK(check_pattern(base + r * slice, slice, r + 1));
+	/* Once every rank has touched every page, the group's PSS is one copy. */
+	RANK_CHECK(group_barrier(self) == 0);
+	pss = mapping_pss(base);
+	RANK_CHECK(group_allgather(self, &pss, sizeof(pss), all_pss) == 0);
+	if (self->rank == 0) {
+		uint64_t total = 0;
+
+		for (uint32_t r = 0; r < self->world_size; r++)
+			total += all_pss[r];
+		RANK_CHECK(total >= mooncake_segment_alloc_size(seg) * 95 / 100);
+		RANK_CHECK(total <= mooncake_segment_alloc_size(seg) * 105 / 100);
+	}
+	RANK_CHECK(group_barrier(self) == 0);
+	mooncake_segment_destroy(seg);
+	free(blobs);
+	RANK_CHECK(count_fds() == fds);
+	RANK_CHECK(count_mappings() == maps);
+	return 0;
+}
+
+static void run_sharing(uint32_t world, uint32_t owner, uint64_t size)
+{
+	struct group_args a = {owner, size};
+	int codes[8];
+
+	ck_assert_int_eq(group_run(world, sharing_rank, &a, 20000, codes), 0);
+	for (uint32_t r = 0; r < world; r++)
+		ck_assert_msg(codes[r] == 0, "rank %u exited with %d", r, codes[r]);
+}
+
+START_TEST(test_four_processes_share_one_copy_owner_0)
+{
+	run_sharing(4, 0, UINT64_C(16) << 20);
+}
+END_TEST
+
+START_TEST(test_four_processes_share_one_copy_owner_2)
+{
+	run_sharing(4, 2, UINT64_C(16) << 20);
+}
+END_TEST
+
+static int gone_owner_rank(struct group_rank *self, void *arg)
+{
+	struct mooncake_segment_options opt = test_options(2, self->rank, 0);
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *seg = NULL;
+	int ret;
+
+	(void)arg;
+	RANK_CHECK(mooncake_segment_create("gone", TEST_SIZE, &opt, &seg, blob) == 0);
+	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
+	if (self->rank == 0)
+		_exit(0); /* the owner dies before the peer imports */
+	RANK_CHECK(wait_until_dead(group_pid(0), 5000));
+	ret = mooncake_segment_complete(seg, blobs, sizeof(blobs));
+	RANK_CHECK(ret == -ESRCH);
+	RANK_CHECK(strstr(mooncake_segment_last_error(), "owner process") != NULL);
+	RANK_CHECK(!mooncake_segment_ready(seg));
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+START_TEST(test_owner_gone_before_import_is_esrch)
+{
+	int codes[2];
+
+	ck_assert_int_eq(group_run(2, gone_owner_rank, NULL, 10000, codes), 0);
+	ck_assert_int_eq(codes[0], 0);
+	ck_assert_int_eq(codes[1], 0);
+}
+END_TEST
+
+Suite *suite_sharing(void)
+{
+	Suite *s = suite_create("sharing");
+	TCase *one = tcase_create("one-process");
+	TCase *many = tcase_create("processes");
+
+	tcase_add_test(one, test_single_rank_round_trip);
+	tcase_add_test(one, test_two_ranks_share_pages_in_one_process);
+	tcase_add_test(one, test_complete_twice_is_ealready);
+	tcase_add_test(one, test_finish_before_complete_is_einval);
+	tcase_add_test(one, test_peer_after_finish_gets_esrch);
+	tcase_add_test(one, test_memfd_is_sealed_against_resizing);
+	tcase_add_test(one, test_log_callback_is_silent_by_default_and_routes_lines);
+	tcase_add_test(many, test_four_processes_share_one_copy_owner_0);
+	tcase_add_test(many, test_four_processes_share_one_copy_owner_2);
+	tcase_add_test(many, test_owner_gone_before_import_is_esrch);
+	tcase_set_timeout(many, 30);
+	suite_add_tcase(s, one);
+	suite_add_tcase(s, many);
+	return s;
+}

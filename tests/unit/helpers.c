@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
+#include "helpers.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the directory's own descriptor */
+}
+
+int count_mappings(void)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	int n = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		n++;
+	fclose(f);
+	return n;
+}
+
+struct mooncake_segment_options test_options(uint32_t world, uint32_t rank, uint32_t owner)
+{
+	struct mooncake_segment_options opt;
+
+	mooncake_segment_options_init(&opt);
+	opt.world_size = world;
+	opt.rank_id = rank;
+	opt.owner_rank = owner;
+	return opt;
+}
+
+static uint8_t pattern_byte(uint64_t i, uint32_t seed)
+{
+	return (uint8_t)((i * 2654435761u) >> 7 ^ seed);
+}
+
+void fill_pattern(void *p, uint64_t n, uint32_t seed)
+{
+	uint8_t *b = p;
+
+	/* One byte per 512 keeps it fast while touching every page. */
+	for (uint64_t i = 0; i < n; i += 512)
+		b[i] = pattern_byte(i, seed);
+	b[n - 1] = pattern_byte(n - 1, seed);
+}
+
+int check_pattern(const void *p, uint64_t n, uint32_t seed)
+{
+	const uint8_t *b = p;
+
+	for (uint64_t i = 0; i < n; i += 512)
+		if (b[i] != pattern_byte(i, seed))
+			return 0;
+	return b[n - 1] == pattern_byte(n - 1, seed);
+}
+
+static char process_state(int pid)
+{
+	char path[64], line[512], *close;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	if (!fgets(line, sizeof(line), f))
+		line[0] = '\0';
+	fclose(f);
+	close = strrchr(line, ')');
+	return close && close[1] == ' ' ? close[2] : 0;
+}
+
+int wait_until_dead(int pid, int timeout_ms)
+{
+	for (int waited = 0; waited < timeout_ms; waited += 5) {
+		char state = process_state(pid);
+
+		if (state == 0 || state == 'Z' || state == 'X')
+			return 1;
+		usleep(5000);
+	}
+	return 0;
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Shared by the check suites: resource counting, option shorthands, suites. */
+#ifndef MOONCAKE_SEGMENT_TEST_HELPERS_H
+#define MOONCAKE_SEGMENT_TEST_HELPERS_H
+
+#include <check.h>
+#include <stdint.h>
+
+#include <mooncake/segment.h>
+
+/* Large enough to span many pages, small enough for a 2-core CI machine; a
+ * multiple of 4 KiB but not of 2 MiB, so rounding is exercised. */
+#define TEST_SIZE (UINT64_C(61) * (4096 + 8192))
+
+/* Descriptors open and mappings present in this process. */
+int count_fds(void);
+int count_mappings(void);
+
+struct mooncake_segment_options test_options(uint32_t world, uint32_t rank, uint32_t owner);
+
+/* Assert that a call failed with @err and left a message mentioning @needle. */
+#define ck_assert_error(ret, err, needle)                                                      \
+	do {                                                                                    \
+		int ret_ = (ret);                                                               \
+		ck_assert_msg(ret_ == -(err), "expected -%s, got %d (%s)", #err, ret_,          \
+			      mooncake_segment_last_error());                                   \
+		ck_assert_msg(strstr(mooncake_segment_last_error(), (needle)) != NULL,          \
+			      "message '%s' lacks '%s'", mooncake_segment_last_error(), (needle)); \
+	} while (0)
+
+/* Fill @n bytes at @p with a pattern derived from @seed; check it. */
+void fill_pattern(void *p, uint64_t n, uint32_t seed);
+int check_pattern(const void *p, uint64_t n, uint32_t seed);
+
+/* Wait until @pid is a zombie or gone; false after @timeout_ms. */
+int wait_until_dead(int pid, int timeout_ms);
+
+Suite *suite_options(void);
+Suite *suite_blob(void);
+Suite *suite_fingerprint(void);
+Suite *suite_sharing(void);
+Suite *suite_complete(void);
+Suite *suite_host(void);
+Suite *suite_faults(void);
+
+#endif
