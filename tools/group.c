@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -213,7 +214,10 @@ int group_run(uint32_t world_size, group_rank_fn fn, void *arg, int timeout_ms, 
 			close(sv[0]);
 			for (uint32_t j = 0; j < i; j++)
 				close(ranks[j].sock);
-			_exit(fn(&self, arg));
+			int code = fn(&self, arg);
+
+			fflush(NULL); /* _exit skips stdio */
+			_exit(code);
 		}
 		close(sv[1]);
 		if (pids[i] < 0) {

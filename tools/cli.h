@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Shared by the mooncake-segment subcommands. */
+#ifndef MOONCAKE_SEGMENT_CLI_H
+#define MOONCAKE_SEGMENT_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+int cmd_demo(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* "256M", "1G", "4GiB", "1048576" -> bytes; false on junk or overflow. */
+bool parse_size(const char *text, uint64_t *bytes);
+/* A decimal in [min, max]; false otherwise. */
+bool parse_uint(const char *text, uint64_t min, uint64_t max, uint64_t *value);
+/* "256.0 MiB" into @buf. */
+const char *format_size(uint64_t bytes, char *buf, size_t size);
+
+/* Rss, Pss and HugeTLB of the mapping that starts at @base, from /proc/self/smaps. */
+struct mapping_usage {
+	uint64_t rss;
+	uint64_t pss;
+	uint64_t hugetlb; /* HugeTLB pages mapped: not part of Rss or Pss */
+};
+bool mapping_usage(const void *base, struct mapping_usage *usage);
+
+uint64_t monotonic_ns(void);
+/* A "Name: N kB" (or plain N) field of /proc/meminfo in bytes or units; 0 when absent. */
+uint64_t meminfo_field(const char *name);
+/* The first line of @path without its newline; false when unreadable. */
+bool read_first_line(const char *path, char *buf, size_t size);
+
+/* Write @s as a JSON string literal (with quotes). */
+void json_string(FILE *out, const char *s);
+
+/* The program's diagnostic prefix. */
+#define PROGRAM "mooncake-segment"
+
+#endif

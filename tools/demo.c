@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * mooncake-segment demo: fork N ranks that exchange blobs over socketpairs;
+ * the owner writes a pattern, every peer checks it and writes back, and a
+ * table of each rank's mapping (base, RSS, PSS) shows that the group holds
+ * one copy, not N.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mooncake/segment.h>
+
+#include "cli.h"
+#include "group.h"
+
+#define MAX_RANKS 64
+
+struct demo_config {
+	uint32_t ranks;
+	uint32_t owner;
+	uint64_t size;
+	bool hugetlb;
+};
+
+/* What each rank reports to rank 0 for the table. */
+struct rank_report {
+	uint64_t base;
+	uint64_t rss;
+	uint64_t pss;
+	uint64_t hugetlb;
+	uint32_t pid;
+	uint32_t peers_ok;    /* this rank saw the owner's pattern */
+	uint32_t writeback_ok; /* owner: every peer's write-back arrived */
+	uint64_t page_size;
+	char backend[16];
+};
+
+static uint8_t pattern(uint64_t offset)
+{
+	return (uint8_t)(offset * 131 >> 9);
+}
+
+static int fail_rank(const struct group_rank *self, const char *what)
+{
+	fprintf(stderr, "%s demo: rank %u: %s: %s\n", PROGRAM, self->rank, what, mooncake_segment_last_error());
+	return 1;
+}
+
+static int lost_group(const struct group_rank *self)
+{
+	fprintf(stderr, "%s demo: rank %u: another rank failed or exited; stopping\n", PROGRAM, self->rank);
+	return 1;
+}
+
+/* One byte per 4 KiB page: every page written and read, quickly. */
+#define STRIDE 4096
+
+static bool check_owner_pattern(const uint8_t *base, uint64_t size)
+{
+	for (uint64_t off = 0; off < size; off += STRIDE)
+		if (base[off] != pattern(off))
+			return false;
+	return true;
+}
+
+static int demo_rank(struct group_rank *self, void *arg)
+{
+	const struct demo_config *cfg = arg;
+	struct mooncake_segment_options opt;
+	struct mooncake_segment_info info;
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], *blobs, *base;
+	struct rank_report mine, all[MAX_RANKS];
+	struct mapping_usage usage;
+	uint64_t slice = cfg->size / self->world_size / STRIDE * STRIDE;
+	int err;
+
+	mooncake_segment_options_init(&opt);
+	opt.world_size = self->world_size;
+	opt.rank_id = self->rank;
+	opt.owner_rank = cfg->owner;
+	opt.hugetlb = cfg->hugetlb;
+	blobs = calloc(self->world_size, sizeof(blob));
+	if (!blobs)
+		return 1;
+	err = mooncake_segment_create("demo", cfg->size, &opt, &seg, blob);
+	/* Every rank takes part in every round, so one failure fails all. */
+	if (group_allgather(self, blob, err ? 1 : sizeof(blob), blobs) != 0)
+		return err ? fail_rank(self, "create") : lost_group(self);
+	if (mooncake_segment_complete(seg, blobs, self->world_size * sizeof(blob)) != 0)
+		return fail_rank(self, "complete");
+	if (group_barrier(self) != 0 || mooncake_segment_finish(seg) != 0)
+		return lost_group(self);
+
+	base = mooncake_segment_base(seg);
+	memset(&mine, 0, sizeof(mine));
+	if (self->rank == cfg->owner)
+		for (uint64_t off = 0; off < cfg->size; off += STRIDE)
+			base[off] = pattern(off);
+	if (group_barrier(self) != 0)
+		return lost_group(self);
+	/* Every rank checks the owner's bytes; then peers write their rank into their slice. */
+	mine.peers_ok = check_owner_pattern(base, cfg->size);
+	if (group_barrier(self) != 0)
+		return lost_group(self);
+	if (self->rank != cfg->owner)
+		for (uint64_t off = self->rank * slice; off < (self->rank + 1) * slice; off += STRIDE)
+			base[off] = (uint8_t)(self->rank + 1);
+	if (group_barrier(self) != 0)
+		return lost_group(self);
+	if (self->rank == cfg->owner) {
+		mine.writeback_ok = 1;
+		for (uint32_t r = 0; r < self->world_size; r++)
+			for (uint64_t off = r * slice; r != cfg->owner && off < (r + 1) * slice; off += STRIDE)
+				if (base[off] != (uint8_t)(r + 1))
+					mine.writeback_ok = 0;
+	}
+	/* Measure only once every rank has touched every page. */
+	if (group_barrier(self) != 0)
+		return lost_group(self);
+	mapping_usage(base, &usage);
+	mooncake_segment_get_info(seg, &info, sizeof(info));
+	mine.base = (uint64_t)(uintptr_t)base;
+	mine.rss = usage.rss;
+	mine.pss = usage.pss;
+	mine.hugetlb = usage.hugetlb;
+	mine.pid = (uint32_t)getpid();
+	mine.page_size = info.page_size;
+	memcpy(mine.backend, info.backend, sizeof(mine.backend));
+	if (group_allgather(self, &mine, sizeof(mine), all) != 0)
+		return lost_group(self);
+
+	if (self->rank == 0) {
+		uint64_t total = 0;
+		bool ok = true;
+		char a[32], b[32], c[32];
+
+		printf("%s demo: %u ranks share one %s segment (owner rank %u, %s, %s pages)\n\n", PROGRAM,
+		       self->world_size, format_size(cfg->size, a, sizeof(a)), cfg->owner, all[0].backend,
+		       format_size(all[0].page_size, b, sizeof(b)));
+		printf("%-5s %-8s %-18s %12s %12s  %s\n", "rank", "pid", "base", "rss", "pss", "check");
+		for (uint32_t r = 0; r < self->world_size; r++) {
+			const char *check = !all[r].peers_ok			  ? "FAILED: wrong bytes"
+					    : r == cfg->owner && !all[r].writeback_ok ? "FAILED: write-back lost"
+					    : r == cfg->owner			  ? "ok (wrote; saw every write-back)"
+										  : "ok (read owner's bytes; wrote back)";
+
+			ok = ok && all[r].peers_ok && (r != cfg->owner || all[r].writeback_ok);
+			total += all[r].pss;
+			printf("%-5u %-8u 0x%016" PRIx64 " %12s %12s  %s\n", r, all[r].pid, all[r].base,
+			       format_size(all[r].rss, a, sizeof(a)), format_size(all[r].pss, b, sizeof(b)), check);
+		}
+		if (cfg->hugetlb) {
+			/* HugeTLB pages are in no RSS or PSS: the pool's use tells the copies. */
+			total = (meminfo_field("HugePages_Total") - meminfo_field("HugePages_Free")) *
+				meminfo_field("Hugepagesize");
+			printf("\n(HugeTLB pages count in no RSS/PSS; each rank maps %s of them)\n",
+			       format_size(all[0].hugetlb, a, sizeof(a)));
+			printf("HugeTLB pool in use %s", format_size(total, a, sizeof(a)));
+		} else {
+			printf("\ntotal PSS %s", format_size(total, a, sizeof(a)));
+		}
+		printf(" = %.2f x the segment size; %u private copies would be %s (%u.00 x)\n",
+		       (double)total / (double)cfg->size, self->world_size,
+		       format_size(cfg->size * self->world_size, c, sizeof(c)), self->world_size);
+		printf("%s\n", ok ? "every rank saw the same bytes: one physical copy" : "FAILED");
+		if (!ok)
+			return 1;
+	}
+	if (group_barrier(self) != 0)
+		return lost_group(self);
+	mooncake_segment_destroy(seg);
+	free(blobs);
+	return 0;
+}
+
+static void demo_usage(FILE *out)
+{
+	fprintf(out, "Usage: %s demo [--ranks N] [--size SIZE] [--owner RANK] [--hugetlb]\n\n"
+		     "Fork N ranks (default 4) that share one segment (default 256M) and show that the\n"
+		     "group holds one physical copy: per rank its base address, RSS and PSS.\n", PROGRAM);
+}
+
+int cmd_demo(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"ranks", required_argument, NULL, 'n'}, {"size", required_argument, NULL, 's'},
+		{"owner", required_argument, NULL, 'o'}, {"hugetlb", no_argument, NULL, 'H'},
+		{"help", no_argument, NULL, 'h'},	 {NULL, 0, NULL, 0},
+	};
+	struct demo_config cfg = {4, 0, UINT64_C(256) << 20, false};
+	int codes[MAX_RANKS], c, ret = 0;
+	uint64_t v;
+
+	while ((c = getopt_long(argc, argv, "n:s:o:h", options, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			if (!parse_uint(optarg, 1, MAX_RANKS, &v)) {
+				fprintf(stderr, "%s demo: --ranks must be 1..%d, got '%s'\n", PROGRAM, MAX_RANKS, optarg);
+				return 2;
+			}
+			cfg.ranks = (uint32_t)v;
+			break;
+		case 's':
+			if (!parse_size(optarg, &cfg.size) || cfg.size < 4096 || cfg.size > MOONCAKE_SEGMENT_MAX_SIZE) {
+				fprintf(stderr, "%s demo: --size must be 4K..64T (e.g. 256M, 1G), got '%s'\n", PROGRAM,
+					optarg);
+				return 2;
+			}
+			break;
+		case 'o':
+			if (!parse_uint(optarg, 0, MAX_RANKS - 1, &v)) {
+				fprintf(stderr, "%s demo: --owner must be a rank, got '%s'\n", PROGRAM, optarg);
+				return 2;
+			}
+			cfg.owner = (uint32_t)v;
+			break;
+		case 'H':
+			cfg.hugetlb = true;
+			break;
+		case 'h':
+			demo_usage(stdout);
+			return 0;
+		default:
+			demo_usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc || cfg.owner >= cfg.ranks) {
+		fprintf(stderr, "%s demo: %s\n", PROGRAM,
+			optind != argc ? "unexpected arguments" : "--owner must be below --ranks");
+		return 2;
+	}
+	fflush(stdout);
+	if (group_run(cfg.ranks, demo_rank, &cfg, 600000, codes) != 0) {
+		fprintf(stderr, "%s demo: the ranks did not finish in time\n", PROGRAM);
+		return 1;
+	}
+	for (uint32_t r = 0; r < cfg.ranks; r++)
+		if (codes[r] != 0) {
+			fprintf(stderr, "%s demo: rank %u exited with status %d\n", PROGRAM, r, codes[r]);
+			ret = 1;
+		}
+	return ret;
+}

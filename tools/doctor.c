@@ -1,0 +1,419 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * mooncake-segment doctor: a preflight of this node.  Each finding is ok,
+ * warn or fail, with what was seen and, where there is one, the fix for a
+ * bare host, Docker, Kubernetes and systemd.  Every check tries the real
+ * thing (a memfd, a child's /proc/PID/fd, a mempolicy call) rather than
+ * trusting a version number.  Exit status: 1 when any check fails.
+ */
+#include "config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <glob.h>
+#include <numa.h>
+#include <numaif.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mooncake/segment.h>
+
+#include "cli.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+enum status { OK, WARN, FAIL };
+static const char *const status_names[] = {"ok", "warn", "fail"};
+
+struct finding {
+	const char *check;
+	enum status status;
+	char value[256];
+	char fix[512];
+};
+
+#define MAX_FINDINGS 32
+static struct finding findings[MAX_FINDINGS];
+static int nfindings;
+
+static struct finding *add(const char *check, enum status status, const char *fix, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static struct finding *add(const char *check, enum status status, const char *fix, const char *fmt, ...)
+{
+	struct finding *f = &findings[nfindings < MAX_FINDINGS - 1 ? nfindings++ : nfindings];
+	va_list ap;
+
+	f->check = check;
+	f->status = status;
+	va_start(ap, fmt);
+	vsnprintf(f->value, sizeof(f->value), fmt, ap);
+	va_end(ap);
+	snprintf(f->fix, sizeof(f->fix), "%s", fix ? fix : "");
+	return f;
+}
+
+static void check_kernel(void)
+{
+	struct utsname u;
+	int major = 0, minor = 0;
+	void *p;
+	bool populate;
+
+	uname(&u);
+	sscanf(u.release, "%d.%d", &major, &minor);
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	populate = p != MAP_FAILED && madvise(p, 4096, MADV_POPULATE_WRITE) == 0;
+	if (p != MAP_FAILED)
+		munmap(p, 4096);
+	add("kernel", populate ? OK : WARN,
+	    populate ? NULL : "upgrade to Linux 5.14 or later for MADV_POPULATE_WRITE (commit falls back to touching pages, slower)",
+	    "Linux %s; MADV_POPULATE_WRITE %s", u.release, populate ? "yes" : "no");
+}
+
+static void check_memfd(void)
+{
+	int fd = memfd_create("mooncake-segment-doctor", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int err = errno, seals = -1;
+
+	if (fd >= 0) {
+		seals = fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+		close(fd);
+	}
+	if (fd < 0)
+		add("memfd", FAIL, "allow memfd_create in the seccomp profile (Docker: a custom --security-opt seccomp=PROFILE; "
+		    "Kubernetes: seccompProfile RuntimeDefault allows it on current runtimes)",
+		    "memfd_create failed: %s", strerror(err));
+	else
+		add("memfd", seals == 0 ? OK : WARN, seals == 0 ? NULL : "a kernel with memfd sealing (3.17+)",
+		    "memfd_create works; sealing %s", seals == 0 ? "works" : "refused");
+}
+
+/* Fork a child holding a memfd and try both routes to it, as a peer would. */
+static void check_peer_access(void)
+{
+	int pipefd[2], fd, pidfd, route_proc = 0, route_pidfd = 0;
+	char path[64], scope[16] = "";
+	pid_t child;
+
+	if (pipe(pipefd) != 0)
+		return;
+	child = fork();
+	if (child == 0) {
+		int mfd = memfd_create("mooncake-segment-doctor", MFD_CLOEXEC);
+
+		(void)!write(pipefd[1], &mfd, sizeof(mfd));
+		pause();
+		_exit(0);
+	}
+	close(pipefd[1]);
+	if (child < 0 || read(pipefd[0], &fd, sizeof(fd)) != sizeof(fd) || fd < 0) {
+		close(pipefd[0]);
+		if (child > 0) {
+			kill(child, SIGKILL);
+			waitpid(child, NULL, 0);
+		}
+		add("peer access", FAIL, NULL, "could not start a test child");
+		return;
+	}
+	close(pipefd[0]);
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)child, fd);
+	int opened = open(path, O_RDWR | O_CLOEXEC);
+
+	route_proc = opened >= 0;
+	if (opened >= 0)
+		close(opened);
+	pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+	if (pidfd >= 0) {
+		int got = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+
+		route_pidfd = got >= 0;
+		if (got >= 0)
+			close(got);
+		close(pidfd);
+	}
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	read_first_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
+	add("peer access", route_proc || route_pidfd ? OK : FAIL,
+	    route_proc || route_pidfd ? NULL
+				      : "run every rank as the same user in one PID namespace; host: sysctl -w kernel.yama.ptrace_scope=1; "
+					"Docker: --cap-add SYS_PTRACE (and --pid=host or --pid=container:NAME across containers); "
+					"Kubernetes: securityContext.capabilities.add [SYS_PTRACE], shareProcessNamespace: true",
+	    "a child's memfd: /proc/PID/fd %s, pidfd_getfd %s; ptrace_scope %s", route_proc ? "opens" : "refused",
+	    route_pidfd ? "works" : "refused or missing", scope[0] ? scope : "n/a (no Yama)");
+}
+
+static void check_dev_shm(void)
+{
+	struct statvfs s;
+	char size[32];
+
+	if (statvfs("/dev/shm", &s) != 0) {
+		add("/dev/shm", OK, NULL, "absent; not needed (segments are unnamed memfds)");
+		return;
+	}
+	format_size((uint64_t)s.f_blocks * s.f_frsize, size, sizeof(size));
+	add("/dev/shm", OK, NULL, "%s; not used by mooncake-segment (unnamed memfd), so its size never limits a segment", size);
+}
+
+/* The memory cgroup of this process: limit and usage, v2 or v1. */
+static bool cgroup_memory(uint64_t *limit, uint64_t *usage, char *where, size_t size)
+{
+	char line[512], path[768], value[64];
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	bool found = false;
+
+	while (f && !found && fgets(line, sizeof(line), f)) {
+		char *rel = strrchr(line, ':');
+
+		line[strcspn(line, "\n")] = '\0';
+		if (!rel)
+			continue;
+		if (!strncmp(line, "0::", 3)) {
+			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", rel + 1);
+			if (read_first_line(path, value, sizeof(value))) {
+				*limit = strcmp(value, "max") ? strtoull(value, NULL, 10) : UINT64_MAX;
+				snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.current", rel + 1);
+				found = true;
+			}
+		} else if (strstr(line, ":memory:")) {
+			snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", rel + 1);
+			if (read_first_line(path, value, sizeof(value))) {
+				*limit = strtoull(value, NULL, 10);
+				snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.usage_in_bytes", rel + 1);
+				found = true;
+			}
+		}
+		if (found) {
+			*usage = read_first_line(path, value, sizeof(value)) ? strtoull(value, NULL, 10) : 0;
+			snprintf(where, size, "%s", path);
+		}
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+static void check_cgroup(void)
+{
+	uint64_t limit = 0, usage = 0, total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	char where[768], a[32], b[32], c[32];
+
+	if (!cgroup_memory(&limit, &usage, where, sizeof(where))) {
+		add("memory cgroup", OK, NULL, "no memory controller for this process; RAM %s", format_size(total, a, sizeof(a)));
+		return;
+	}
+	if (limit >= total) {
+		add("memory cgroup", OK, NULL, "no limit below RAM (%s); usage %s", format_size(total, a, sizeof(a)),
+		    format_size(usage, b, sizeof(b)));
+		return;
+	}
+	add("memory cgroup", limit < total / 4 ? WARN : OK,
+	    "the owner's segment is charged to its cgroup: size the limit for it (Docker: --memory; Kubernetes: "
+	    "resources.limits.memory; systemd: MemoryMax=)",
+	    "limit %s, usage %s, RAM %s; a segment larger than the room left fails at create",
+	    format_size(limit, a, sizeof(a)), format_size(usage, b, sizeof(b)), format_size(total, c, sizeof(c)));
+}
+
+static void check_memlock(void)
+{
+	struct rlimit r;
+	char a[32];
+	bool root = geteuid() == 0;
+
+	getrlimit(RLIMIT_MEMLOCK, &r);
+	if (r.rlim_cur == RLIM_INFINITY || root) {
+		add("RLIMIT_MEMLOCK", OK, NULL, "%s%s", r.rlim_cur == RLIM_INFINITY ? "unlimited" : format_size(r.rlim_cur, a, sizeof(a)),
+		    root && r.rlim_cur != RLIM_INFINITY ? " (root: CAP_IPC_LOCK exempts it)" : "");
+		return;
+	}
+	add("RLIMIT_MEMLOCK", WARN,
+	    "raise it where ranks register memory with RDMA (CUDA registration is not bound by it): ulimit -l unlimited; "
+	    "Docker: --ulimit memlock=-1; Kubernetes: the runtime's default ulimits; systemd: LimitMEMLOCK=infinity",
+	    "%s", format_size(r.rlim_cur, a, sizeof(a)));
+}
+
+static void check_thp(void)
+{
+	char enabled[128] = "?", shmem[128] = "?", defrag[128] = "?";
+	bool shmem_on;
+
+	read_first_line("/sys/kernel/mm/transparent_hugepage/enabled", enabled, sizeof(enabled));
+	read_first_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shmem, sizeof(shmem));
+	read_first_line("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof(defrag));
+	shmem_on = !strstr(shmem, "[never]") && !strstr(shmem, "[deny]") && strchr(shmem, '[');
+	add("THP", shmem_on ? OK : WARN,
+	    shmem_on ? NULL
+		     : "for 2 MiB pages on the default path: echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled "
+		       "(a host setting; containers inherit it), or use hugetlb=True with a HugeTLB pool",
+	    "enabled %s; shmem_enabled %s; defrag %s", enabled, shmem, defrag);
+}
+
+static void check_hugetlb(void)
+{
+	glob_t g;
+	char pools[256] = "", line[32], path[300];
+	size_t used = 0;
+	uint64_t free_total = 0;
+
+	if (glob("/sys/kernel/mm/hugepages/hugepages-*kB", 0, NULL, &g) != 0) {
+		add("HugeTLB", WARN, "a kernel with CONFIG_HUGETLBFS for hugetlb=True", "no HugeTLB support");
+		return;
+	}
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		unsigned long long nr = 0, fr = 0;
+
+		snprintf(path, sizeof(path), "%s/nr_hugepages", g.gl_pathv[i]);
+		if (read_first_line(path, line, sizeof(line)))
+			nr = strtoull(line, NULL, 10);
+		snprintf(path, sizeof(path), "%s/free_hugepages", g.gl_pathv[i]);
+		if (read_first_line(path, line, sizeof(line)))
+			fr = strtoull(line, NULL, 10);
+		free_total += fr;
+		used += (size_t)snprintf(pools + used, sizeof(pools) - used, "%s%s: %llu pages, %llu free",
+					 i ? "; " : "", strrchr(g.gl_pathv[i], '-') + 1, nr, fr);
+		if (used >= sizeof(pools))
+			break;
+	}
+	globfree(&g);
+	add("HugeTLB", free_total ? OK : WARN,
+	    free_total ? NULL
+		       : "hugetlb=True needs a pool: sysctl -w vm.nr_hugepages=N (N x 2 MiB; persist in /etc/sysctl.d/); "
+			 "Kubernetes: pre-allocate on the node and request hugepages-2Mi",
+	    "%s", pools);
+}
+
+static void check_numa(void)
+{
+	void *p;
+	long ret;
+	unsigned long mask = 1;
+
+	if (numa_available() < 0) {
+		add("NUMA", OK, NULL, "no NUMA support in this kernel; default placement");
+		return;
+	}
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ret = p == MAP_FAILED ? -1 : syscall(SYS_mbind, p, 4096, MPOL_BIND, &mask, sizeof(mask) * 8, 0);
+	if (p != MAP_FAILED)
+		munmap(p, 4096);
+	add("NUMA", ret == 0 ? OK : WARN,
+	    ret == 0 ? NULL
+		     : "placement degrades to the default: Docker: --cap-add SYS_NICE (or a seccomp profile allowing "
+		       "mbind/set_mempolicy); Kubernetes: securityContext.capabilities.add [SYS_NICE]",
+	    "%d node(s); mbind %s", numa_num_configured_nodes(), ret == 0 ? "allowed" : strerror(errno));
+}
+
+static void check_cuda(void)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	int (*get_version)(int *);
+	int version = 0;
+
+	if (!lib) {
+		add("CUDA driver", OK, NULL, "libcuda.so.1 not found: no NVIDIA driver (host_register=True on CUDA unavailable)");
+		return;
+	}
+	*(void **)&get_version = dlsym(lib, "cuDriverGetVersion");
+	if (get_version && get_version(&version) == 0)
+		add("CUDA driver", OK, NULL, "libcuda.so.1 present, driver API %d.%d", version / 1000, version % 1000 / 10);
+	else
+		add("CUDA driver", WARN, "install the NVIDIA driver matching the kernel module", "libcuda.so.1 present but cuDriverGetVersion failed");
+	dlclose(lib);
+}
+
+static void check_ascend(void)
+{
+	const char *home = getenv("ASCEND_HOME_PATH");
+	void *lib = dlopen("libascendcl.so", RTLD_NOW | RTLD_LOCAL);
+
+	add("Ascend runtime", OK, NULL, "%s%s%s", lib ? "libascendcl.so present" : "libascendcl.so not found",
+	    home ? "; ASCEND_HOME_PATH=" : "", home ? home : "");
+	if (lib)
+		dlclose(lib);
+}
+
+static void print_text(void)
+{
+	printf("%s doctor (%s)\n\n", PROGRAM, mooncake_segment_version());
+	for (int i = 0; i < nfindings; i++) {
+		printf("[%-4s] %-15s %s\n", status_names[findings[i].status], findings[i].check, findings[i].value);
+		if (findings[i].fix[0])
+			printf("       %-15s fix: %s\n", "", findings[i].fix);
+	}
+}
+
+static void print_json(void)
+{
+	printf("{\"version\": \"%s\", \"findings\": [", mooncake_segment_version());
+	for (int i = 0; i < nfindings; i++) {
+		printf("%s\n  {\"check\": ", i ? "," : "");
+		json_string(stdout, findings[i].check);
+		printf(", \"status\": \"%s\", \"value\": ", status_names[findings[i].status]);
+		json_string(stdout, findings[i].value);
+		printf(", \"fix\": ");
+		json_string(stdout, findings[i].fix);
+		printf("}");
+	}
+	printf("\n]}\n");
+}
+
+int cmd_doctor(int argc, char **argv)
+{
+	static const struct option options[] = {{"json", no_argument, NULL, 'j'},
+						{"help", no_argument, NULL, 'h'},
+						{NULL, 0, NULL, 0}};
+	bool json = false, failed = false;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "jh", options, NULL)) != -1) {
+		if (c == 'j') {
+			json = true;
+		} else {
+			fprintf(c == 'h' ? stdout : stderr, "Usage: %s doctor [--json]\n\n"
+				"Check this node for what shared segments need; exit 1 if a check fails.\n", PROGRAM);
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	check_kernel();
+	check_memfd();
+	check_peer_access();
+	check_dev_shm();
+	check_cgroup();
+	check_memlock();
+	check_thp();
+	check_hugetlb();
+	check_numa();
+	check_cuda();
+	check_ascend();
+	for (int i = 0; i < nfindings; i++)
+		failed = failed || findings[i].status == FAIL;
+	if (json)
+		print_json();
+	else
+		print_text();
+	return failed ? 1 : 0;
+}
