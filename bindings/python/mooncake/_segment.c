@@ -1,0 +1,576 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * mooncake._segment: the private native module under mooncake.shared_segment.
+ *
+ * SharedSegment wraps one struct mooncake_segment.  It implements the buffer
+ * protocol over the whole mapping and counts its exports, so that close()
+ * refuses (BufferError) while any memoryview, array or tensor over the pages
+ * is alive, and the pages are unmapped only when the object is closed or
+ * collected with no export left: no use-after-unmap is possible from Python.
+ *
+ * create, complete and close release the GIL; a `busy` count taken with the
+ * GIL held keeps another thread from closing the segment under them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <mooncake/segment.h>
+
+static PyObject *segment_error; /* mooncake._segment.SegmentError(RuntimeError) */
+
+typedef struct {
+	PyObject_HEAD
+	struct mooncake_segment *seg; /* NULL once closed */
+	Py_ssize_t exports;           /* live buffer exports */
+	int busy;                     /* calls running without the GIL */
+} SegmentObject;
+
+static PyTypeObject SegmentType;
+
+/* Raise SegmentError(message) with .errno and .strerror set, from a negative errno. */
+static PyObject *raise_library_error(int ret)
+{
+	PyObject *args, *exc, *code, *text;
+	int err = -ret;
+
+	args = Py_BuildValue("(s)", mooncake_segment_last_error());
+	if (!args)
+		return NULL;
+	exc = PyObject_Call(segment_error, args, NULL);
+	Py_DECREF(args);
+	if (!exc)
+		return NULL;
+	code = PyLong_FromLong(err);
+	text = PyUnicode_FromString(strerror(err));
+	if (code && text && PyObject_SetAttrString(exc, "errno", code) == 0 &&
+	    PyObject_SetAttrString(exc, "strerror", text) == 0)
+		PyErr_SetObject(segment_error, exc);
+	Py_XDECREF(code);
+	Py_XDECREF(text);
+	Py_DECREF(exc);
+	return NULL;
+}
+
+/* An integer argument in [min, max], or ValueError/TypeError naming it. */
+static int int_argument(PyObject *obj, const char *name, long long min, unsigned long long max,
+			unsigned long long *value, long long *signed_value)
+{
+	int overflow = 0;
+	long long v;
+
+	if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+		PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+	if (overflow == 0 && v == -1 && PyErr_Occurred())
+		return -1;
+	if (overflow < 0 || (overflow == 0 && v < min)) {
+		PyErr_Format(PyExc_ValueError, "%s must be >= %lld, got %R", name, min, obj);
+		return -1;
+	}
+	if (overflow > 0 || (v >= 0 && (unsigned long long)v > max)) {
+		/* Above LLONG_MAX: only an unsigned 64-bit bound can still hold it. */
+		unsigned long long u = overflow > 0 ? PyLong_AsUnsignedLongLong(obj) : (unsigned long long)v;
+
+		if (PyErr_Occurred() || u > max) {
+			PyErr_Clear();
+			PyErr_Format(PyExc_ValueError, "%s must be <= %llu, got %R", name, max, obj);
+			return -1;
+		}
+		v = (long long)u;
+	}
+	if (value)
+		*value = (unsigned long long)v;
+	if (signed_value)
+		*signed_value = v;
+	return 0;
+}
+
+static SegmentObject *check_open(SegmentObject *self)
+{
+	if (!self->seg) {
+		PyErr_SetString(PyExc_ValueError, "operation on a closed shared segment");
+		return NULL;
+	}
+	return self;
+}
+
+static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
+{
+	static const char *const keywords[] = {"name", "size", "world_size", "rank_id", "owner_rank", "device_id", "mmap",
+				   "host_register", "hugetlb", "numa_node", "commit_threads", "populate_on_import",
+				   "hugetlb_page_size", NULL};
+	const char *name;
+	PyObject *size_obj, *world_obj, *rank_obj, *owner_obj = NULL, *device_obj = NULL, *numa_obj = NULL,
+		 *threads_obj = NULL, *huge_size_obj = NULL;
+	int use_mmap = 1, host_register = 0, hugetlb = 0, populate = 0;
+	struct mooncake_segment_options opt;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *seg = NULL;
+	unsigned long long size, u;
+	long long s;
+	SegmentObject *obj;
+	PyObject *result;
+	int ret;
+
+	(void)cls;
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOppp$OOpO:create", (char **)keywords, &name, &size_obj,
+					 &world_obj, &rank_obj, &owner_obj, &device_obj, &use_mmap, &host_register,
+					 &hugetlb, &numa_obj, &threads_obj, &populate, &huge_size_obj))
+		return NULL;
+	mooncake_segment_options_init(&opt);
+	if (int_argument(size_obj, "size", 0, UINT64_MAX, &size, NULL) < 0)
+		return NULL;
+	if (int_argument(world_obj, "world_size", 0, UINT32_MAX, &u, NULL) < 0)
+		return NULL;
+	opt.world_size = (uint32_t)u;
+	if (int_argument(rank_obj, "rank_id", 0, UINT32_MAX, &u, NULL) < 0)
+		return NULL;
+	opt.rank_id = (uint32_t)u;
+	if (owner_obj) {
+		if (int_argument(owner_obj, "owner_rank", 0, UINT32_MAX, &u, NULL) < 0)
+			return NULL;
+		opt.owner_rank = (uint32_t)u;
+	}
+	opt.device_id = 0; /* upstream's native default */
+	if (device_obj) {
+		if (int_argument(device_obj, "device_id", -1, INT32_MAX, NULL, &s) < 0)
+			return NULL;
+		opt.device_id = (int32_t)s;
+	}
+	if (numa_obj) {
+		if (int_argument(numa_obj, "numa_node", MOONCAKE_SEGMENT_NUMA_INTERLEAVE, INT32_MAX, NULL, &s) < 0)
+			return NULL;
+		opt.numa_node = (int32_t)s;
+	}
+	if (threads_obj) {
+		if (int_argument(threads_obj, "commit_threads", 0, 4096, &u, NULL) < 0)
+			return NULL;
+		opt.commit_threads = (uint32_t)u;
+	}
+	if (huge_size_obj) {
+		if (int_argument(huge_size_obj, "hugetlb_page_size", 0, UINT64_MAX, &u, NULL) < 0)
+			return NULL;
+		opt.hugetlb_page_size = u;
+	}
+	opt.mmap = use_mmap;
+	opt.host_register = host_register;
+	opt.hugetlb = hugetlb;
+	opt.populate_on_import = populate;
+
+	Py_BEGIN_ALLOW_THREADS
+	ret = mooncake_segment_create(name, size, &opt, &seg, blob);
+	Py_END_ALLOW_THREADS
+	if (ret < 0)
+		return raise_library_error(ret);
+	obj = PyObject_New(SegmentObject, &SegmentType);
+	if (!obj) {
+		mooncake_segment_destroy(seg);
+		return NULL;
+	}
+	obj->seg = seg;
+	obj->exports = 0;
+	obj->busy = 0;
+	result = Py_BuildValue("(Ny#)", (PyObject *)obj, (const char *)blob, (Py_ssize_t)sizeof(blob));
+	return result;
+}
+
+static PyObject *segment_supported(PyObject *cls, PyObject *args, PyObject *kwargs)
+{
+	static const char *const keywords[] = {"mmap", "host_register", "hugetlb", NULL};
+	int use_mmap = 1, host_register = 0, hugetlb = 0;
+
+	(void)cls;
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|ppp:supported", (char **)keywords, &use_mmap, &host_register,
+					 &hugetlb))
+		return NULL;
+	return PyBool_FromLong(mooncake_segment_supported(use_mmap, host_register, hugetlb));
+}
+
+/* Join the blobs (a sequence of bytes-like objects, one per rank) back to back. */
+static int join_blobs(PyObject *blobs, uint8_t **joined, size_t *len)
+{
+	PyObject *seq = PySequence_Fast(blobs, "complete() takes a list of bytes, one blob per rank");
+	Py_ssize_t n;
+
+	if (!seq)
+		return -1;
+	n = PySequence_Fast_GET_SIZE(seq);
+	*joined = PyMem_Malloc(n ? (size_t)n * MOONCAKE_SEGMENT_BLOB_SIZE : 1);
+	if (!*joined) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		Py_buffer view;
+
+		if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &view, PyBUF_SIMPLE) < 0) {
+			PyErr_Format(PyExc_TypeError, "blob of rank %zd is not bytes-like", i);
+			goto fail;
+		}
+		if (view.len != MOONCAKE_SEGMENT_BLOB_SIZE) {
+			PyErr_Format(segment_error, "Shared segment blob of rank %zd has %zd bytes, expected %d: pass "
+				     "the blobs exactly as create() returned them", i, view.len,
+				     MOONCAKE_SEGMENT_BLOB_SIZE);
+			PyBuffer_Release(&view);
+			goto fail;
+		}
+		memcpy(*joined + (size_t)i * MOONCAKE_SEGMENT_BLOB_SIZE, view.buf, MOONCAKE_SEGMENT_BLOB_SIZE);
+		PyBuffer_Release(&view);
+	}
+	*len = (size_t)n * MOONCAKE_SEGMENT_BLOB_SIZE;
+	Py_DECREF(seq);
+	return 0;
+fail:
+	PyMem_Free(*joined);
+	Py_DECREF(seq);
+	return -1;
+}
+
+static PyObject *segment_complete(SegmentObject *self, PyObject *blobs)
+{
+	struct mooncake_segment *seg;
+	uint8_t *joined;
+	size_t len;
+	int ret;
+
+	if (!check_open(self) || join_blobs(blobs, &joined, &len) < 0)
+		return NULL;
+	seg = self->seg;
+	self->busy++;
+	Py_BEGIN_ALLOW_THREADS
+	ret = mooncake_segment_complete(seg, joined, len);
+	Py_END_ALLOW_THREADS
+	self->busy--;
+	PyMem_Free(joined);
+	if (ret < 0)
+		return raise_library_error(ret);
+	Py_RETURN_NONE;
+}
+
+static PyObject *segment_finish(SegmentObject *self, PyObject *unused)
+{
+	int ret;
+
+	(void)unused;
+	if (!check_open(self))
+		return NULL;
+	ret = mooncake_segment_finish(self->seg);
+	if (ret < 0)
+		return raise_library_error(ret);
+	Py_RETURN_NONE;
+}
+
+static PyObject *segment_close(SegmentObject *self, PyObject *unused)
+{
+	struct mooncake_segment *seg = self->seg;
+
+	(void)unused;
+	if (!seg)
+		Py_RETURN_NONE;
+	if (self->exports > 0)
+		return PyErr_Format(PyExc_BufferError, "cannot close a shared segment while %zd exported buffer(s) "
+				    "(memoryviews, arrays or tensors over its pages) are alive; drop them first",
+				    self->exports);
+	if (self->busy > 0)
+		return PyErr_Format(PyExc_RuntimeError, "cannot close a shared segment while another thread is "
+				    "inside create/complete on it");
+	self->seg = NULL; /* closed for every other thread before the GIL goes */
+	Py_BEGIN_ALLOW_THREADS
+	mooncake_segment_destroy(seg);
+	Py_END_ALLOW_THREADS
+	Py_RETURN_NONE;
+}
+
+static PyObject *segment_enter(SegmentObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (!check_open(self))
+		return NULL;
+	Py_INCREF(self);
+	return (PyObject *)self;
+}
+
+static PyObject *segment_exit(SegmentObject *self, PyObject *args)
+{
+	PyObject *ret;
+
+	(void)args;
+	ret = segment_close(self, NULL);
+	if (!ret)
+		return NULL;
+	Py_DECREF(ret);
+	Py_RETURN_FALSE;
+}
+
+static PyObject *segment_ready(SegmentObject *self, PyObject *unused)
+{
+	(void)unused;
+	return PyBool_FromLong(self->seg && mooncake_segment_ready(self->seg));
+}
+
+static PyObject *segment_closed(SegmentObject *self, void *closure)
+{
+	(void)closure;
+	return PyBool_FromLong(self->seg == NULL);
+}
+
+static PyObject *segment_base_addr(SegmentObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (!check_open(self))
+		return NULL;
+	return PyLong_FromVoidPtr(mooncake_segment_base(self->seg));
+}
+
+static PyObject *segment_device_addr(SegmentObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (!check_open(self))
+		return NULL;
+	return PyLong_FromUnsignedLongLong(mooncake_segment_device_addr(self->seg));
+}
+
+static PyObject *segment_size(SegmentObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (!check_open(self))
+		return NULL;
+	return PyLong_FromUnsignedLongLong(mooncake_segment_size(self->seg));
+}
+
+static PyObject *segment_alloc_size(SegmentObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (!check_open(self))
+		return NULL;
+	return PyLong_FromUnsignedLongLong(mooncake_segment_alloc_size(self->seg));
+}
+
+static PyObject *segment_info(SegmentObject *self, PyObject *unused)
+{
+	struct mooncake_segment_info info;
+	int ret;
+
+	(void)unused;
+	if (!check_open(self))
+		return NULL;
+	ret = mooncake_segment_get_info(self->seg, &info, sizeof(info));
+	if (ret < 0)
+		return raise_library_error(ret);
+	return Py_BuildValue(
+		"{s:K,s:K,s:K,s:K,s:K,s:d,s:I,s:s,s:s,s:i,s:i,s:K,s:O,s:O,s:O,s:O,s:O,s:O}", "size",
+		(unsigned long long)info.size, "alloc_size", (unsigned long long)info.alloc_size, "page_size",
+		(unsigned long long)info.page_size, "resident_bytes", (unsigned long long)info.resident_bytes,
+		"huge_bytes", (unsigned long long)info.huge_bytes, "commit_seconds", (double)info.commit_ns / 1e9,
+		"commit_threads", info.commit_threads, "backend", info.backend, "commit_method", info.commit_method,
+		"numa_node_requested", info.numa_node_requested, "numa_node", info.numa_node, "numa_node_mask",
+		(unsigned long long)info.numa_node_mask, "owner",
+		info.flags & MOONCAKE_SEGMENT_INFO_OWNER ? Py_True : Py_False, "thp_advised",
+		info.flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED ? Py_True : Py_False, "thp_fallback",
+		info.flags & MOONCAKE_SEGMENT_INFO_THP_FALLBACK ? Py_True : Py_False, "hugetlb",
+		info.flags & MOONCAKE_SEGMENT_INFO_HUGETLB ? Py_True : Py_False, "numa_degraded",
+		info.flags & MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED ? Py_True : Py_False, "registered",
+		info.flags & MOONCAKE_SEGMENT_INFO_REGISTERED ? Py_True : Py_False);
+}
+
+/* A memoryview of [offset, offset+nbytes): a slice of a view of the whole, so it holds an export. */
+static PyObject *segment_view(SegmentObject *self, PyObject *args, PyObject *kwargs)
+{
+	static const char *const keywords[] = {"offset", "nbytes", NULL};
+	PyObject *offset_obj = NULL, *nbytes_obj = NULL, *whole, *start, *stop, *slice, *view;
+	unsigned long long offset = 0, nbytes, size;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:view", (char **)keywords, &offset_obj, &nbytes_obj))
+		return NULL;
+	if (!check_open(self))
+		return NULL;
+	size = mooncake_segment_size(self->seg);
+	if (offset_obj && int_argument(offset_obj, "offset", 0, size, &offset, NULL) < 0)
+		return NULL;
+	nbytes = size - offset;
+	if (nbytes_obj && int_argument(nbytes_obj, "nbytes", 0, size - offset, &nbytes, NULL) < 0)
+		return NULL;
+	whole = PyMemoryView_FromObject((PyObject *)self);
+	if (!whole)
+		return NULL;
+	start = PyLong_FromUnsignedLongLong(offset);
+	stop = PyLong_FromUnsignedLongLong(offset + nbytes);
+	slice = start && stop ? PySlice_New(start, stop, NULL) : NULL;
+	Py_XDECREF(start);
+	Py_XDECREF(stop);
+	if (!slice) {
+		Py_DECREF(whole);
+		return NULL;
+	}
+	view = PyObject_GetItem(whole, slice);
+	Py_DECREF(slice);
+	Py_DECREF(whole);
+	return view;
+}
+
+static int segment_getbuffer(SegmentObject *self, Py_buffer *view, int flags)
+{
+	if (!self->seg) {
+		PyErr_SetString(PyExc_BufferError, "the shared segment is closed");
+		view->obj = NULL;
+		return -1;
+	}
+	if (!mooncake_segment_ready(self->seg)) {
+		/* A peer's window is PROT_NONE until complete(): exporting it would fault. */
+		PyErr_SetString(PyExc_BufferError, "the shared segment is not complete yet: call complete() first");
+		view->obj = NULL;
+		return -1;
+	}
+	if (PyBuffer_FillInfo(view, (PyObject *)self, mooncake_segment_base(self->seg),
+			      (Py_ssize_t)mooncake_segment_size(self->seg), 0, flags) < 0)
+		return -1;
+	self->exports++;
+	return 0;
+}
+
+static void segment_releasebuffer(SegmentObject *self, Py_buffer *view)
+{
+	(void)view;
+	self->exports--;
+}
+
+static void segment_dealloc(SegmentObject *self)
+{
+	/* Every export holds a reference, so none is alive here. */
+	if (self->seg)
+		mooncake_segment_destroy(self->seg);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *segment_repr(SegmentObject *self)
+{
+	if (!self->seg)
+		return PyUnicode_FromString("<mooncake._segment.SharedSegment closed>");
+	return PyUnicode_FromFormat("<mooncake._segment.SharedSegment size=%llu ready=%s exports=%zd>",
+				    (unsigned long long)mooncake_segment_size(self->seg),
+				    mooncake_segment_ready(self->seg) ? "True" : "False", self->exports);
+}
+
+static PyObject *segment_exports(SegmentObject *self, void *closure)
+{
+	(void)closure;
+	return PyLong_FromSsize_t(self->exports);
+}
+
+static PyMethodDef segment_methods[] = {
+	{"create", (PyCFunction)(void (*)(void))segment_create, METH_VARARGS | METH_KEYWORDS | METH_STATIC,
+	 "create(name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=True, host_register=False,\n"
+	 "       hugetlb=False, *, numa_node=-1, commit_threads=0, populate_on_import=False,\n"
+	 "       hugetlb_page_size=0) -> (SharedSegment, bytes)\n\nPhase one; returns (segment, blob)."},
+	{"supported", (PyCFunction)(void (*)(void))segment_supported, METH_VARARGS | METH_KEYWORDS | METH_STATIC,
+	 "supported(mmap=True, host_register=False, hugetlb=False) -> bool"},
+	{"complete", (PyCFunction)segment_complete, METH_O, "complete(blobs)\n\nPhase two; blobs are indexed by rank."},
+	{"finish", (PyCFunction)segment_finish, METH_NOARGS,
+	 "finish()\n\nAfter every rank completed: the owner drops the descriptor importers needed."},
+	{"close", (PyCFunction)segment_close, METH_NOARGS,
+	 "close()\n\nRelease this rank's mapping now; BufferError while views are alive."},
+	{"ready", (PyCFunction)segment_ready, METH_NOARGS, "ready() -> bool: complete() succeeded"},
+	{"base_addr", (PyCFunction)segment_base_addr, METH_NOARGS, "base_addr() -> int: this rank's host address"},
+	{"device_addr", (PyCFunction)segment_device_addr, METH_NOARGS,
+	 "device_addr() -> int: accelerator address, 0 when not registered"},
+	{"size", (PyCFunction)segment_size, METH_NOARGS, "size() -> int: the requested size"},
+	{"alloc_size", (PyCFunction)segment_alloc_size, METH_NOARGS, "alloc_size() -> int: the mapped size"},
+	{"info", (PyCFunction)segment_info, METH_NOARGS, "info() -> dict: what the segment actually got"},
+	{"view", (PyCFunction)(void (*)(void))segment_view, METH_VARARGS | METH_KEYWORDS,
+	 "view(offset=0, nbytes=None) -> memoryview over [offset, offset+nbytes)"},
+	{"__enter__", (PyCFunction)segment_enter, METH_NOARGS, NULL},
+	{"__exit__", (PyCFunction)segment_exit, METH_VARARGS, NULL},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef segment_getset[] = {
+	{"closed", (getter)segment_closed, NULL, "True once close() ran", NULL},
+	{"exports", (getter)segment_exports, NULL, "live buffer exports", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyBufferProcs segment_as_buffer = {
+	(getbufferproc)segment_getbuffer,
+	(releasebufferproc)segment_releasebuffer,
+};
+
+static PyTypeObject SegmentType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "mooncake._segment.SharedSegment",
+	.tp_basicsize = sizeof(SegmentObject),
+	.tp_dealloc = (destructor)segment_dealloc,
+	.tp_repr = (reprfunc)segment_repr,
+	.tp_as_buffer = &segment_as_buffer,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "One rank's handle on a shared segment; made by SharedSegment.create().",
+	.tp_methods = segment_methods,
+	.tp_getset = segment_getset,
+};
+
+static PyObject *module_version(PyObject *module, PyObject *unused)
+{
+	(void)module;
+	(void)unused;
+	return PyUnicode_FromString(mooncake_segment_version());
+}
+
+static PyMethodDef module_methods[] = {
+	{"version", module_version, METH_NOARGS, "version() -> str: the C library's version"},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef segment_module = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "mooncake._segment",
+	.m_doc = "Private native core of mooncake.shared_segment; use that module instead.",
+	.m_size = -1,
+	.m_methods = module_methods,
+};
+
+/* PyModule_AddObject that keeps the caller's reference (PyModule_AddObjectRef is 3.10+). */
+static int add_object(PyObject *module, const char *name, PyObject *value)
+{
+	Py_INCREF(value);
+	if (PyModule_AddObject(module, name, value) < 0) {
+		Py_DECREF(value);
+		return -1;
+	}
+	return 0;
+}
+
+PyMODINIT_FUNC PyInit__segment(void);
+
+PyMODINIT_FUNC PyInit__segment(void)
+{
+	PyObject *module, *max_size;
+
+	if (PyType_Ready(&SegmentType) < 0)
+		return NULL;
+	module = PyModule_Create(&segment_module);
+	if (!module)
+		return NULL;
+	segment_error = PyErr_NewExceptionWithDoc("mooncake._segment.SegmentError",
+						  "A library failure; .errno holds the errno, str() the details.",
+						  PyExc_RuntimeError, NULL);
+	if (!segment_error || add_object(module, "SegmentError", segment_error) < 0 ||
+	    add_object(module, "SharedSegment", (PyObject *)&SegmentType) < 0 ||
+	    PyModule_AddIntConstant(module, "BLOB_SIZE", MOONCAKE_SEGMENT_BLOB_SIZE) < 0) {
+		Py_DECREF(module);
+		return NULL;
+	}
+	max_size = PyLong_FromUnsignedLongLong(MOONCAKE_SEGMENT_MAX_SIZE);
+	if (!max_size || add_object(module, "MAX_SIZE", max_size) < 0) {
+		Py_XDECREF(max_size);
+		Py_DECREF(module);
+		return NULL;
+	}
+	Py_DECREF(max_size);
+	return module;
+}

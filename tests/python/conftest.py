@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Shared fixtures: resource counting and launching real rank processes."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+def count_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def count_mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(scenario: str, world: int, timeout: float = 90, **params):
+    """Run `world` real processes of rank_worker.py SCENARIO; return each rank's JSON result.
+
+    A hang is a test failure: every process is killed after `timeout` seconds.
+    """
+    port = free_port()
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    procs = []
+    for rank in range(world):
+        args = [sys.executable, str(HERE / "rank_worker.py"), scenario, str(rank), str(world), json.dumps(params)]
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + timeout
+    results = []
+    for rank, proc in enumerate(procs):
+        try:
+            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail(f"rank {rank} of scenario {scenario!r} hung for {timeout}s")
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        result = json.loads(lines[-1]) if lines else {}
+        result["returncode"] = proc.returncode
+        result["stderr"] = err
+        results.append(result)
+    return results
+
+
+@pytest.fixture
+def no_leaks():
+    """Assert that the test leaves this process's descriptors and mappings as it found them."""
+    import gc
+
+    gc.collect()
+    fds, maps = count_fds(), count_mappings()
+    yield
+    gc.collect()
+    assert count_fds() == fds
+    assert count_mappings() == maps

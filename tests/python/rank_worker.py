@@ -1,0 +1,136 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One rank of a real torch.distributed (gloo) group, run by conftest.run_ranks.
+
+Usage: rank_worker.py SCENARIO RANK WORLD PARAMS_JSON; prints one JSON line.
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from mooncake.shared_segment import SharedSegmentError, create_shared_segment
+
+BLOCKS = {
+    "k": {"count": 8, "shape": (256, 64), "dtype": torch.bfloat16},
+    "v": {"count": 8, "shape": (256, 32), "dtype": torch.float16},
+}
+
+
+def mapping_pss(base: int) -> int:
+    inside, pss = False, 0
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(" ", 1)[0]
+            if "-" in head and not head.endswith(":"):
+                inside = int(head.split("-")[0], 16) == base
+            elif inside and line.startswith("Pss:"):
+                pss += int(line.split()[1]) * 1024
+    return pss
+
+
+def share(rank, world, group, params):
+    owner = params["owner"]
+    seg = create_shared_segment("kv", BLOCKS, world, rank, owner_rank=owner, comm_group=group)
+    k = seg.tensors("k")
+    if rank == owner:
+        for i, entry in enumerate(k):
+            entry.fill_(i + 1)
+        del entry
+    dist.barrier(group)
+    saw_owner = all(bool((t == i + 1).all()) for i, t in enumerate(k))
+    dist.barrier(group)
+    # Every rank writes its own entry of v; every rank reads all of them.
+    v = seg.tensors("v")
+    v[rank].fill_(100 + rank)
+    dist.barrier(group)
+    saw_all = all(bool((v[r] == 100 + r).all()) for r in range(world))
+    # Touch every page so each rank maps all of them before PSS is read.
+    for view in seg.tensors("k") + v:
+        view.sum()
+    del view
+    dist.barrier(group)
+    pss = mapping_pss(seg.base_addr())
+    dist.barrier(group)
+    total = seg.total_size()
+    del k, v
+    seg.close()
+    return {"saw_owner": saw_owner, "saw_all": saw_all, "pss": pss, "total": total}
+
+
+def expect_error(rank, world, group, **kwargs):
+    start = time.monotonic()
+    try:
+        seg = create_shared_segment("kv", kwargs.pop("blocks", BLOCKS), world, kwargs.pop("rank_id", rank),
+                                    comm_group=group, **kwargs)
+    except SharedSegmentError as exc:
+        return {"error": str(exc), "seconds": time.monotonic() - start, "errno": exc.errno}
+    seg.close()
+    return {"error": None}
+
+
+def mismatch(rank, world, group, params):
+    blocks = dict(BLOCKS)
+    if rank == params["odd_rank"]:
+        blocks["k"] = {"count": 8, "shape": (256, 65), "dtype": torch.bfloat16}
+    return expect_error(rank, world, group, blocks=blocks)
+
+
+def local_raise(rank, world, group, params):
+    blocks = dict(BLOCKS)
+    if rank == params["odd_rank"]:
+        blocks["k"] = {"count": 0, "shape": (256, 64), "dtype": torch.bfloat16}
+    return expect_error(rank, world, group, blocks=blocks)
+
+
+def bad_int(rank, world, group, params):
+    owner = -1 if rank == params["odd_rank"] else 0
+    return expect_error(rank, world, group, owner_rank=owner)
+
+
+def wrong_rank_id(rank, world, group, params):
+    rank_id = (rank + 1) % world if rank == params["odd_rank"] else rank
+    return expect_error(rank, world, group, rank_id=rank_id)
+
+
+def alias(rank, world, group, params):
+    if params["mode"] == "tp_group":
+        seg = create_shared_segment("kv", BLOCKS, world, rank, tp_group=group)
+        seg.tensors("k")[0].fill_(1)
+        ok = bool(seg.tensors("k")[0][0, 0] == 1)
+        seg.close()
+        return {"error": None, "ok": ok}
+    other = dist.new_group(list(range(world)), backend="gloo")
+    if rank == params["odd_rank"]:
+        return expect_error(rank, world, group, tp_group=other)
+    return expect_error(rank, world, group)
+
+
+def killed(rank, world, group, params):
+    if rank == params["odd_rank"]:
+        os._exit(17)  # dies before its first collective
+    return expect_error(rank, world, group)
+
+
+SCENARIOS = {f.__name__: f for f in (share, mismatch, local_raise, bad_int, wrong_rank_id, alias, killed)}
+
+
+def main():
+    scenario, rank, world, params = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+    timeout = datetime.timedelta(seconds=params.get("group_timeout", 60))
+    dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                            rank=rank, world_size=world, timeout=timeout)
+    result = SCENARIOS[scenario](rank, world, dist.group.WORLD, params)
+    print(json.dumps(result), flush=True)
+    if scenario != "killed":
+        dist.barrier()
+    # Exit without the process group's teardown, which may wait on a dead peer.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
