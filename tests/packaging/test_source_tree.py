@@ -1,0 +1,163 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Source-tree checks of the packaging: one source of truth for each fact."""
+
+import fnmatch
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+SRCDIR = Path(os.environ.get("MOONCAKE_SEGMENT_SRCDIR", Path(__file__).resolve().parents[2]))
+BUILDDIR = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", SRCDIR))
+BUILD_DIRS = {"_build", ".git", "autom4te.cache", "debian/tmp", ".libs"}
+
+
+def source_files():
+    for root, dirs, files in os.walk(SRCDIR):
+        rel = Path(root).relative_to(SRCDIR)
+        dirs[:] = [d for d in dirs if not d.startswith(("_build", ".", "mooncake-segment-")) and
+                   str(rel / d) not in BUILD_DIRS and not (rel == Path("debian") and d != "source")]
+        for name in files:
+            yield rel / name
+
+
+def configure_version():
+    text = (SRCDIR / "configure.ac").read_text()
+    return re.search(r"AC_INIT\(\[mooncake-segment\],\s*\[([^\]]+)\]", text).group(1)
+
+
+def test_one_authoritative_source_for_the_python_module():
+    files = list(source_files())
+    modules = [f for f in files if f.name == "shared_segment.py"]
+    assert modules == [Path("bindings/python/mooncake/shared_segment.py")]
+    assert not [f for f in files if f.name == "__init__.py" and f.parent.name == "mooncake"], \
+        "mooncake must stay a namespace package"
+    assert (SRCDIR / "bindings/python/mooncake/_segment.c").exists()
+
+
+def test_version_agrees_everywhere():
+    version = configure_version()
+    changelog = (SRCDIR / "debian/changelog").read_text().splitlines()[0]
+    assert re.match(rf"mooncake-segment \({re.escape(version)}(-\d+)?\) ", changelog), changelog
+    spec_in = (SRCDIR / "rpm/mooncake-segment.spec.in").read_text()
+    assert re.search(r"^Version:\s+@PACKAGE_VERSION@$", spec_in, re.M), "the spec's version must come from configure"
+    assert re.search(rf"^\* .* - {re.escape(version)}-\d+$", spec_in, re.M), "the spec's changelog lacks this version"
+    spec = BUILDDIR / "rpm/mooncake-segment.spec"
+    if spec.exists():
+        assert re.search(rf"^Version:\s+{re.escape(version)}$", spec.read_text(), re.M)
+    header = (SRCDIR / "lib/mooncake/segment.h").read_text()
+    parts = [re.search(rf"#define MOONCAKE_SEGMENT_VERSION_{p} (\d+)", header).group(1) for p in ("MAJOR", "MINOR", "MICRO")]
+    assert ".".join(parts) == version
+    for page in ("doc/mooncake-segment.1", "doc/libmooncake-segment.3"):
+        assert f'"mooncake-segment {version}"' in (SRCDIR / page).read_text(), page
+
+
+def install_tree():
+    """Run `make install` into a scratch DESTDIR; map each file to a canonical path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    dirs = dict(
+        line.split("=", 1)
+        for line in subprocess.run(["make", "-s", "-C", str(BUILDDIR), "print-install-dirs"], env=env,
+                                   capture_output=True, text=True, check=True).stdout.splitlines()
+    )
+    dest = tempfile.mkdtemp(prefix="mooncake-segment-install-")
+    subprocess.run(["make", "-s", "-C", str(BUILDDIR), "install", f"DESTDIR={dest}"], env=env,
+                   capture_output=True, text=True, check=True)
+    files = []
+    for root, _, names in os.walk(dest):
+        for name in names:
+            files.append("/" + str(Path(root, name).relative_to(dest)))
+    subprocess.run(["rm", "-rf", dest], check=True)
+    return dirs, files
+
+
+@pytest.fixture(scope="module")
+def installed():
+    return install_tree()
+
+
+def canonical(path, dirs, layout):
+    """Rewrite a configured install path into the distribution's layout."""
+    for key in ("pyexecdir", "pythondir", "libdir", "bindir", "includedir", "mandir"):
+        prefix = dirs[key].rstrip("/") + "/"
+        if path.startswith(prefix):
+            return layout[key] + "/" + path[len(prefix):]
+    raise AssertionError(f"{path} is outside every known install directory")
+
+
+def claims(pattern, path):
+    if pattern.endswith("/"):
+        return path.startswith(pattern) or fnmatch.fnmatch(path, pattern + "*")
+    return fnmatch.fnmatch(path, pattern)
+
+
+def check_exactly_one_owner(paths, packages, excluded):
+    problems = []
+    for path in paths:
+        if any(claims(p, path) for p in excluded):
+            continue
+        owners = [name for name, patterns in packages.items() if any(claims(p, path) for p in patterns)]
+        if len(owners) != 1:
+            problems.append(f"{path}: claimed by {owners or 'no package'}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_installed_file_is_in_exactly_one_debian_package(installed):
+    dirs, files = installed
+    layout = {"libdir": "usr/lib/x86_64-linux-gnu", "bindir": "usr/bin", "includedir": "usr/include",
+              "mandir": "usr/share/man", "pythondir": "usr/lib/python3/dist-packages",
+              "pyexecdir": "usr/lib/python3/dist-packages"}
+    paths = [canonical(f, dirs, layout) for f in files]
+    packages = {}
+    for install in (SRCDIR / "debian").glob("*.install"):
+        packages[install.stem] = [line.strip() for line in install.read_text().splitlines()
+                                  if line.strip() and not line.startswith("#")]
+    excluded = [line.strip() for line in (SRCDIR / "debian/not-installed").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    # dh_python3 drops byte code; py3compile rebuilds it on the target.
+    excluded.append("usr/lib/python3/dist-packages/mooncake/__pycache__/")
+    assert set(packages) == {"libmooncake-segment0", "libmooncake-segment-dev", "python3-mooncake-segment",
+                             "mooncake-segment-tools"}
+    check_exactly_one_owner(paths, packages, excluded)
+
+
+def spec_files_sections(text, macros):
+    sections, current = {}, None
+    for line in text.splitlines():
+        header = re.match(r"^%files(?:\s+(-n\s+)?(\S+))?\s*$", line)
+        if header:
+            name = header.group(2) and header.group(2).replace("%{name}", macros["name"])
+            current = "main" if not name else (name if header.group(1) else f"main-{name}")
+            sections[current] = []
+            continue
+        if current is None:
+            continue
+        if line.startswith(("%changelog", "%package", "%description", "%prep", "%build", "%install",
+                            "%check", "%post")):
+            current = None
+            continue
+        line = line.strip()
+        if not line or line.startswith("#") or line.startswith(("%license", "%doc", "%dir")):
+            continue
+        for macro, value in macros.items():
+            line = line.replace("%{" + macro + "}", value)
+        sections[current].append(line.lstrip("/"))
+    return sections
+
+
+def test_every_installed_file_is_in_exactly_one_rpm_package(installed):
+    dirs, files = installed
+    sitearch = "usr/lib64/python3.11/site-packages"
+    layout = {"libdir": "usr/lib64", "bindir": "usr/bin", "includedir": "usr/include", "mandir": "usr/share/man",
+              "pythondir": sitearch, "pyexecdir": sitearch}
+    paths = [canonical(f, dirs, layout) for f in files]
+    macros = {"_libdir": "/usr/lib64", "_bindir": "/usr/bin", "_includedir": "/usr/include",
+              "_mandir": "/usr/share/man", "python3_sitearch": "/" + sitearch,
+              "python3_ext_suffix": dirs["PYTHON_EXT_SUFFIX"], "name": "mooncake-segment"}
+    sections = spec_files_sections((SRCDIR / "rpm/mooncake-segment.spec.in").read_text(), macros)
+    assert set(sections) == {"main", "main-devel", "python3-mooncake-segment"}, sections.keys()
+    # %install deletes the libtool archives.
+    check_exactly_one_owner(paths, sections, ["*.la"])
