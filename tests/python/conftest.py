@@ -18,9 +18,14 @@ def count_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+# ASan (preloaded for the Python tests of a sanitizer build) maps memory of
+# its own at any moment; then only the segments' memfd mappings count.
+_ONLY_SEGMENTS = "libasan" in os.environ.get("LD_PRELOAD", "")
+
+
 def count_mappings() -> int:
     with open("/proc/self/maps") as f:
-        return sum(1 for _ in f)
+        return sum(1 for line in f if not _ONLY_SEGMENTS or "mooncake-segment" in line)
 
 
 def free_port() -> int:

@@ -12,7 +12,8 @@
  * multiple of 4 KiB but not of 2 MiB, so rounding is exercised. */
 #define TEST_SIZE (UINT64_C(61) * (4096 + 8192))
 
-/* Descriptors open and mappings present in this process. */
+/* Descriptors open and mappings present in this process (under ASan or
+ * valgrind: only the segments' memfd mappings). */
 int count_fds(void);
 int count_mappings(void);
 
