@@ -25,18 +25,7 @@
 
 #include "internal.h"
 
-#ifndef MFD_HUGETLB
-#define MFD_HUGETLB 0x0004U
-#endif
-#ifndef MFD_HUGE_SHIFT
-#define MFD_HUGE_SHIFT 26
-#endif
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
+#include "linux-compat.h"
 
 /* The handle a memfd owner publishes: enough to find the file and to prove a
  * peer reached that file and not another one behind a reused pid. */

@@ -16,36 +16,6 @@
 
 #include "internal.h"
 
-bool mc_read_line(const char *path, char *buf, size_t size)
-{
-	FILE *f = fopen(path, "re");
-	bool ok;
-
-	if (!f)
-		return false;
-	ok = fgets(buf, (int)size, f) != NULL;
-	fclose(f);
-	if (ok)
-		buf[strcspn(buf, "\n")] = '\0';
-	return ok;
-}
-
-bool mc_selected_mode(const char *line, char *mode, size_t size)
-{
-	const char *open = strchr(line, '[');
-	const char *close = open ? strchr(open, ']') : NULL;
-	size_t len;
-
-	if (!close)
-		return false;
-	len = (size_t)(close - open - 1);
-	if (len + 1 > size)
-		return false;
-	memcpy(mode, open + 1, len);
-	mode[len] = '\0';
-	return true;
-}
-
 static int hex_value(char c)
 {
 	if (c >= '0' && c <= '9')
@@ -137,17 +107,7 @@ unsigned int mc_host_cpus_allowed(void)
 
 uint64_t mc_hugetlb_default_size(void)
 {
-	FILE *f = fopen("/proc/meminfo", "re");
-	char line[128];
-	unsigned long long kb = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Hugepagesize: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return (uint64_t)kb << 10;
+	return mc_meminfo_field("Hugepagesize");
 }
 
 static bool read_u64_file(const char *path, uint64_t *value)

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "mooncake/segment.h"
+#include "procfs.h"
 
 /* Only definitions marked MC_EXPORT leave the library (with the version script). */
 #define MC_EXPORT __attribute__((visibility("default")))
@@ -66,10 +67,6 @@ uint64_t mc_hugetlb_default_size(void);
 bool mc_hugetlb_size_configured(uint64_t page_size);
 /* Pool of @page_size pages: total and free minus reserved; false when unreadable. */
 bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available);
-/* Read the first line of @path into @buf (newline stripped); false on error. */
-bool mc_read_line(const char *path, char *buf, size_t size);
-/* The word between [ and ] of a sysfs mode line ("always [madvise] never"). */
-bool mc_selected_mode(const char *line, char *mode, size_t size);
 
 /* --- blob wire format (blob.c) ------------------------------------------ */
 

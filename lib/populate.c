@@ -24,12 +24,7 @@
 
 #include "internal.h"
 
-#if !HAVE_DECL_MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-#if !HAVE_DECL_MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
+#include "linux-compat.h"
 
 /* Below this much per thread, starting a thread costs more than it saves. */
 #define MIN_BYTES_PER_THREAD (UINT64_C(64) << 20)

@@ -11,9 +11,7 @@
 
 #include "internal.h"
 
-#ifndef MFD_HUGETLB
-#define MFD_HUGETLB 0x0004U
-#endif
+#include "linux-compat.h"
 
 static bool kernel_has_hugetlb_memfd(void)
 {

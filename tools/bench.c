@@ -30,12 +30,7 @@
 
 #include "cli.h"
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-#ifndef MFD_HUGETLB
-#define MFD_HUGETLB 0x0004U
-#endif
+#include "linux-compat.h"
 
 #define MAX_THREADS 64
 #define MAX_SIZES 8
@@ -250,9 +245,9 @@ static size_t align_2m(size_t size)
 
 static bool hugetlb_pool_fits(uint64_t size)
 {
-	uint64_t page = meminfo_field("Hugepagesize");
+	uint64_t page = mc_meminfo_field("Hugepagesize");
 
-	return page && meminfo_field("HugePages_Free") * page >= size;
+	return page && mc_meminfo_field("HugePages_Free") * page >= size;
 }
 
 static void bench_size(const struct bench_config *cfg, struct size_report *r)
@@ -445,7 +440,7 @@ int cmd_bench(int argc, char **argv)
 	struct bench_config cfg = {{0}, 0, 1, 3, false, false};
 	struct size_report *reports;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	uint64_t v, available = meminfo_field("MemAvailable");
+	uint64_t v, available = mc_meminfo_field("MemAvailable");
 	int c;
 
 	cfg.threads = cpus > MAX_THREADS ? MAX_THREADS : cpus > 0 ? (unsigned int)cpus : 1;

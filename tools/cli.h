@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "procfs.h"
+
 int cmd_demo(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_info(int argc, char **argv);
@@ -29,10 +31,7 @@ struct mapping_usage {
 bool mapping_usage(const void *base, struct mapping_usage *usage);
 
 uint64_t monotonic_ns(void);
-/* A "Name: N kB" (or plain N) field of /proc/meminfo in bytes or units; 0 when absent. */
-uint64_t meminfo_field(const char *name);
-/* The first line of @path without its newline; false when unreadable. */
-bool read_first_line(const char *path, char *buf, size_t size);
+
 
 /* Write @s as a JSON string literal (with quotes). */
 void json_string(FILE *out, const char *s);

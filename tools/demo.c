@@ -158,8 +158,8 @@ static int demo_rank(struct group_rank *self, void *arg)
 		}
 		if (cfg->hugetlb) {
 			/* HugeTLB pages are in no RSS or PSS: the pool's use tells the copies. */
-			total = (meminfo_field("HugePages_Total") - meminfo_field("HugePages_Free")) *
-				meminfo_field("Hugepagesize");
+			total = (mc_meminfo_field("HugePages_Total") - mc_meminfo_field("HugePages_Free")) *
+				mc_meminfo_field("Hugepagesize");
 			printf("\n(HugeTLB pages count in no RSS/PSS; each rank maps %s of them)\n",
 			       format_size(all[0].hugetlb, a, sizeof(a)));
 			printf("HugeTLB pool in use %s", format_size(total, a, sizeof(a)));

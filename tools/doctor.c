@@ -31,18 +31,7 @@
 
 #include "cli.h"
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-#ifndef MFD_HUGETLB
-#define MFD_HUGETLB 0x0004U
-#endif
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
+#include "linux-compat.h"
 
 enum status { OK, WARN, FAIL };
 static const char *const status_names[] = {"ok", "warn", "fail"};
@@ -156,7 +145,7 @@ static void check_peer_access(void)
 	}
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	read_first_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
+	mc_read_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
 	add("peer access", route_proc || route_pidfd ? OK : FAIL,
 	    route_proc || route_pidfd ? NULL
 				      : "run every rank as the same user in one PID namespace; host: sysctl -w kernel.yama.ptrace_scope=1; "
@@ -194,21 +183,21 @@ static bool cgroup_memory(uint64_t *limit, uint64_t *usage, char *where, size_t 
 			continue;
 		if (!strncmp(line, "0::", 3)) {
 			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", rel + 1);
-			if (read_first_line(path, value, sizeof(value))) {
+			if (mc_read_line(path, value, sizeof(value))) {
 				*limit = strcmp(value, "max") ? strtoull(value, NULL, 10) : UINT64_MAX;
 				snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.current", rel + 1);
 				found = true;
 			}
 		} else if (strstr(line, ":memory:")) {
 			snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", rel + 1);
-			if (read_first_line(path, value, sizeof(value))) {
+			if (mc_read_line(path, value, sizeof(value))) {
 				*limit = strtoull(value, NULL, 10);
 				snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.usage_in_bytes", rel + 1);
 				found = true;
 			}
 		}
 		if (found) {
-			*usage = read_first_line(path, value, sizeof(value)) ? strtoull(value, NULL, 10) : 0;
+			*usage = mc_read_line(path, value, sizeof(value)) ? strtoull(value, NULL, 10) : 0;
 			snprintf(where, size, "%s", path);
 		}
 	}
@@ -261,9 +250,9 @@ static void check_thp(void)
 	char enabled[128] = "?", shmem[128] = "?", defrag[128] = "?";
 	bool shmem_on;
 
-	read_first_line("/sys/kernel/mm/transparent_hugepage/enabled", enabled, sizeof(enabled));
-	read_first_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shmem, sizeof(shmem));
-	read_first_line("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof(defrag));
+	mc_read_line("/sys/kernel/mm/transparent_hugepage/enabled", enabled, sizeof(enabled));
+	mc_read_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shmem, sizeof(shmem));
+	mc_read_line("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof(defrag));
 	shmem_on = !strstr(shmem, "[never]") && !strstr(shmem, "[deny]") && strchr(shmem, '[');
 	add("THP", shmem_on ? OK : WARN,
 	    shmem_on ? NULL
@@ -287,10 +276,10 @@ static void check_hugetlb(void)
 		unsigned long long nr = 0, fr = 0;
 
 		snprintf(path, sizeof(path), "%s/nr_hugepages", g.gl_pathv[i]);
-		if (read_first_line(path, line, sizeof(line)))
+		if (mc_read_line(path, line, sizeof(line)))
 			nr = strtoull(line, NULL, 10);
 		snprintf(path, sizeof(path), "%s/free_hugepages", g.gl_pathv[i]);
-		if (read_first_line(path, line, sizeof(line)))
+		if (mc_read_line(path, line, sizeof(line)))
 			fr = strtoull(line, NULL, 10);
 		free_total += fr;
 		used += (size_t)snprintf(pools + used, sizeof(pools) - used, "%s%s: %llu pages, %llu free",

@@ -32,9 +32,9 @@ int cmd_info(int argc, char **argv)
 	hugetlb_ok = mooncake_segment_supported(true, false, true);
 	register_ok = mooncake_segment_supported(true, true, false);
 	vmm_ok = mooncake_segment_supported(false, false, false);
-	read_first_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shmem, sizeof(shmem));
-	read_first_line("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", pmd, sizeof(pmd));
-	read_first_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
+	mc_read_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shmem, sizeof(shmem));
+	mc_read_line("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", pmd, sizeof(pmd));
+	mc_read_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
 
 	if (json) {
 		printf("{\"version\": \"%s\", \"build\": {\"cuda\": %s, \"ascend\": %s}, "
@@ -46,7 +46,7 @@ int cmd_info(int argc, char **argv)
 		json_string(stdout, pmd);
 		printf(", \"shmem_enabled\": ");
 		json_string(stdout, shmem);
-		printf(", \"hugetlb_default_size\": %llu, \"boot_id\": ", (unsigned long long)meminfo_field("Hugepagesize"));
+		printf(", \"hugetlb_default_size\": %llu, \"boot_id\": ", (unsigned long long)mc_meminfo_field("Hugepagesize"));
 		json_string(stdout, boot);
 		printf("}\n");
 		return 0;
@@ -64,7 +64,7 @@ int cmd_info(int argc, char **argv)
 	printf("pages:\n");
 	printf("  base page                %ld bytes\n", sysconf(_SC_PAGESIZE));
 	printf("  THP PMD size             %s bytes, shmem_enabled: %s\n", pmd, shmem);
-	printf("  HugeTLB default size     %llu kB\n", (unsigned long long)(meminfo_field("Hugepagesize") >> 10));
+	printf("  HugeTLB default size     %llu kB\n", (unsigned long long)(mc_meminfo_field("Hugepagesize") >> 10));
 	printf("host:\n");
 	printf("  boot id                  %s\n", boot);
 	return 0;

@@ -107,40 +107,6 @@ uint64_t monotonic_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t meminfo_field(const char *name)
-{
-	FILE *f = fopen("/proc/meminfo", "re");
-	char line[128];
-	size_t len = strlen(name);
-	unsigned long long v = 0;
-	bool kb = false;
-
-	while (f && fgets(line, sizeof(line), f)) {
-		if (strncmp(line, name, len) || line[len] != ':')
-			continue;
-		v = strtoull(line + len + 1, NULL, 10);
-		kb = strstr(line, " kB") != NULL;
-		break;
-	}
-	if (f)
-		fclose(f);
-	return kb ? (uint64_t)v << 10 : (uint64_t)v;
-}
-
-bool read_first_line(const char *path, char *buf, size_t size)
-{
-	FILE *f = fopen(path, "re");
-	bool ok;
-
-	if (!f)
-		return false;
-	ok = fgets(buf, (int)size, f) != NULL;
-	fclose(f);
-	if (ok)
-		buf[strcspn(buf, "\n")] = '\0';
-	return ok;
-}
-
 void json_string(FILE *out, const char *s)
 {
 	fputc('"', out);

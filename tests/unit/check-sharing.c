@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"
@@ -201,26 +202,6 @@ struct group_args {
 	uint64_t size;
 };
 
-/* Pss of the mapping at @base in this process, from smaps. */
-static uint64_t mapping_pss(const void *base)
-{
-	FILE *f = fopen("/proc/self/smaps", "re");
-	char line[256];
-	unsigned long long lo, hi, kb;
-	int inside = 0;
-	uint64_t pss = 0;
-
-	while (f && fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-			inside = lo == (unsigned long long)(uintptr_t)base;
-		else if (inside && sscanf(line, "Pss: %llu kB", &kb) == 1)
-			pss += kb << 10;
-	}
-	if (f)
-		fclose(f);
-	return pss;
-}
-
 #define RANK_CHECK(cond)                                                                              \
 	do {                                                                                          \
 		if (!(cond)) {                                                                        \
@@ -237,6 +218,7 @@ static int sharing_rank(struct group_rank *self, void *arg)
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], *blobs, *base;
 	struct mooncake_segment *seg = NULL;
 	uint64_t slice = a->size / self->world_size, pss, all_pss[64];
+	struct mapping_usage usage;
 	int fds = count_fds(), maps = count_mappings();
 
 	blobs = malloc((size_t)self->world_size * MOONCAKE_SEGMENT_BLOB_SIZE);
@@ -254,7 +236,8 @@ static int sharing_rank(struct group_rank *self, void *arg)
 		RANK_CHECK(check_pattern(base + r * slice, slice, r + 1));
 	/* Once every rank has touched every page, the group's PSS is one copy. */
 	RANK_CHECK(group_barrier(self) == 0);
-	pss = mapping_pss(base);
+	RANK_CHECK(mapping_usage(base, &usage));
+	pss = usage.pss;
 	RANK_CHECK(group_allgather(self, &pss, sizeof(pss), all_pss) == 0);
 	if (self->rank == 0) {
 		uint64_t total = 0;
