@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "linux-compat.h"
 
 #include "linux-compat.h"
 
@@ -166,6 +167,7 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	unsigned int flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	struct stat st;
 	struct memfd_handle handle;
+	struct mc_commit_request req;
 	int err;
 
 	if (seg->opt.hugetlb)
@@ -201,13 +203,32 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	if (seg->opt.hugetlb)
 		seg->info_flags |= MOONCAKE_SEGMENT_INFO_HUGETLB;
 	advise_after_map(seg);
+	/* The policy is in place before the first page exists. */
+	mc_placement_apply(&seg->placement, seg->base, seg->alloc_size);
 
-	err = mc_commit_pages(seg->fd, seg->base, seg->alloc_size, seg->page_size, seg->opt.commit_threads,
-			      &seg->commit);
+	req = (struct mc_commit_request){
+		.fd = seg->fd,
+		.addr = seg->base,
+		.len = seg->alloc_size,
+		.page_size = seg->page_size,
+		.threads = seg->opt.commit_threads,
+		.cpu_node = seg->placement.mode == MC_PLACE_BIND && !seg->placement.degraded ? seg->placement.node : -1,
+		.thp = (seg->info_flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) != 0,
+		.hugetlb = seg->opt.hugetlb,
+		.placement = &seg->placement,
+	};
+	err = mc_commit_pages(&req, &seg->commit);
+	if (seg->placement.degraded)
+		seg->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
 	if (err) {
 		if (seg->opt.hugetlb && err == -ENOSPC)
 			return hugetlb_pool_error(seg, ENOSPC);
 		return err;
+	}
+	if (seg->commit.thp_fallback) {
+		seg->info_flags |= MOONCAKE_SEGMENT_INFO_THP_FALLBACK;
+		mc_log(MOONCAKE_SEGMENT_LOG_INFO, "Shared segment '%s': THP committed slower than base pages; the "
+		       "rest uses base pages", seg->label);
 	}
 
 	if (fstat(seg->fd, &st) != 0)

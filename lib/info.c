@@ -73,6 +73,8 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 	full.flags = seg->info_flags | (seg->device_addr ? MOONCAKE_SEGMENT_INFO_REGISTERED : 0);
 	full.numa_node_requested = seg->numa_node_requested;
 	full.numa_node = -1;
+	if (seg->mapped)
+		mc_placement_query(seg->base, seg->alloc_size, seg->page_size, &full.numa_node, &full.numa_node_mask);
 	snprintf(full.backend, sizeof(full.backend), "%s%s", seg->backend->name,
 		 seg->opt.hugetlb ? "-hugetlb" : "");
 	snprintf(full.commit_method, sizeof(full.commit_method), "%s",

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "mooncake/segment.h"
+#include "cgroup.h"
 #include "procfs.h"
 
 /* Only definitions marked MC_EXPORT leave the library (with the version script). */
@@ -117,19 +118,65 @@ int mc_blob_encode(const struct mc_blob *b, uint8_t out[MOONCAKE_SEGMENT_BLOB_SI
 /* Decode and check the format of one blob; -EPROTO with a message naming @rank. */
 int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, struct mc_blob *b);
 
+/* --- NUMA placement (placement.c) ------------------------------------------ */
+
+enum mc_place_mode { MC_PLACE_DEFAULT, MC_PLACE_BIND, MC_PLACE_INTERLEAVE };
+
+struct mc_placement {
+	enum mc_place_mode mode;
+	int node;          /* MC_PLACE_BIND: the node */
+	uint64_t nodes;    /* the node mask of the policy */
+	uint64_t online;   /* nodes online on this host */
+	bool degraded;     /* the kernel refused the policy */
+	char why[128];
+};
+
+/* "0-3,5" -> bit mask (nodes < 64); false on junk. */
+bool mc_parse_node_list(const char *text, uint64_t *mask);
+bool mc_topology_online_nodes(const char *sysfs_root, uint64_t *mask);
+/* The NUMA node of PCI device @pci_bus_id ("0000:3b:00.0"), -1 when unknown. */
+int mc_topology_pci_node(const char *sysfs_root, const char *pci_bus_id);
+/* Turn the options into a policy; -EINVAL for a node that does not exist. */
+int mc_placement_resolve(const struct mooncake_segment_options *opt, const char *sysfs_root,
+			 struct mc_placement *p);
+/* mbind the mapping before its first page; a refusal degrades (p->degraded). */
+void mc_placement_apply(struct mc_placement *p, void *addr, uint64_t len);
+/* Set this thread's policy (HugeTLB fallocate follows it); false when nothing was set. */
+bool mc_placement_thread_enter(struct mc_placement *p, int *saved_mode, uint64_t *saved_nodes);
+void mc_placement_thread_leave(int saved_mode, uint64_t saved_nodes);
+/* Where the pages are: the node holding most sampled pages, and the mask of all. */
+void mc_placement_query(void *addr, uint64_t len, uint64_t page_size, int *major_node, uint64_t *mask);
+
+/* --- memory room (limits.c) ----------------------------------------------- */
+
+/* -ENOMEM with the numbers when the owner's segment cannot fit. */
+int mc_check_memory_room(const struct mooncake_segment *seg);
+
 /* --- committing pages (populate.c) ------------------------------------------ */
+
+struct mc_commit_request {
+	int fd;
+	uint8_t *addr;
+	uint64_t len;
+	uint64_t page_size;
+	unsigned int threads;   /* 0: automatic */
+	int cpu_node;           /* run the threads on this node's CPUs, -1 anywhere */
+	bool thp;               /* THP was advised: measure it against base pages */
+	bool hugetlb;           /* HugeTLB: the mmap reserved the pages already */
+	struct mc_placement *placement; /* HugeTLB fallocate follows the thread policy */
+};
 
 struct mc_commit_result {
 	uint64_t ns;
 	unsigned int threads;
+	bool thp_fallback;      /* THP committed slower than base pages: dropped */
 	char method[32];
 };
 
-/* Commit every page of [addr, addr+len) backed by @fd: fallocate (a clean
- * ENOSPC/ENOMEM), then populate the page tables with @threads threads (0:
- * automatic).  Returns 0 or a negative errno with a message. */
-int mc_commit_pages(int fd, void *addr, uint64_t len, uint64_t page_size, unsigned int threads,
-		    struct mc_commit_result *result);
+/* Commit every page of the request before returning, so that lack of memory
+ * is an error now (fallocate: a clean ENOSPC/ENOMEM) and never a SIGBUS later;
+ * page tables are populated in parallel.  0 or a negative errno with a message. */
+int mc_commit_pages(const struct mc_commit_request *req, struct mc_commit_result *result);
 /* Map every page table entry of a mapping of existing pages (peers). */
 int mc_populate_mapping(void *addr, uint64_t len, uint64_t page_size, unsigned int threads);
 
@@ -187,6 +234,7 @@ struct mooncake_segment {
 
 	uint32_t info_flags;      /* MOONCAKE_SEGMENT_INFO_* known at create */
 	int32_t numa_node_requested;
+	struct mc_placement placement;
 	struct mc_commit_result commit;
 };
 

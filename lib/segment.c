@@ -132,8 +132,16 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	if (err)
 		goto fail;
 	seg->alloc_size = mc_align_up(size, seg->page_size);
-	if (seg->is_owner)
+	err = mc_placement_resolve(opt, "/sys", &seg->placement);
+	if (err)
+		goto fail;
+	if (seg->is_owner) {
 		seg->info_flags |= MOONCAKE_SEGMENT_INFO_OWNER;
+		/* An oversized commit ends in the OOM killer: refuse it first. */
+		err = mc_check_memory_room(seg);
+		if (err)
+			goto fail;
+	}
 
 	err = seg->is_owner ? seg->backend->create_owner(seg) : seg->backend->reserve(seg);
 	if (err)

@@ -29,6 +29,7 @@
 
 #include <mooncake/segment.h>
 
+#include "cgroup.h"
 #include "cli.h"
 
 #include "linux-compat.h"
@@ -168,63 +169,22 @@ static void check_dev_shm(void)
 	add("/dev/shm", OK, NULL, "%s; not used by mooncake-segment (unnamed memfd), so its size never limits a segment", size);
 }
 
-/* The memory cgroup of this process: limit and usage, v2 or v1. */
-static bool cgroup_memory(uint64_t *limit, uint64_t *usage, char *where, size_t size)
-{
-	char line[512], path[768], value[64];
-	FILE *f = fopen("/proc/self/cgroup", "re");
-	bool found = false;
-
-	while (f && !found && fgets(line, sizeof(line), f)) {
-		char *rel = strrchr(line, ':');
-
-		line[strcspn(line, "\n")] = '\0';
-		if (!rel)
-			continue;
-		if (!strncmp(line, "0::", 3)) {
-			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", rel + 1);
-			if (mc_read_line(path, value, sizeof(value))) {
-				*limit = strcmp(value, "max") ? strtoull(value, NULL, 10) : UINT64_MAX;
-				snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.current", rel + 1);
-				found = true;
-			}
-		} else if (strstr(line, ":memory:")) {
-			snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", rel + 1);
-			if (mc_read_line(path, value, sizeof(value))) {
-				*limit = strtoull(value, NULL, 10);
-				snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.usage_in_bytes", rel + 1);
-				found = true;
-			}
-		}
-		if (found) {
-			*usage = mc_read_line(path, value, sizeof(value)) ? strtoull(value, NULL, 10) : 0;
-			snprintf(where, size, "%s", path);
-		}
-	}
-	if (f)
-		fclose(f);
-	return found;
-}
-
 static void check_cgroup(void)
 {
-	uint64_t limit = 0, usage = 0, total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-	char where[768], a[32], b[32], c[32];
+	uint64_t total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	struct mc_memory_room room;
+	char a[32], b[32], c[32], d[32];
 
-	if (!cgroup_memory(&limit, &usage, where, sizeof(where))) {
-		add("memory cgroup", OK, NULL, "no memory controller for this process; RAM %s", format_size(total, a, sizeof(a)));
+	if (!mc_cgroup_memory_room("/proc/self/cgroup", "/sys/fs/cgroup", &room) || room.limit >= total) {
+		add("memory cgroup", OK, NULL, "no limit below RAM (%s)", format_size(total, a, sizeof(a)));
 		return;
 	}
-	if (limit >= total) {
-		add("memory cgroup", OK, NULL, "no limit below RAM (%s); usage %s", format_size(total, a, sizeof(a)),
-		    format_size(usage, b, sizeof(b)));
-		return;
-	}
-	add("memory cgroup", limit < total / 4 ? WARN : OK,
-	    "the owner's segment is charged to its cgroup: size the limit for it (Docker: --memory; Kubernetes: "
-	    "resources.limits.memory; systemd: MemoryMax=)",
-	    "limit %s, usage %s, RAM %s; a segment larger than the room left fails at create",
-	    format_size(limit, a, sizeof(a)), format_size(usage, b, sizeof(b)), format_size(total, c, sizeof(c)));
+	add("memory cgroup", room.room < total / 4 ? WARN : OK,
+	    "the owner's segment is charged to its cgroup and create refuses one that does not fit: size the "
+	    "limit for it (Docker: --memory; Kubernetes: resources.limits.memory; systemd: MemoryMax=)",
+	    "limit %s, usage %s, room for a segment %s (%s); RAM %s", format_size(room.limit, a, sizeof(a)),
+	    format_size(room.usage, b, sizeof(b)), format_size(room.room, c, sizeof(c)), room.where,
+	    format_size(total, d, sizeof(d)));
 }
 
 static void check_memlock(void)

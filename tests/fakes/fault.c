@@ -143,6 +143,22 @@ int madvise(void *addr, size_t length, int advice)
 	return REAL(madvise)(addr, length, advice);
 }
 
+long mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask, unsigned long maxnode,
+	   unsigned int flags);
+
+/* libnuma's wrapper, which the library calls. */
+long mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask, unsigned long maxnode,
+	   unsigned int flags)
+{
+	int err = should_fail(FAULT_MBIND, -1);
+
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return REAL(mbind)(addr, len, mode, nodemask, maxnode, flags);
+}
+
 int open(const char *path, int flags, ...)
 {
 	va_list ap;

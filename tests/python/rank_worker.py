@@ -56,7 +56,7 @@ def share(rank, world, group, params):
     dist.barrier(group)
     pss = mapping_pss(seg.base_addr())
     dist.barrier(group)
-    total = seg.total_size()
+    total = seg.info()["alloc_size"]
     del k, v
     seg.close()
     return {"saw_owner": saw_owner, "saw_all": saw_all, "pss": pss, "total": total}

@@ -197,6 +197,34 @@ START_TEST(test_peer_reserve_failure)
 }
 END_TEST
 
+static void count_warnings(int priority, const char *message, void *userdata)
+{
+	if (priority == MOONCAKE_SEGMENT_LOG_WARNING && strstr(message, "CAP_SYS_NICE"))
+		(*(int *)userdata)++;
+}
+
+START_TEST(test_mbind_refused_by_seccomp_degrades_with_a_warning)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment_info info;
+	struct mooncake_segment *seg = NULL;
+	int warnings = 0;
+
+	opt.numa_node = 0;
+	mooncake_segment_set_log_fn(count_warnings, MOONCAKE_SEGMENT_LOG_WARNING, &warnings);
+	fault_inject(FAULT_MBIND, 1, -1, EPERM, -1);
+	ck_assert_int_eq(mooncake_segment_create("numa", TEST_SIZE, &opt, &seg, blob), 0);
+	ck_assert_int_ge(fault_hits(FAULT_MBIND), 1);
+	fault_clear();
+	mooncake_segment_set_log_fn(NULL, 0, NULL);
+	ck_assert_int_eq(warnings, 1);
+	ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
+	ck_assert(info.flags & MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED);
+	ck_assert_uint_eq(info.resident_bytes, info.alloc_size); /* committed all the same */
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("faults");
@@ -211,6 +239,7 @@ int main(void)
 	tcase_add_test(owner, test_commit_failures_are_clean_errors);
 	tcase_add_test(owner, test_old_kernel_without_populate_write_touches_instead);
 	tcase_add_test(owner, test_filesystem_without_fallocate_populates_instead);
+	tcase_add_test(owner, test_mbind_refused_by_seccomp_degrades_with_a_warning);
 	tcase_add_test(peer, test_import_mmap_failure_leaves_nothing_mapped);
 	tcase_add_test(peer, test_import_open_failure_other_than_permission);
 	tcase_add_test(peer, test_proc_route_refused_falls_back_to_pidfd_getfd);

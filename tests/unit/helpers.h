@@ -42,6 +42,6 @@ Suite *suite_fingerprint(void);
 Suite *suite_sharing(void);
 Suite *suite_complete(void);
 Suite *suite_host(void);
-Suite *suite_faults(void);
+Suite *suite_placement(void);
 
 #endif
