@@ -124,7 +124,8 @@ int mc_blob_encode(const struct mc_blob *b, uint8_t out[MOONCAKE_SEGMENT_BLOB_SI
 	uint32_t flags = b->flags & ~MC_BLOB_FLAG_HANDLE;
 
 	if (b->handle_bytes > MC_HANDLE_MAX)
-		return mc_error(EINVAL, "Shared segment handle of %u bytes does not fit in a blob (%d at most)",
+		return mc_error(EINVAL,
+				"Shared segment handle of %u bytes does not fit in a blob (%d at most)",
 				b->handle_bytes, MC_HANDLE_MAX);
 	if (b->handle_bytes)
 		flags |= MC_BLOB_FLAG_HANDLE;
@@ -167,10 +168,13 @@ int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, 
 
 	memset(b, 0, sizeof(*b));
 	if (magic != MC_BLOB_MAGIC)
-		return MALFORMED("magic mismatch (0x%08x, expected 0x%08x): not a mooncake-segment blob", magic, MC_BLOB_MAGIC);
+		return MALFORMED("magic mismatch (0x%08x, expected 0x%08x): not a mooncake-segment blob",
+				 magic, MC_BLOB_MAGIC);
 	b->version = get_u16(in + OFF_VERSION);
 	if (b->version != MC_BLOB_VERSION)
-		return MALFORMED("format version %u, this build speaks %u: peers run different builds of mooncake-segment", b->version, MC_BLOB_VERSION);
+		return MALFORMED(
+			"format version %u, this build speaks %u: peers run different builds of mooncake-segment",
+			b->version, MC_BLOB_VERSION);
 	if (get_u64(in + OFF_CHECKSUM) != checksum(in))
 		return MALFORMED("checksum mismatch: the blob was corrupted or truncated in transit");
 
@@ -191,21 +195,21 @@ int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, 
 	if (b->flags & ~MC_BLOB_FLAGS_KNOWN)
 		return MALFORMED("unknown flags 0x%x", b->flags & ~MC_BLOB_FLAGS_KNOWN);
 	if (b->handle_bytes > MC_HANDLE_MAX)
-		return MALFORMED("declares an oversized handle of %u bytes (%d at most)",
-				 b->handle_bytes, MC_HANDLE_MAX);
+		return MALFORMED("declares an oversized handle of %u bytes (%d at most)", b->handle_bytes,
+				 MC_HANDLE_MAX);
 	if (!!(b->flags & MC_BLOB_FLAG_HANDLE) != (b->handle_bytes > 0))
 		return MALFORMED("handle flag and handle length (%u) disagree", b->handle_bytes);
 	if (!all_zero(in + OFF_RESERVED1, OFF_HANDLE - OFF_RESERVED1) ||
 	    !all_zero(in + OFF_HANDLE + b->handle_bytes, OFF_CHECKSUM - OFF_HANDLE - b->handle_bytes))
 		return MALFORMED("reserved bytes are not zero");
 	if (b->world_size == 0 || b->rank_id >= b->world_size || b->owner_rank >= b->world_size)
-		return MALFORMED("rank %u and owner %u do not fit world size %u", b->rank_id,
-				 b->owner_rank, b->world_size);
+		return MALFORMED("rank %u and owner %u do not fit world size %u", b->rank_id, b->owner_rank,
+				 b->world_size);
 	if (!mc_is_power_of_two(b->page_size))
-		return MALFORMED("page size %llu is not a power of two",
-				 (unsigned long long)b->page_size);
+		return MALFORMED("page size %llu is not a power of two", (unsigned long long)b->page_size);
 	if (b->alloc_size == 0 || b->alloc_size % b->page_size)
-		return MALFORMED("allocation size %llu is not a positive multiple of the page size %llu", (unsigned long long)b->alloc_size, (unsigned long long)b->page_size);
+		return MALFORMED("allocation size %llu is not a positive multiple of the page size %llu",
+				 (unsigned long long)b->alloc_size, (unsigned long long)b->page_size);
 	memcpy(b->handle, in + OFF_HANDLE, b->handle_bytes);
 	return 0;
 }

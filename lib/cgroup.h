@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 struct mc_memory_room {
-	uint64_t room;   /* bytes that can still be charged, UINT64_MAX unlimited */
+	uint64_t room; /* bytes that can still be charged, UINT64_MAX unlimited */
 	uint64_t limit;
 	uint64_t usage;
 	char where[256]; /* the cgroup directory that binds */

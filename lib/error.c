@@ -26,8 +26,7 @@ struct log_sink {
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct log_sink sink;
 
-MC_EXPORT void mooncake_segment_set_log_fn(mooncake_segment_log_fn fn, int max_priority,
-					   void *userdata)
+MC_EXPORT void mooncake_segment_set_log_fn(mooncake_segment_log_fn fn, int max_priority, void *userdata)
 {
 	pthread_mutex_lock(&log_lock);
 	sink.fn = fn;

@@ -85,12 +85,14 @@ static int memfd_granularity(const struct mooncake_segment_options *opt, uint64_
 	huge = opt->hugetlb_page_size ? opt->hugetlb_page_size : mc_hugetlb_default_size();
 	if (!huge)
 		return mc_error(ENOTSUP, "Shared segment hugetlb=true: this kernel has no HugeTLB support "
-				"(no Hugepagesize in /proc/meminfo); use hugetlb=false");
+					 "(no Hugepagesize in /proc/meminfo); use hugetlb=false");
 	if (!mc_is_power_of_two(huge) || !mc_hugetlb_size_configured(huge))
-		return mc_error(EINVAL, "Shared segment hugetlb page size %llu is not configured on this host "
-				"(no /sys/kernel/mm/hugepages/hugepages-%llukB); use 0 for the default (%llu kB)",
-				(unsigned long long)huge, (unsigned long long)(huge >> 10),
-				(unsigned long long)(mc_hugetlb_default_size() >> 10));
+		return mc_error(
+			EINVAL,
+			"Shared segment hugetlb page size %llu is not configured on this host "
+			"(no /sys/kernel/mm/hugepages/hugepages-%llukB); use 0 for the default (%llu kB)",
+			(unsigned long long)huge, (unsigned long long)(huge >> 10),
+			(unsigned long long)(mc_hugetlb_default_size() >> 10));
 	*page_size = huge;
 	return 0;
 }
@@ -117,12 +119,16 @@ static int hugetlb_pool_error(const struct mooncake_segment *seg, int sys_errno)
 		snprintf(fix, sizeof(fix), "sysctl -w vm.nr_hugepages=%llu",
 			 (unsigned long long)(total + needed - (available < needed ? available : needed)));
 	else
-		snprintf(fix, sizeof(fix), "echo %llu > /sys/kernel/mm/hugepages/hugepages-%llukB/nr_hugepages",
-			 (unsigned long long)(total + needed - (available < needed ? available : needed)), kb);
+		snprintf(fix, sizeof(fix),
+			 "echo %llu > /sys/kernel/mm/hugepages/hugepages-%llukB/nr_hugepages",
+			 (unsigned long long)(total + needed - (available < needed ? available : needed)),
+			 kb);
 	if (!known)
-		return mc_error_sys(ENOMEM, sys_errno,
-				    "Shared segment '%s' needs %llu HugeTLB pages of %llu kB and the pool cannot "
-				    "back them; raise it (%s)", seg->label, (unsigned long long)needed, kb, fix);
+		return mc_error_sys(
+			ENOMEM, sys_errno,
+			"Shared segment '%s' needs %llu HugeTLB pages of %llu kB and the pool cannot "
+			"back them; raise it (%s)",
+			seg->label, (unsigned long long)needed, kb, fix);
 	return mc_error(ENOMEM,
 			"Shared segment '%s' needs %llu HugeTLB pages of %llu kB but only %llu of the pool's "
 			"%llu are free; raise the pool (%s) or use hugetlb=false",
@@ -142,8 +148,10 @@ static void advise_after_map(struct mooncake_segment *seg)
 		if (madvise(seg->base, seg->alloc_size, MADV_HUGEPAGE) == 0)
 			seg->info_flags |= MOONCAKE_SEGMENT_INFO_THP_ADVISED;
 		else
-			mc_log(MOONCAKE_SEGMENT_LOG_INFO, "Shared segment '%s': MADV_HUGEPAGE refused (%s); "
-			       "4 KiB pages", seg->label, strerror(errno));
+			mc_log(MOONCAKE_SEGMENT_LOG_INFO,
+			       "Shared segment '%s': MADV_HUGEPAGE refused (%s); "
+			       "4 KiB pages",
+			       seg->label, strerror(errno));
 	}
 	/* A child of a rank must not inherit (and keep alive) the pages. */
 	if (madvise(seg->base, seg->alloc_size, MADV_DONTFORK) != 0)
@@ -177,12 +185,14 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	if (seg->fd < 0) {
 		err = errno;
 		if (seg->opt.hugetlb && err == EINVAL)
-			return mc_error_sys(ENOTSUP, err, "Shared segment hugetlb=true: memfd_create(MFD_HUGETLB) refused");
+			return mc_error_sys(ENOTSUP, err,
+					    "Shared segment hugetlb=true: memfd_create(MFD_HUGETLB) refused");
 		return mc_error_sys(mc_fold_errno(err), err, "Shared segment memfd_create failed%s",
 				    err == EPERM ? " (a seccomp filter may block memfd_create)" : "");
 	}
 	if (ftruncate(seg->fd, (off_t)seg->alloc_size) != 0)
-		return mc_error_sys(mc_fold_errno(errno), errno, "Shared segment ftruncate to %llu bytes failed",
+		return mc_error_sys(mc_fold_errno(errno), errno,
+				    "Shared segment ftruncate to %llu bytes failed",
 				    (unsigned long long)seg->alloc_size);
 	/* Nobody may shrink or grow the file under the others' mappings. */
 	if (fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
@@ -190,7 +200,8 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 
 	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
 	if (!seg->base)
-		return mc_error_sys(ENOMEM, errno, "Shared segment cannot reserve %llu bytes of address space",
+		return mc_error_sys(ENOMEM, errno,
+				    "Shared segment cannot reserve %llu bytes of address space",
 				    (unsigned long long)seg->alloc_size);
 	err = map_over_window(seg, seg->fd);
 	if (err) {
@@ -212,7 +223,9 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 		.len = seg->alloc_size,
 		.page_size = seg->page_size,
 		.threads = seg->opt.commit_threads,
-		.cpu_node = seg->placement.mode == MC_PLACE_BIND && !seg->placement.degraded ? seg->placement.node : -1,
+		.cpu_node = seg->placement.mode == MC_PLACE_BIND && !seg->placement.degraded
+				    ? seg->placement.node
+				    : -1,
 		.thp = (seg->info_flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) != 0,
 		.hugetlb = seg->opt.hugetlb,
 		.placement = &seg->placement,
@@ -227,15 +240,17 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	}
 	if (seg->commit.thp_fallback) {
 		seg->info_flags |= MOONCAKE_SEGMENT_INFO_THP_FALLBACK;
-		mc_log(MOONCAKE_SEGMENT_LOG_INFO, "Shared segment '%s': THP committed slower than base pages; the "
-		       "rest uses base pages", seg->label);
+		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
+		       "Shared segment '%s': THP committed slower than base pages; the "
+		       "rest uses base pages",
+		       seg->label);
 	}
 
 	if (fstat(seg->fd, &st) != 0)
 		return mc_error_sys(EIO, errno, "Shared segment fstat of its memfd failed");
 	seg->file_dev = (uint64_t)st.st_dev;
 	seg->file_ino = (uint64_t)st.st_ino;
-	handle = (struct memfd_handle){(uint32_t)getpid(), (uint32_t)seg->fd, seg->file_dev, seg->file_ino};
+	handle = (struct memfd_handle){ (uint32_t)getpid(), (uint32_t)seg->fd, seg->file_dev, seg->file_ino };
 	seg->handle_bytes = encode_handle(&handle, seg->handle);
 	return 0;
 }
@@ -244,7 +259,8 @@ static int memfd_reserve(struct mooncake_segment *seg)
 {
 	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
 	if (!seg->base)
-		return mc_error_sys(ENOMEM, errno, "Shared segment cannot reserve %llu bytes of address space",
+		return mc_error_sys(ENOMEM, errno,
+				    "Shared segment cannot reserve %llu bytes of address space",
 				    (unsigned long long)seg->alloc_size);
 	return 0;
 }
@@ -257,12 +273,15 @@ static bool process_exists(pid_t pid)
 static int owner_gone_error(const struct mooncake_segment *seg, const struct memfd_handle *h)
 {
 	if (!process_exists((pid_t)h->pid))
-		return mc_error(ESRCH, "Shared segment rank %u: the owner process %u is gone before this rank "
+		return mc_error(ESRCH,
+				"Shared segment rank %u: the owner process %u is gone before this rank "
 				"mapped its pages; the owner must stay alive until every rank has completed",
 				seg->opt.rank_id, h->pid);
-	return mc_error(ESRCH, "Shared segment rank %u: the owner process %u no longer holds descriptor %u "
-			"(it called finish() or destroy() before every rank completed, or the pid was reused)",
-			seg->opt.rank_id, h->pid, h->fd);
+	return mc_error(
+		ESRCH,
+		"Shared segment rank %u: the owner process %u no longer holds descriptor %u "
+		"(it called finish() or destroy() before every rank completed, or the pid was reused)",
+		seg->opt.rank_id, h->pid, h->fd);
 }
 
 static int access_denied_error(const struct mooncake_segment *seg, const struct mc_blob *owner,
@@ -271,17 +290,25 @@ static int access_denied_error(const struct mooncake_segment *seg, const struct 
 	char scope[16] = "", cause[256];
 
 	if (owner->uid != (uint32_t)getuid())
-		snprintf(cause, sizeof(cause), "the owner runs as uid %u and this rank as uid %u; run every rank "
-			 "as the same user", owner->uid, (unsigned int)getuid());
+		snprintf(cause, sizeof(cause),
+			 "the owner runs as uid %u and this rank as uid %u; run every rank "
+			 "as the same user",
+			 owner->uid, (unsigned int)getuid());
 	else if (mc_read_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) && atoi(scope) >= 2)
-		snprintf(cause, sizeof(cause), "kernel.yama.ptrace_scope is %s; set it to 0 or 1 "
-			 "(sysctl -w kernel.yama.ptrace_scope=1)", scope);
+		snprintf(cause, sizeof(cause),
+			 "kernel.yama.ptrace_scope is %s; set it to 0 or 1 "
+			 "(sysctl -w kernel.yama.ptrace_scope=1)",
+			 scope);
 	else
-		snprintf(cause, sizeof(cause), "the owner may not be dumpable (setuid, prctl(PR_SET_DUMPABLE, 0)) "
-			 "or a ptrace restriction applies (a container without CAP_SYS_PTRACE, an LSM); "
-			 "Docker: --cap-add SYS_PTRACE; Kubernetes: securityContext.capabilities.add [SYS_PTRACE]");
-	return mc_error(EACCES, "Shared segment rank %u cannot open the owner's pages: %s: %s, pidfd_getfd: %s. "
-			"Likely cause: %s", seg->opt.rank_id, path, strerror(open_errno),
+		snprintf(
+			cause, sizeof(cause),
+			"the owner may not be dumpable (setuid, prctl(PR_SET_DUMPABLE, 0)) "
+			"or a ptrace restriction applies (a container without CAP_SYS_PTRACE, an LSM); "
+			"Docker: --cap-add SYS_PTRACE; Kubernetes: securityContext.capabilities.add [SYS_PTRACE]");
+	return mc_error(EACCES,
+			"Shared segment rank %u cannot open the owner's pages: %s: %s, pidfd_getfd: %s. "
+			"Likely cause: %s",
+			seg->opt.rank_id, path, strerror(open_errno),
 			getfd_errno ? strerror(getfd_errno) : "not available", cause);
 }
 
@@ -315,8 +342,8 @@ static int open_owner_file(struct mooncake_segment *seg, const struct mc_blob *o
 	if (open_errno == ENOENT)
 		return owner_gone_error(seg, h);
 	if (open_errno != EACCES && open_errno != EPERM)
-		return mc_error_sys(mc_fold_errno(open_errno), open_errno, "Shared segment rank %u: open %s failed",
-				    seg->opt.rank_id, path);
+		return mc_error_sys(mc_fold_errno(open_errno), open_errno,
+				    "Shared segment rank %u: open %s failed", seg->opt.rank_id, path);
 	fd = open_through_pidfd(h, &getfd_errno);
 	if (fd >= 0)
 		return fd;
@@ -355,15 +382,18 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 	int fd, err;
 
 	if (!decode_handle(owner, &h))
-		return mc_error(EPROTO, "Shared segment owner rank %u exported a handle that is not a memfd handle",
+		return mc_error(EPROTO,
+				"Shared segment owner rank %u exported a handle that is not a memfd handle",
 				seg->opt.owner_rank);
 	if (owner->pid_namespace && own_ns && owner->pid_namespace != own_ns)
-		return mc_error(EACCES, "Shared segment rank %u runs in another PID namespace than the owner "
-				"(pid:[%llu] here, pid:[%llu] there), so the owner's pid %u means nothing here; run "
-				"the ranks in one PID namespace (docker run --pid=host or --pid=container:NAME; "
-				"Kubernetes: one pod with shareProcessNamespace: true)",
-				seg->opt.rank_id, (unsigned long long)own_ns,
-				(unsigned long long)owner->pid_namespace, h.pid);
+		return mc_error(
+			EACCES,
+			"Shared segment rank %u runs in another PID namespace than the owner "
+			"(pid:[%llu] here, pid:[%llu] there), so the owner's pid %u means nothing here; run "
+			"the ranks in one PID namespace (docker run --pid=host or --pid=container:NAME; "
+			"Kubernetes: one pod with shareProcessNamespace: true)",
+			seg->opt.rank_id, (unsigned long long)own_ns,
+			(unsigned long long)owner->pid_namespace, h.pid);
 
 	fd = open_owner_file(seg, owner, &h);
 	if (fd < 0)
@@ -372,8 +402,10 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 	if (!err) {
 		err = map_over_window(seg, fd);
 		if (err)
-			err = mc_error_sys(mc_fold_errno(-err), -err, "Shared segment rank %u cannot map the owner's "
-					   "%llu bytes", seg->opt.rank_id, (unsigned long long)seg->alloc_size);
+			err = mc_error_sys(mc_fold_errno(-err), -err,
+					   "Shared segment rank %u cannot map the owner's "
+					   "%llu bytes",
+					   seg->opt.rank_id, (unsigned long long)seg->alloc_size);
 	}
 	close(fd);
 	if (err)
@@ -381,7 +413,8 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 
 	advise_after_map(seg);
 	if (seg->opt.populate_on_import) {
-		err = mc_populate_mapping(seg->base, seg->alloc_size, seg->page_size, seg->opt.commit_threads);
+		err = mc_populate_mapping(seg->base, seg->alloc_size, seg->page_size,
+					  seg->opt.commit_threads);
 		if (err) {
 			/* A failed complete leaves nothing mapped. */
 			if (mc_window_reset(seg->base, seg->alloc_size) == 0)

@@ -31,7 +31,8 @@ static void read_smaps(uintptr_t start, uintptr_t end, struct smaps_totals *t)
 	while (fgets(line, sizeof(line), f)) {
 		uintptr_t lo, hi;
 
-		if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+		if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
 			inside = lo >= start && hi <= end;
 			continue;
 		}
@@ -52,7 +53,7 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 					struct mooncake_segment_info *info, size_t info_size)
 {
 	struct mooncake_segment_info full;
-	struct smaps_totals t = {0, 0};
+	struct smaps_totals t = { 0, 0 };
 
 	mc_clear_error();
 	if (!seg || !info || info_size < sizeof(uint64_t))
@@ -74,7 +75,8 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 	full.numa_node_requested = seg->numa_node_requested;
 	full.numa_node = -1;
 	if (seg->mapped)
-		mc_placement_query(seg->base, seg->alloc_size, seg->page_size, &full.numa_node, &full.numa_node_mask);
+		mc_placement_query(seg->base, seg->alloc_size, seg->page_size, &full.numa_node,
+				   &full.numa_node_mask);
 	snprintf(full.backend, sizeof(full.backend), "%s%s", seg->backend->name,
 		 seg->opt.hugetlb ? "-hugetlb" : "");
 	snprintf(full.commit_method, sizeof(full.commit_method), "%s",

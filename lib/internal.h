@@ -71,16 +71,16 @@ bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available);
 
 /* --- blob wire format (blob.c) ------------------------------------------ */
 
-#define MC_BLOB_MAGIC UINT32_C(0x4753434D) /* bytes "MCSG" */
+#define MC_BLOB_MAGIC	UINT32_C(0x4753434D) /* bytes "MCSG" */
 #define MC_BLOB_VERSION 1
-#define MC_HANDLE_MAX 128
+#define MC_HANDLE_MAX	128
 
-#define MC_BLOB_FLAG_MMAP (1u << 0)
+#define MC_BLOB_FLAG_MMAP	   (1u << 0)
 #define MC_BLOB_FLAG_HOST_REGISTER (1u << 1)
-#define MC_BLOB_FLAG_HUGETLB (1u << 2)
-#define MC_BLOB_FLAG_HANDLE (1u << 3)
-#define MC_BLOB_FLAGS_KNOWN (MC_BLOB_FLAG_MMAP | MC_BLOB_FLAG_HOST_REGISTER | \
-			     MC_BLOB_FLAG_HUGETLB | MC_BLOB_FLAG_HANDLE)
+#define MC_BLOB_FLAG_HUGETLB	   (1u << 2)
+#define MC_BLOB_FLAG_HANDLE	   (1u << 3)
+#define MC_BLOB_FLAGS_KNOWN \
+	(MC_BLOB_FLAG_MMAP | MC_BLOB_FLAG_HOST_REGISTER | MC_BLOB_FLAG_HUGETLB | MC_BLOB_FLAG_HANDLE)
 /* The flags that are part of the declaration (the fingerprint covers them). */
 #define MC_BLOB_FLAGS_DECLARED (MC_BLOB_FLAG_MMAP | MC_BLOB_FLAG_HOST_REGISTER | MC_BLOB_FLAG_HUGETLB)
 
@@ -124,10 +124,10 @@ enum mc_place_mode { MC_PLACE_DEFAULT, MC_PLACE_BIND, MC_PLACE_INTERLEAVE };
 
 struct mc_placement {
 	enum mc_place_mode mode;
-	int node;          /* MC_PLACE_BIND: the node */
-	uint64_t nodes;    /* the node mask of the policy */
-	uint64_t online;   /* nodes online on this host */
-	bool degraded;     /* the kernel refused the policy */
+	int node;	 /* MC_PLACE_BIND: the node */
+	uint64_t nodes;	 /* the node mask of the policy */
+	uint64_t online; /* nodes online on this host */
+	bool degraded;	 /* the kernel refused the policy */
 	char why[128];
 };
 
@@ -159,17 +159,17 @@ struct mc_commit_request {
 	uint8_t *addr;
 	uint64_t len;
 	uint64_t page_size;
-	unsigned int threads;   /* 0: automatic */
-	int cpu_node;           /* run the threads on this node's CPUs, -1 anywhere */
-	bool thp;               /* THP was advised: measure it against base pages */
-	bool hugetlb;           /* HugeTLB: the mmap reserved the pages already */
+	unsigned int threads;		/* 0: automatic */
+	int cpu_node;			/* run the threads on this node's CPUs, -1 anywhere */
+	bool thp;			/* THP was advised: measure it against base pages */
+	bool hugetlb;			/* HugeTLB: the mmap reserved the pages already */
 	struct mc_placement *placement; /* HugeTLB fallocate follows the thread policy */
 };
 
 struct mc_commit_result {
 	uint64_t ns;
 	unsigned int threads;
-	bool thp_fallback;      /* THP committed slower than base pages: dropped */
+	bool thp_fallback; /* THP committed slower than base pages: dropped */
 	char method[32];
 };
 
@@ -215,7 +215,7 @@ extern const struct mc_backend_ops mc_backend_memfd;
 struct mooncake_segment {
 	const struct mc_backend_ops *backend;
 	struct mooncake_segment_options opt;
-	char label[64];           /* the name before '|', for messages and /proc/PID/maps */
+	char label[64]; /* the name before '|', for messages and /proc/PID/maps */
 	uint64_t size;
 	uint64_t alloc_size;
 	uint64_t page_size;
@@ -224,15 +224,15 @@ struct mooncake_segment {
 	bool ready;
 	bool finished;
 
-	void *base;               /* this rank's mapping or reservation */
-	bool mapped;              /* base holds the shared pages (not just a reservation) */
-	int fd;                   /* owner: the memfd kept for importers; -1 otherwise */
+	void *base;  /* this rank's mapping or reservation */
+	bool mapped; /* base holds the shared pages (not just a reservation) */
+	int fd;	     /* owner: the memfd kept for importers; -1 otherwise */
 	uint64_t file_dev, file_ino;
 	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages */
 	uint16_t handle_bytes;
 	uint64_t device_addr;
 
-	uint32_t info_flags;      /* MOONCAKE_SEGMENT_INFO_* known at create */
+	uint32_t info_flags; /* MOONCAKE_SEGMENT_INFO_* known at create */
 	int32_t numa_node_requested;
 	struct mc_placement placement;
 	struct mc_commit_result commit;

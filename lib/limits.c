@@ -20,20 +20,25 @@ int mc_check_memory_room(const struct mooncake_segment *seg)
 
 	if (seg->opt.hugetlb)
 		return 0;
-	if (mc_cgroup_memory_room("/proc/self/cgroup", "/sys/fs/cgroup", &room) && seg->alloc_size > room.room)
-		return mc_error(ENOMEM, "Shared segment '%s' needs %llu bytes but its memory cgroup has room for %llu "
-				"(limit %llu, usage %llu, %s); committing would end in the OOM killer. Raise the limit "
-				"(Docker: --memory; Kubernetes: resources.limits.memory; systemd: MemoryMax=) or create a "
-				"smaller segment", seg->label, (unsigned long long)seg->alloc_size,
-				(unsigned long long)room.room, (unsigned long long)room.limit,
-				(unsigned long long)room.usage, room.where);
+	if (mc_cgroup_memory_room("/proc/self/cgroup", "/sys/fs/cgroup", &room) &&
+	    seg->alloc_size > room.room)
+		return mc_error(
+			ENOMEM,
+			"Shared segment '%s' needs %llu bytes but its memory cgroup has room for %llu "
+			"(limit %llu, usage %llu, %s); committing would end in the OOM killer. Raise the limit "
+			"(Docker: --memory; Kubernetes: resources.limits.memory; systemd: MemoryMax=) or create a "
+			"smaller segment",
+			seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)room.room,
+			(unsigned long long)room.limit, (unsigned long long)room.usage, room.where);
 	available = mc_meminfo_field("MemAvailable");
 	swap = mc_meminfo_field("SwapFree");
 	if (available && seg->alloc_size > available + swap)
-		return mc_error(ENOMEM, "Shared segment '%s' needs %llu bytes but the host has %llu available "
-				"(MemAvailable %llu + SwapFree %llu); create a smaller segment or free memory",
-				seg->label, (unsigned long long)seg->alloc_size,
-				(unsigned long long)(available + swap), (unsigned long long)available,
-				(unsigned long long)swap);
+		return mc_error(
+			ENOMEM,
+			"Shared segment '%s' needs %llu bytes but the host has %llu available "
+			"(MemAvailable %llu + SwapFree %llu); create a smaller segment or free memory",
+			seg->label, (unsigned long long)seg->alloc_size,
+			(unsigned long long)(available + swap), (unsigned long long)available,
+			(unsigned long long)swap);
 	return 0;
 }

@@ -101,8 +101,11 @@ int mc_placement_resolve(const struct mooncake_segment_options *opt, const char 
 
 	if (opt->numa_node >= 0) {
 		if (opt->numa_node >= MAX_NODES || !(online & (UINT64_C(1) << opt->numa_node)))
-			return mc_error(EINVAL, "Shared segment numa_node %d does not exist on this host (online nodes: %d "
-					"of them); use -1 for automatic placement", opt->numa_node, node_count(online));
+			return mc_error(
+				EINVAL,
+				"Shared segment numa_node %d does not exist on this host (online nodes: %d "
+				"of them); use -1 for automatic placement",
+				opt->numa_node, node_count(online));
 		p->mode = MC_PLACE_BIND;
 		p->node = opt->numa_node;
 		p->nodes = UINT64_C(1) << opt->numa_node;
@@ -121,9 +124,11 @@ static void degrade(struct mc_placement *p, const char *call, int err)
 {
 	p->degraded = true;
 	snprintf(p->why, sizeof(p->why), "%s: %s", call, strerror(err));
-	mc_log(MOONCAKE_SEGMENT_LOG_WARNING, "Shared segment NUMA placement not applied (%s); default placement%s",
-	       p->why, err == EPERM ? ". In a container, add CAP_SYS_NICE (docker --cap-add SYS_NICE) or allow "
-	       "mbind in the seccomp profile" : "");
+	mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
+	       "Shared segment NUMA placement not applied (%s); default placement%s", p->why,
+	       err == EPERM ? ". In a container, add CAP_SYS_NICE (docker --cap-add SYS_NICE) or allow "
+			      "mbind in the seccomp profile"
+			    : "");
 }
 
 static int policy_mode(const struct mc_placement *p)
@@ -169,7 +174,7 @@ void mc_placement_thread_leave(int saved_mode, uint64_t saved_nodes)
 void mc_placement_query(void *addr, uint64_t len, uint64_t page_size, int *major_node, uint64_t *mask)
 {
 	void *pages[QUERY_SAMPLES];
-	int status[QUERY_SAMPLES], counts[MAX_NODES] = {0};
+	int status[QUERY_SAMPLES], counts[MAX_NODES] = { 0 };
 	uint64_t npages = len / page_size, stride = npages > QUERY_SAMPLES ? npages / QUERY_SAMPLES : 1;
 	unsigned long n = 0;
 	int best = -1;

@@ -35,7 +35,7 @@
 
 /* Below this much per thread, starting a thread costs more than it saves. */
 #define MIN_BYTES_PER_THREAD (UINT64_C(64) << 20)
-#define MAX_THREADS 64
+#define MAX_THREADS	     64
 /* THP is measured on chunks that start small (a slow THP costs at most
  * this much before the fall-back) and double while THP keeps up. */
 #define THP_FIRST_CHUNK (UINT64_C(8) << 20)
@@ -112,7 +112,7 @@ static int populate_parallel(uint8_t *addr, uint64_t len, uint64_t page_size, un
 {
 	struct slice slices[MAX_THREADS];
 	pthread_t tids[MAX_THREADS];
-	bool started[MAX_THREADS] = {false};
+	bool started[MAX_THREADS] = { false };
 	uint64_t pages = len / page_size;
 	uint64_t per = pages / threads, extra = pages % threads, off = 0;
 	/* With a node, the caller's own affinity must not change: every slice gets a thread. */
@@ -122,7 +122,7 @@ static int populate_parallel(uint8_t *addr, uint64_t len, uint64_t page_size, un
 	for (unsigned int i = 0; i < threads; i++) {
 		uint64_t n = per + (i < extra ? 1 : 0);
 
-		slices[i] = (struct slice){addr + off, n * page_size, page_size, how, cpu_node, 0};
+		slices[i] = (struct slice){ addr + off, n * page_size, page_size, how, cpu_node, 0 };
 		off += n * page_size;
 	}
 	/* A thread that cannot start has its slice run here, so the work is always done. */
@@ -167,7 +167,8 @@ static int allocation_error(const struct mc_commit_request *req, int err)
 
 static int populate_error(const struct mc_commit_request *req, int err)
 {
-	return mc_error_sys(mc_fold_errno(err), err, "Shared segment owner cannot populate %llu bytes (MADV_POPULATE_WRITE)",
+	return mc_error_sys(mc_fold_errno(err), err,
+			    "Shared segment owner cannot populate %llu bytes (MADV_POPULATE_WRITE)",
 			    (unsigned long long)req->len);
 }
 
@@ -185,7 +186,8 @@ static int commit_base_pages(const struct mc_commit_request *req, uint64_t off, 
 	}
 	err = populate_parallel(req->addr + off, len, req->page_size, threads, POPULATE_WRITE, req->cpu_node);
 	if (err == EINVAL) {
-		err = populate_parallel(req->addr + off, len, req->page_size, threads, POPULATE_TOUCH, req->cpu_node);
+		err = populate_parallel(req->addr + off, len, req->page_size, threads, POPULATE_TOUCH,
+					req->cpu_node);
 		*method = allocated ? "fallocate+touch" : "touch";
 	} else {
 		*method = allocated ? "fallocate+populate" : "populate";
@@ -194,8 +196,8 @@ static int commit_base_pages(const struct mc_commit_request *req, uint64_t off, 
 }
 
 /* THP, chunk by chunk against base pages; see the top of this file. */
-static int commit_thp(const struct mc_commit_request *req, unsigned int threads, struct mc_commit_result *result,
-		      const char **method)
+static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
+		      struct mc_commit_result *result, const char **method)
 {
 	uint64_t pmd = mc_host_thp_pmd_size();
 	uint64_t chunk = mc_align_up(THP_FIRST_CHUNK, pmd), max_chunk = mc_align_up(req->len / 8, pmd);
@@ -204,10 +206,12 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 	int err;
 
 	if (req->len < 4 * chunk) {
-		err = populate_parallel(req->addr, req->len, req->page_size, threads, POPULATE_WRITE, req->cpu_node);
+		err = populate_parallel(req->addr, req->len, req->page_size, threads, POPULATE_WRITE,
+					req->cpu_node);
 		*method = "populate (THP)";
-		return err == EINVAL ? commit_base_pages(req, 0, req->len, threads, method) :
-		       err ? populate_error(req, err) : 0;
+		return err == EINVAL ? commit_base_pages(req, 0, req->len, threads, method)
+		       : err	     ? populate_error(req, err)
+				     : 0;
 	}
 	/* The yardstick: the last chunk on base pages, committed the ordinary way. */
 	if (madvise(req->addr + req->len - base_len, base_len, MADV_NOHUGEPAGE) != 0)
@@ -222,14 +226,16 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 		uint64_t len = thp_end - off < chunk ? thp_end - off : chunk;
 
 		t0 = now_ns();
-		err = populate_parallel(req->addr + off, len, req->page_size, threads, POPULATE_WRITE, req->cpu_node);
+		err = populate_parallel(req->addr + off, len, req->page_size, threads, POPULATE_WRITE,
+					req->cpu_node);
 		if (err == EINVAL)
 			break; /* no MADV_POPULATE_WRITE: base pages for everything left */
 		if (err)
 			return populate_error(req, err);
 		off += len;
 		/* Slower per byte than base pages: stop advising THP for the rest. */
-		if (base_len && (double)(now_ns() - t0) * (double)base_len > (double)base_ns * (double)len * 1.1)
+		if (base_len &&
+		    (double)(now_ns() - t0) * (double)base_len > (double)base_ns * (double)len * 1.1)
 			break;
 		if (chunk < max_chunk)
 			chunk *= 2;
@@ -251,7 +257,8 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
  * pages on one thread, parallel faults zero them on all. */
 static int commit_hugetlb(const struct mc_commit_request *req, unsigned int threads, const char **method)
 {
-	int err = populate_parallel(req->addr, req->len, req->page_size, threads, POPULATE_WRITE, req->cpu_node);
+	int err = populate_parallel(req->addr, req->len, req->page_size, threads, POPULATE_WRITE,
+				    req->cpu_node);
 
 	if (err == EINVAL)
 		return commit_base_pages(req, 0, req->len, threads, method); /* before 5.14 */

@@ -37,13 +37,16 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 		    struct mooncake_segment **out, const void *blob)
 {
 	if (!name || !opt || !out || !blob)
-		return mc_error(EINVAL, "Shared segment create needs a name, options, an output pointer and a "
+		return mc_error(EINVAL,
+				"Shared segment create needs a name, options, an output pointer and a "
 				"blob buffer (got NULL)");
 	if (opt->world_size == 0)
 		return mc_error(EINVAL, "Shared segment world_size must not be zero");
 	if (opt->rank_id >= opt->world_size || opt->owner_rank >= opt->world_size)
-		return mc_error(EINVAL, "Shared segment rank_id (%u) and owner_rank (%u) must be below world_size (%u)",
-				opt->rank_id, opt->owner_rank, opt->world_size);
+		return mc_error(
+			EINVAL,
+			"Shared segment rank_id (%u) and owner_rank (%u) must be below world_size (%u)",
+			opt->rank_id, opt->owner_rank, opt->world_size);
 	if (size == 0 || size > MOONCAKE_SEGMENT_MAX_SIZE)
 		return mc_error(EINVAL, "Shared segment size must be in (0, %llu], got %llu",
 				(unsigned long long)MOONCAKE_SEGMENT_MAX_SIZE, (unsigned long long)size);
@@ -52,20 +55,25 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 	if (opt->hugetlb && !opt->mmap)
 		return mc_error(EINVAL, "Shared segment hugetlb requires mmap=true");
 	if (opt->device_id < -1)
-		return mc_error(EINVAL, "Shared segment device_id must be a device index or -1, got %d", opt->device_id);
+		return mc_error(EINVAL, "Shared segment device_id must be a device index or -1, got %d",
+				opt->device_id);
 	if (opt->numa_node < MOONCAKE_SEGMENT_NUMA_INTERLEAVE)
-		return mc_error(EINVAL, "Shared segment numa_node must be a node, -1 (automatic) or -2 "
-				"(interleave), got %d", opt->numa_node);
+		return mc_error(EINVAL,
+				"Shared segment numa_node must be a node, -1 (automatic) or -2 "
+				"(interleave), got %d",
+				opt->numa_node);
 	return 0;
 }
 
 static int pick_backend(const struct mooncake_segment_options *opt, const struct mc_backend_ops **backend)
 {
 	if (!opt->mmap)
-		return mc_error(ENOTSUP, "This build has no VMM backend for shared segments (mmap=false needs the "
+		return mc_error(ENOTSUP,
+				"This build has no VMM backend for shared segments (mmap=false needs the "
 				"Ascend runtime); use mmap=true");
 	if (opt->host_register)
-		return mc_error(ENOTSUP, "Shared segment host_register=true needs an accelerator runtime, and this "
+		return mc_error(ENOTSUP,
+				"Shared segment host_register=true needs an accelerator runtime, and this "
 				"build registers with none; use host_register=false");
 	*backend = &mc_backend_memfd;
 	return 0;
@@ -151,9 +159,11 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	if (err)
 		goto fail;
 
-	mc_log(MOONCAKE_SEGMENT_LOG_INFO, "Shared segment %s create: rank %u of %u%s, base %p, %llu bytes "
-	       "(page %llu)", seg->label, opt->rank_id, opt->world_size, seg->is_owner ? " (owner)" : "",
-	       seg->base, (unsigned long long)seg->alloc_size, (unsigned long long)seg->page_size);
+	mc_log(MOONCAKE_SEGMENT_LOG_INFO,
+	       "Shared segment %s create: rank %u of %u%s, base %p, %llu bytes "
+	       "(page %llu)",
+	       seg->label, opt->rank_id, opt->world_size, seg->is_owner ? " (owner)" : "", seg->base,
+	       (unsigned long long)seg->alloc_size, (unsigned long long)seg->page_size);
 	*out = seg;
 	return 0;
 fail:
@@ -175,52 +185,69 @@ static int check_agreement(const struct mooncake_segment *seg, uint32_t k, const
 	uint32_t theirs = b->flags & MC_BLOB_FLAGS_DECLARED, ours = local->flags & MC_BLOB_FLAGS_DECLARED;
 
 	if (b->rank_id != k)
-		return mc_error(EINVAL, "Shared segment blob at position %u carries rank id %u: blobs must be in "
-				"rank order and rank_id must be each process's rank in the group", k, b->rank_id);
+		return mc_error(EINVAL,
+				"Shared segment blob at position %u carries rank id %u: blobs must be in "
+				"rank order and rank_id must be each process's rank in the group",
+				k, b->rank_id);
 	if (memcmp(b->boot_id, local->boot_id, MC_BOOT_ID_SIZE) != 0)
-		return mc_error(EXDEV, "Shared segment rank %u runs on another host (another boot id): a shared "
-				"segment spans the ranks of one host only; use a group of the local ranks", k);
+		return mc_error(EXDEV,
+				"Shared segment rank %u runs on another host (another boot id): a shared "
+				"segment spans the ranks of one host only; use a group of the local ranks",
+				k);
 	if (b->backend_id != local->backend_id)
-		return mc_error(EINVAL, "Shared segment backend of rank %u (%u) differs from this rank's (%u)", k,
+		return mc_error(EINVAL,
+				"Shared segment backend of rank %u (%u) differs from this rank's (%u)", k,
 				b->backend_id, local->backend_id);
 	if (b->world_size != local->world_size || b->owner_rank != local->owner_rank)
-		return mc_error(EINVAL, "Shared segment rank %u declares world_size %u and owner %u, this rank %u "
-				"declares %u and %u", k, b->world_size, b->owner_rank, seg->opt.rank_id,
-				local->world_size, local->owner_rank);
+		return mc_error(EINVAL,
+				"Shared segment rank %u declares world_size %u and owner %u, this rank %u "
+				"declares %u and %u",
+				k, b->world_size, b->owner_rank, seg->opt.rank_id, local->world_size,
+				local->owner_rank);
 	if (theirs != ours)
-		return mc_error(EINVAL, "Shared segment rank %u declares mmap=%s host_register=%s hugetlb=%s, this "
-				"rank %u mmap=%s host_register=%s hugetlb=%s", k, yes_no(theirs, MC_BLOB_FLAG_MMAP),
-				yes_no(theirs, MC_BLOB_FLAG_HOST_REGISTER), yes_no(theirs, MC_BLOB_FLAG_HUGETLB),
-				seg->opt.rank_id, yes_no(ours, MC_BLOB_FLAG_MMAP),
-				yes_no(ours, MC_BLOB_FLAG_HOST_REGISTER), yes_no(ours, MC_BLOB_FLAG_HUGETLB));
+		return mc_error(EINVAL,
+				"Shared segment rank %u declares mmap=%s host_register=%s hugetlb=%s, this "
+				"rank %u mmap=%s host_register=%s hugetlb=%s",
+				k, yes_no(theirs, MC_BLOB_FLAG_MMAP),
+				yes_no(theirs, MC_BLOB_FLAG_HOST_REGISTER),
+				yes_no(theirs, MC_BLOB_FLAG_HUGETLB), seg->opt.rank_id,
+				yes_no(ours, MC_BLOB_FLAG_MMAP), yes_no(ours, MC_BLOB_FLAG_HOST_REGISTER),
+				yes_no(ours, MC_BLOB_FLAG_HUGETLB));
 	if (b->fingerprint != local->fingerprint)
-		return mc_error(EINVAL, "Shared segment declaration of rank %u differs from the local one (name, "
-				"size or block layout)", k);
+		return mc_error(EINVAL,
+				"Shared segment declaration of rank %u differs from the local one (name, "
+				"size or block layout)",
+				k);
 	if (b->page_size != local->page_size)
-		return mc_error(EINVAL, "Shared segment page size of rank %u (%llu) differs from the local one "
-				"(%llu)", k, (unsigned long long)b->page_size, (unsigned long long)local->page_size);
+		return mc_error(EINVAL,
+				"Shared segment page size of rank %u (%llu) differs from the local one "
+				"(%llu)",
+				k, (unsigned long long)b->page_size, (unsigned long long)local->page_size);
 	if (b->alloc_size != local->alloc_size)
-		return mc_error(EINVAL, "Shared segment allocation size of rank %u (%llu) differs from the local "
-				"one (%llu)", k, (unsigned long long)b->alloc_size,
-				(unsigned long long)local->alloc_size);
+		return mc_error(EINVAL,
+				"Shared segment allocation size of rank %u (%llu) differs from the local "
+				"one (%llu)",
+				k, (unsigned long long)b->alloc_size, (unsigned long long)local->alloc_size);
 	return 0;
 }
 
 MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void *blobs, size_t blobs_len)
 {
 	const uint8_t *bytes = blobs;
-	struct mc_blob local, b, owner = {0};
+	struct mc_blob local, b, owner = { 0 };
 	size_t expected;
 	int err;
 
 	mc_clear_error();
 	if (!seg || !blobs)
-		return mc_error(EINVAL, "Shared segment complete needs a segment returned by create and the blobs");
+		return mc_error(EINVAL,
+				"Shared segment complete needs a segment returned by create and the blobs");
 	if (seg->ready)
 		return mc_error(EALREADY, "Shared segment complete has already been called on this segment");
 	expected = (size_t)seg->opt.world_size * MOONCAKE_SEGMENT_BLOB_SIZE;
 	if (blobs_len != expected)
-		return mc_error(EINVAL, "Shared segment expects one blob per rank: %u x %d = %zu bytes, got %zu",
+		return mc_error(EINVAL,
+				"Shared segment expects one blob per rank: %u x %d = %zu bytes, got %zu",
 				seg->opt.world_size, MOONCAKE_SEGMENT_BLOB_SIZE, expected, blobs_len);
 
 	fill_blob(seg, &local);
@@ -234,7 +261,8 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			owner = b;
 	}
 	if (!(owner.flags & MC_BLOB_FLAG_HANDLE))
-		return mc_error(EPROTO, "Shared segment owner rank %u did not export a handle", seg->opt.owner_rank);
+		return mc_error(EPROTO, "Shared segment owner rank %u did not export a handle",
+				seg->opt.owner_rank);
 
 	if (!seg->is_owner) {
 		err = seg->backend->import(seg, &owner);

@@ -33,7 +33,7 @@
 #include "linux-compat.h"
 
 #define MAX_THREADS 64
-#define MAX_SIZES 8
+#define MAX_SIZES   8
 #define MAX_RESULTS 32
 
 enum work { WORK_POPULATE, WORK_MEMSET, WORK_TOUCH };
@@ -75,7 +75,7 @@ static int parallel(uint8_t *addr, size_t len, size_t page, unsigned int threads
 	for (unsigned int i = 0; i < threads; i++) {
 		size_t n = pages / threads + (i < pages % threads);
 
-		s[i] = (struct slice){addr + off, n * page, work, 0};
+		s[i] = (struct slice){ addr + off, n * page, work, 0 };
 		off += n * page;
 	}
 	for (unsigned int i = 1; i < threads; i++)
@@ -114,7 +114,7 @@ static struct result *record(struct size_report *r, const char *method, unsigned
 {
 	struct result *res = &r->results[r->nresults < MAX_RESULTS - 1 ? r->nresults++ : r->nresults];
 
-	*res = (struct result){method, threads, seconds, ""};
+	*res = (struct result){ method, threads, seconds, "" };
 	return res;
 }
 
@@ -204,7 +204,8 @@ static void bench_ours(size_t size, unsigned int threads, bool hugetlb, double *
 		struct mooncake_segment_options p = bench_options(1, threads, hugetlb);
 
 		p.populate_on_import = populate;
-		if (mooncake_segment_create("bench", size, &p, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE) != 0)
+		if (mooncake_segment_create("bench", size, &p, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE) !=
+		    0)
 			break;
 		t0 = monotonic_ns();
 		if (mooncake_segment_complete(peer, blobs, sizeof(blobs)) == 0)
@@ -254,7 +255,7 @@ static bool hugetlb_pool_fits(uint64_t size)
 
 static void bench_size(const struct bench_config *cfg, struct size_report *r)
 {
-	unsigned int counts[2] = {1, cfg->threads};
+	unsigned int counts[2] = { 1, cfg->threads };
 	int nthreads = cfg->threads > 1 ? 2 : 1;
 	size_t size = r->size;
 
@@ -333,14 +334,23 @@ static int ratios(const struct size_report *r, unsigned int threads, struct rati
 	double ours = find(r, "ours", threads), hours = find(r, "ours-hugetlb", threads);
 	int n = 0;
 
-	out[n++] = (struct ratio_line){"ours / raw-memfd (same threads)", ratio(ours, find(r, "raw-memfd", threads)), ">= 0.9"};
-	out[n++] = (struct ratio_line){"ours / anon (same page size, threads)", ratio(ours, find(r, "anon", threads)), "report"};
-	out[n++] = (struct ratio_line){"ours / baseline-devshm (1 thread, touch)", ratio(ours, find(r, "baseline-devshm", 1)), ">= 1.6 at all threads"};
-	out[n++] = (struct ratio_line){"ours / memset limit", ratio(ours, find(r, "memset", threads)), "report"};
+	out[n++] = (struct ratio_line){ "ours / raw-memfd (same threads)",
+					ratio(ours, find(r, "raw-memfd", threads)), ">= 0.9" };
+	out[n++] = (struct ratio_line){ "ours / anon (same page size, threads)",
+					ratio(ours, find(r, "anon", threads)), "report" };
+	out[n++] = (struct ratio_line){ "ours / baseline-devshm (1 thread, touch)",
+					ratio(ours, find(r, "baseline-devshm", 1)), ">= 1.6 at all threads" };
+	out[n++] = (struct ratio_line){ "ours / memset limit", ratio(ours, find(r, "memset", threads)),
+					"report" };
 	if (hours > 0) {
-		out[n++] = (struct ratio_line){"ours-hugetlb / raw-memfd-hugetlb", ratio(hours, find(r, "raw-memfd-hugetlb", threads)), ">= 0.9"};
-		out[n++] = (struct ratio_line){"ours-hugetlb / baseline-devshm", ratio(hours, find(r, "baseline-devshm", 1)), ">= 10 at all threads"};
-		out[n++] = (struct ratio_line){"ours-hugetlb / memset limit", ratio(hours, find(r, "memset", threads)), "report"};
+		out[n++] =
+			(struct ratio_line){ "ours-hugetlb / raw-memfd-hugetlb",
+					     ratio(hours, find(r, "raw-memfd-hugetlb", threads)), ">= 0.9" };
+		out[n++] = (struct ratio_line){ "ours-hugetlb / baseline-devshm",
+						ratio(hours, find(r, "baseline-devshm", 1)),
+						">= 10 at all threads" };
+		out[n++] = (struct ratio_line){ "ours-hugetlb / memset limit",
+						ratio(hours, find(r, "memset", threads)), "report" };
 	}
 	return n;
 }
@@ -349,28 +359,30 @@ static void print_text(const struct bench_config *cfg, const struct size_report 
 {
 	char a[32];
 
-	printf("%s bench (%s): best of %d, threads 1 and %u\n", PROGRAM, mooncake_segment_version(), cfg->repeat,
-	       cfg->threads);
+	printf("%s bench (%s): best of %d, threads 1 and %u\n", PROGRAM, mooncake_segment_version(),
+	       cfg->repeat, cfg->threads);
 	for (int i = 0; i < cfg->nsizes; i++) {
 		const struct size_report *r = &reports[i];
 		struct ratio_line lines[8];
 
-		printf("\n== %s ==\n%-26s %7s %10s %9s\n", format_size(r->size, a, sizeof(a)), "method", "threads", "ms", "GB/s");
+		printf("\n== %s ==\n%-26s %7s %10s %9s\n", format_size(r->size, a, sizeof(a)), "method",
+		       "threads", "ms", "GB/s");
 		for (int j = 0; j < r->nresults; j++) {
 			const struct result *res = &r->results[j];
 
 			if (res->seconds < 0)
 				printf("%-26s %7u %10s %9s\n", res->method, res->threads, "-", "failed");
 			else
-				printf("%-26s %7u %10.3f %9.2f\n", res->method, res->threads, res->seconds * 1e3,
-				       (double)r->size / res->seconds / 1e9);
+				printf("%-26s %7u %10.3f %9.2f\n", res->method, res->threads,
+				       res->seconds * 1e3, (double)r->size / res->seconds / 1e9);
 		}
 		for (unsigned int t = 1; t <= cfg->threads; t = t == cfg->threads ? t + 1 : cfg->threads) {
 			int n = ratios(r, t, lines);
 
 			printf("ratios at %u thread%s:\n", t, t == 1 ? "" : "s");
 			for (int k = 0; k < n; k++)
-				printf("  %-44s %6.2f  (target %s)\n", lines[k].name, lines[k].value, lines[k].target);
+				printf("  %-44s %6.2f  (target %s)\n", lines[k].name, lines[k].value,
+				       lines[k].target);
 		}
 		printf("time until a peer can read: %.1f ms (owner create + peer import, %u threads)\n",
 		       (find(r, "ours", cfg->threads) + find(r, "import", cfg->threads)) * 1e3, cfg->threads);
@@ -379,8 +391,8 @@ static void print_text(const struct bench_config *cfg, const struct size_report 
 
 static void print_json(const struct bench_config *cfg, const struct size_report *reports)
 {
-	printf("{\"version\": \"%s\", \"repeat\": %d, \"threads\": %u, \"sizes\": [", mooncake_segment_version(),
-	       cfg->repeat, cfg->threads);
+	printf("{\"version\": \"%s\", \"repeat\": %d, \"threads\": %u, \"sizes\": [",
+	       mooncake_segment_version(), cfg->repeat, cfg->threads);
 	for (int i = 0; i < cfg->nsizes; i++) {
 		const struct size_report *r = &reports[i];
 		struct ratio_line lines[8];
@@ -389,12 +401,13 @@ static void print_json(const struct bench_config *cfg, const struct size_report 
 		for (int j = 0; j < r->nresults; j++) {
 			const struct result *res = &r->results[j];
 
-			printf("%s{\"method\": \"%s\", \"threads\": %u, \"seconds\": %.6f, \"gbps\": %.3f}", j ? ", " : "",
-			       res->method, res->threads, res->seconds,
+			printf("%s{\"method\": \"%s\", \"threads\": %u, \"seconds\": %.6f, \"gbps\": %.3f}",
+			       j ? ", " : "", res->method, res->threads, res->seconds,
 			       res->seconds > 0 ? (double)r->size / res->seconds / 1e9 : -1.0);
 		}
 		printf("], \"ratios\": [");
-		for (unsigned int t = 1, first = 1; t <= cfg->threads; t = t == cfg->threads ? t + 1 : cfg->threads) {
+		for (unsigned int t = 1, first = 1; t <= cfg->threads;
+		     t = t == cfg->threads ? t + 1 : cfg->threads) {
 			int n = ratios(r, t, lines);
 
 			for (int k = 0; k < n; k++, first = 0) {
@@ -413,7 +426,8 @@ static bool parse_sizes(char *list, struct bench_config *cfg)
 	cfg->nsizes = 0;
 	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
 		if (cfg->nsizes == MAX_SIZES || !parse_size(tok, &cfg->sizes[cfg->nsizes]) ||
-		    cfg->sizes[cfg->nsizes] < (UINT64_C(1) << 20) || cfg->sizes[cfg->nsizes] > MOONCAKE_SEGMENT_MAX_SIZE)
+		    cfg->sizes[cfg->nsizes] < (UINT64_C(1) << 20) ||
+		    cfg->sizes[cfg->nsizes] > MOONCAKE_SEGMENT_MAX_SIZE)
 			return false;
 		cfg->nsizes++;
 	}
@@ -422,25 +436,31 @@ static bool parse_sizes(char *list, struct bench_config *cfg)
 
 static void bench_usage(FILE *out)
 {
-	fprintf(out, "Usage: %s bench [--sizes LIST] [--threads N] [--repeat N] [--hugetlb] [--json]\n\n"
-		     "Measure the owner's create+commit, a peer's import and the Python-style baseline\n"
-		     "against anonymous memory and memset in the same run.\n\n"
-		     "  --sizes LIST   comma-separated sizes, default 256M,1G,4G (each >= 1M)\n"
-		     "  --threads N    the multi-threaded runs (default: CPUs allowed, at most 64)\n"
-		     "  --repeat N     best of N runs (default 3)\n"
-		     "  --hugetlb      also measure hugetlb=true where the pool can hold the size\n"
-		     "  --json         machine-readable output\n", PROGRAM);
+	fprintf(out,
+		"Usage: %s bench [--sizes LIST] [--threads N] [--repeat N] [--hugetlb] [--json]\n\n"
+		"Measure the owner's create+commit, a peer's import and the Python-style baseline\n"
+		"against anonymous memory and memset in the same run.\n\n"
+		"  --sizes LIST   comma-separated sizes, default 256M,1G,4G (each >= 1M)\n"
+		"  --threads N    the multi-threaded runs (default: CPUs allowed, at most 64)\n"
+		"  --repeat N     best of N runs (default 3)\n"
+		"  --hugetlb      also measure hugetlb=true where the pool can hold the size\n"
+		"  --json         machine-readable output\n",
+		PROGRAM);
 }
 
 int cmd_bench(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{"sizes", required_argument, NULL, 's'}, {"threads", required_argument, NULL, 't'},
-		{"repeat", required_argument, NULL, 'r'}, {"hugetlb", no_argument, NULL, 'H'},
-		{"json", no_argument, NULL, 'j'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+		{ "sizes", required_argument, NULL, 's' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "repeat", required_argument, NULL, 'r' },
+		{ "hugetlb", no_argument, NULL, 'H' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
 	char default_sizes[] = "256M,1G,4G";
-	struct bench_config cfg = {{0}, 0, 1, 3, false, false};
+	struct bench_config cfg = { { 0 }, 0, 1, 3, false, false };
 	struct size_report *reports;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	uint64_t v, available = mc_meminfo_field("MemAvailable");
@@ -452,15 +472,17 @@ int cmd_bench(int argc, char **argv)
 		switch (c) {
 		case 's':
 			if (!parse_sizes(optarg, &cfg)) {
-				fprintf(stderr, "%s bench: --sizes takes up to %d sizes of 1M..64T, e.g. 256M,1G\n", PROGRAM, MAX_SIZES);
+				fprintf(stderr,
+					"%s bench: --sizes takes up to %d sizes of 1M..64T, e.g. 256M,1G\n",
+					PROGRAM, MAX_SIZES);
 				return 2;
 			}
 			break;
 		case 't':
 		case 'r':
 			if (!parse_uint(optarg, 1, c == 't' ? MAX_THREADS : 100, &v)) {
-				fprintf(stderr, "%s bench: --%s must be 1..%d\n", PROGRAM, c == 't' ? "threads" : "repeat",
-					c == 't' ? MAX_THREADS : 100);
+				fprintf(stderr, "%s bench: --%s must be 1..%d\n", PROGRAM,
+					c == 't' ? "threads" : "repeat", c == 't' ? MAX_THREADS : 100);
 				return 2;
 			}
 			if (c == 't')
@@ -490,8 +512,10 @@ int cmd_bench(int argc, char **argv)
 
 		/* Two copies exist at once (ours and the peer's view share one; anon is freed first). */
 		if (cfg.sizes[i] > available / 2) {
-			fprintf(stderr, "%s bench: skipping %s: MemAvailable is %s, a run needs twice the size\n", PROGRAM,
-				format_size(cfg.sizes[i], a, sizeof(a)), format_size(available, b, sizeof(b)));
+			fprintf(stderr,
+				"%s bench: skipping %s: MemAvailable is %s, a run needs twice the size\n",
+				PROGRAM, format_size(cfg.sizes[i], a, sizeof(a)),
+				format_size(available, b, sizeof(b)));
 			cfg.sizes[i--] = cfg.sizes[--cfg.nsizes];
 			continue;
 		}

@@ -32,7 +32,6 @@ bool mapping_usage(const void *base, struct mapping_usage *usage);
 
 uint64_t monotonic_ns(void);
 
-
 /* Write @s as a JSON string literal (with quotes). */
 void json_string(FILE *out, const char *s);
 

@@ -35,7 +35,7 @@ struct rank_report {
 	uint64_t pss;
 	uint64_t hugetlb;
 	uint32_t pid;
-	uint32_t peers_ok;    /* this rank saw the owner's pattern */
+	uint32_t peers_ok;     /* this rank saw the owner's pattern */
 	uint32_t writeback_ok; /* owner: every peer's write-back arrived */
 	uint64_t page_size;
 	char backend[16];
@@ -48,7 +48,8 @@ static uint8_t pattern(uint64_t offset)
 
 static int fail_rank(const struct group_rank *self, const char *what)
 {
-	fprintf(stderr, "%s demo: rank %u: %s: %s\n", PROGRAM, self->rank, what, mooncake_segment_last_error());
+	fprintf(stderr, "%s demo: rank %u: %s: %s\n", PROGRAM, self->rank, what,
+		mooncake_segment_last_error());
 	return 1;
 }
 
@@ -117,7 +118,8 @@ static int demo_rank(struct group_rank *self, void *arg)
 	if (self->rank == cfg->owner) {
 		mine.writeback_ok = 1;
 		for (uint32_t r = 0; r < self->world_size; r++)
-			for (uint64_t off = r * slice; r != cfg->owner && off < (r + 1) * slice; off += STRIDE)
+			for (uint64_t off = r * slice; r != cfg->owner && off < (r + 1) * slice;
+			     off += STRIDE)
 				if (base[off] != (uint8_t)(r + 1))
 					mine.writeback_ok = 0;
 	}
@@ -146,15 +148,17 @@ static int demo_rank(struct group_rank *self, void *arg)
 		       format_size(all[0].page_size, b, sizeof(b)));
 		printf("%-5s %-8s %-18s %12s %12s  %s\n", "rank", "pid", "base", "rss", "pss", "check");
 		for (uint32_t r = 0; r < self->world_size; r++) {
-			const char *check = !all[r].peers_ok			  ? "FAILED: wrong bytes"
-					    : r == cfg->owner && !all[r].writeback_ok ? "FAILED: write-back lost"
-					    : r == cfg->owner			  ? "ok (wrote; saw every write-back)"
-										  : "ok (read owner's bytes; wrote back)";
+			const char *check = !all[r].peers_ok ? "FAILED: wrong bytes"
+					    : r == cfg->owner && !all[r].writeback_ok
+						    ? "FAILED: write-back lost"
+					    : r == cfg->owner ? "ok (wrote; saw every write-back)"
+							      : "ok (read owner's bytes; wrote back)";
 
 			ok = ok && all[r].peers_ok && (r != cfg->owner || all[r].writeback_ok);
 			total += all[r].pss;
 			printf("%-5u %-8u 0x%016" PRIx64 " %12s %12s  %s\n", r, all[r].pid, all[r].base,
-			       format_size(all[r].rss, a, sizeof(a)), format_size(all[r].pss, b, sizeof(b)), check);
+			       format_size(all[r].rss, a, sizeof(a)), format_size(all[r].pss, b, sizeof(b)),
+			       check);
 		}
 		if (cfg->hugetlb) {
 			/* HugeTLB pages are in no RSS or PSS: the pool's use tells the copies. */
@@ -182,19 +186,21 @@ static int demo_rank(struct group_rank *self, void *arg)
 
 static void demo_usage(FILE *out)
 {
-	fprintf(out, "Usage: %s demo [--ranks N] [--size SIZE] [--owner RANK] [--hugetlb]\n\n"
-		     "Fork N ranks (default 4) that share one segment (default 256M) and show that the\n"
-		     "group holds one physical copy: per rank its base address, RSS and PSS.\n", PROGRAM);
+	fprintf(out,
+		"Usage: %s demo [--ranks N] [--size SIZE] [--owner RANK] [--hugetlb]\n\n"
+		"Fork N ranks (default 4) that share one segment (default 256M) and show that the\n"
+		"group holds one physical copy: per rank its base address, RSS and PSS.\n",
+		PROGRAM);
 }
 
 int cmd_demo(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{"ranks", required_argument, NULL, 'n'}, {"size", required_argument, NULL, 's'},
-		{"owner", required_argument, NULL, 'o'}, {"hugetlb", no_argument, NULL, 'H'},
-		{"help", no_argument, NULL, 'h'},	 {NULL, 0, NULL, 0},
+		{ "ranks", required_argument, NULL, 'n' }, { "size", required_argument, NULL, 's' },
+		{ "owner", required_argument, NULL, 'o' }, { "hugetlb", no_argument, NULL, 'H' },
+		{ "help", no_argument, NULL, 'h' },	   { NULL, 0, NULL, 0 },
 	};
-	struct demo_config cfg = {4, 0, UINT64_C(256) << 20, false};
+	struct demo_config cfg = { 4, 0, UINT64_C(256) << 20, false };
 	int codes[MAX_RANKS], c, ret = 0;
 	uint64_t v;
 
@@ -202,21 +208,24 @@ int cmd_demo(int argc, char **argv)
 		switch (c) {
 		case 'n':
 			if (!parse_uint(optarg, 1, MAX_RANKS, &v)) {
-				fprintf(stderr, "%s demo: --ranks must be 1..%d, got '%s'\n", PROGRAM, MAX_RANKS, optarg);
+				fprintf(stderr, "%s demo: --ranks must be 1..%d, got '%s'\n", PROGRAM,
+					MAX_RANKS, optarg);
 				return 2;
 			}
 			cfg.ranks = (uint32_t)v;
 			break;
 		case 's':
-			if (!parse_size(optarg, &cfg.size) || cfg.size < 4096 || cfg.size > MOONCAKE_SEGMENT_MAX_SIZE) {
-				fprintf(stderr, "%s demo: --size must be 4K..64T (e.g. 256M, 1G), got '%s'\n", PROGRAM,
-					optarg);
+			if (!parse_size(optarg, &cfg.size) || cfg.size < 4096 ||
+			    cfg.size > MOONCAKE_SEGMENT_MAX_SIZE) {
+				fprintf(stderr, "%s demo: --size must be 4K..64T (e.g. 256M, 1G), got '%s'\n",
+					PROGRAM, optarg);
 				return 2;
 			}
 			break;
 		case 'o':
 			if (!parse_uint(optarg, 0, MAX_RANKS - 1, &v)) {
-				fprintf(stderr, "%s demo: --owner must be a rank, got '%s'\n", PROGRAM, optarg);
+				fprintf(stderr, "%s demo: --owner must be a rank, got '%s'\n", PROGRAM,
+					optarg);
 				return 2;
 			}
 			cfg.owner = (uint32_t)v;

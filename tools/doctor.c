@@ -35,7 +35,7 @@
 #include "linux-compat.h"
 
 enum status { OK, WARN, FAIL };
-static const char *const status_names[] = {"ok", "warn", "fail"};
+static const char *const status_names[] = { "ok", "warn", "fail" };
 
 struct finding {
 	const char *check;
@@ -79,7 +79,9 @@ static void check_kernel(void)
 	if (p != MAP_FAILED)
 		munmap(p, 4096);
 	add("kernel", populate ? OK : WARN,
-	    populate ? NULL : "upgrade to Linux 5.14 or later for MADV_POPULATE_WRITE (commit falls back to touching pages, slower)",
+	    populate
+		    ? NULL
+		    : "upgrade to Linux 5.14 or later for MADV_POPULATE_WRITE (commit falls back to touching pages, slower)",
 	    "Linux %s; MADV_POPULATE_WRITE %s", u.release, populate ? "yes" : "no");
 }
 
@@ -93,11 +95,13 @@ static void check_memfd(void)
 		close(fd);
 	}
 	if (fd < 0)
-		add("memfd", FAIL, "allow memfd_create in the seccomp profile (Docker: a custom --security-opt seccomp=PROFILE; "
+		add("memfd", FAIL,
+		    "allow memfd_create in the seccomp profile (Docker: a custom --security-opt seccomp=PROFILE; "
 		    "Kubernetes: seccompProfile RuntimeDefault allows it on current runtimes)",
 		    "memfd_create failed: %s", strerror(err));
 	else
-		add("memfd", seals == 0 ? OK : WARN, seals == 0 ? NULL : "a kernel with memfd sealing (3.17+)",
+		add("memfd", seals == 0 ? OK : WARN,
+		    seals == 0 ? NULL : "a kernel with memfd sealing (3.17+)",
 		    "memfd_create works; sealing %s", seals == 0 ? "works" : "refused");
 }
 
@@ -148,12 +152,14 @@ static void check_peer_access(void)
 	waitpid(child, NULL, 0);
 	mc_read_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
 	add("peer access", route_proc || route_pidfd ? OK : FAIL,
-	    route_proc || route_pidfd ? NULL
-				      : "run every rank as the same user in one PID namespace; host: sysctl -w kernel.yama.ptrace_scope=1; "
-					"Docker: --cap-add SYS_PTRACE (and --pid=host or --pid=container:NAME across containers); "
-					"Kubernetes: securityContext.capabilities.add [SYS_PTRACE], shareProcessNamespace: true",
-	    "a child's memfd: /proc/PID/fd %s, pidfd_getfd %s; ptrace_scope %s", route_proc ? "opens" : "refused",
-	    route_pidfd ? "works" : "refused or missing", scope[0] ? scope : "n/a (no Yama)");
+	    route_proc || route_pidfd
+		    ? NULL
+		    : "run every rank as the same user in one PID namespace; host: sysctl -w kernel.yama.ptrace_scope=1; "
+		      "Docker: --cap-add SYS_PTRACE (and --pid=host or --pid=container:NAME across containers); "
+		      "Kubernetes: securityContext.capabilities.add [SYS_PTRACE], shareProcessNamespace: true",
+	    "a child's memfd: /proc/PID/fd %s, pidfd_getfd %s; ptrace_scope %s",
+	    route_proc ? "opens" : "refused", route_pidfd ? "works" : "refused or missing",
+	    scope[0] ? scope : "n/a (no Yama)");
 }
 
 static void check_dev_shm(void)
@@ -166,7 +172,8 @@ static void check_dev_shm(void)
 		return;
 	}
 	format_size((uint64_t)s.f_blocks * s.f_frsize, size, sizeof(size));
-	add("/dev/shm", OK, NULL, "%s; not used by mooncake-segment (unnamed memfd), so its size never limits a segment", size);
+	add("/dev/shm", OK, NULL,
+	    "%s; not used by mooncake-segment (unnamed memfd), so its size never limits a segment", size);
 }
 
 static void check_cgroup(void)
@@ -195,7 +202,8 @@ static void check_memlock(void)
 
 	getrlimit(RLIMIT_MEMLOCK, &r);
 	if (r.rlim_cur == RLIM_INFINITY || root) {
-		add("RLIMIT_MEMLOCK", OK, NULL, "%s%s", r.rlim_cur == RLIM_INFINITY ? "unlimited" : format_size(r.rlim_cur, a, sizeof(a)),
+		add("RLIMIT_MEMLOCK", OK, NULL, "%s%s",
+		    r.rlim_cur == RLIM_INFINITY ? "unlimited" : format_size(r.rlim_cur, a, sizeof(a)),
 		    root && r.rlim_cur != RLIM_INFINITY ? " (root: CAP_IPC_LOCK exempts it)" : "");
 		return;
 	}
@@ -215,9 +223,10 @@ static void check_thp(void)
 	mc_read_line("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof(defrag));
 	shmem_on = !strstr(shmem, "[never]") && !strstr(shmem, "[deny]") && strchr(shmem, '[');
 	add("THP", shmem_on ? OK : WARN,
-	    shmem_on ? NULL
-		     : "for 2 MiB pages on the default path: echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled "
-		       "(a host setting; containers inherit it), or use hugetlb=True with a HugeTLB pool",
+	    shmem_on
+		    ? NULL
+		    : "for 2 MiB pages on the default path: echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled "
+		      "(a host setting; containers inherit it), or use hugetlb=True with a HugeTLB pool",
 	    "enabled %s; shmem_enabled %s; defrag %s", enabled, shmem, defrag);
 }
 
@@ -249,9 +258,10 @@ static void check_hugetlb(void)
 	}
 	globfree(&g);
 	add("HugeTLB", free_total ? OK : WARN,
-	    free_total ? NULL
-		       : "hugetlb=True needs a pool: sysctl -w vm.nr_hugepages=N (N x 2 MiB; persist in /etc/sysctl.d/); "
-			 "Kubernetes: pre-allocate on the node and request hugepages-2Mi",
+	    free_total
+		    ? NULL
+		    : "hugetlb=True needs a pool: sysctl -w vm.nr_hugepages=N (N x 2 MiB; persist in /etc/sysctl.d/); "
+		      "Kubernetes: pre-allocate on the node and request hugepages-2Mi",
 	    "%s", pools);
 }
 
@@ -270,9 +280,10 @@ static void check_numa(void)
 	if (p != MAP_FAILED)
 		munmap(p, 4096);
 	add("NUMA", ret == 0 ? OK : WARN,
-	    ret == 0 ? NULL
-		     : "placement degrades to the default: Docker: --cap-add SYS_NICE (or a seccomp profile allowing "
-		       "mbind/set_mempolicy); Kubernetes: securityContext.capabilities.add [SYS_NICE]",
+	    ret == 0
+		    ? NULL
+		    : "placement degrades to the default: Docker: --cap-add SYS_NICE (or a seccomp profile allowing "
+		      "mbind/set_mempolicy); Kubernetes: securityContext.capabilities.add [SYS_NICE]",
 	    "%d node(s); mbind %s", numa_num_configured_nodes(), ret == 0 ? "allowed" : strerror(errno));
 }
 
@@ -283,14 +294,17 @@ static void check_cuda(void)
 	int version = 0;
 
 	if (!lib) {
-		add("CUDA driver", OK, NULL, "libcuda.so.1 not found: no NVIDIA driver (host_register=True on CUDA unavailable)");
+		add("CUDA driver", OK, NULL,
+		    "libcuda.so.1 not found: no NVIDIA driver (host_register=True on CUDA unavailable)");
 		return;
 	}
 	*(void **)&get_version = dlsym(lib, "cuDriverGetVersion");
 	if (get_version && get_version(&version) == 0)
-		add("CUDA driver", OK, NULL, "libcuda.so.1 present, driver API %d.%d", version / 1000, version % 1000 / 10);
+		add("CUDA driver", OK, NULL, "libcuda.so.1 present, driver API %d.%d", version / 1000,
+		    version % 1000 / 10);
 	else
-		add("CUDA driver", WARN, "install the NVIDIA driver matching the kernel module", "libcuda.so.1 present but cuDriverGetVersion failed");
+		add("CUDA driver", WARN, "install the NVIDIA driver matching the kernel module",
+		    "libcuda.so.1 present but cuDriverGetVersion failed");
 	dlclose(lib);
 }
 
@@ -309,7 +323,8 @@ static void print_text(void)
 {
 	printf("%s doctor (%s)\n\n", PROGRAM, mooncake_segment_version());
 	for (int i = 0; i < nfindings; i++) {
-		printf("[%-4s] %-15s %s\n", status_names[findings[i].status], findings[i].check, findings[i].value);
+		printf("[%-4s] %-15s %s\n", status_names[findings[i].status], findings[i].check,
+		       findings[i].value);
 		if (findings[i].fix[0])
 			printf("       %-15s fix: %s\n", "", findings[i].fix);
 	}
@@ -332,9 +347,9 @@ static void print_json(void)
 
 int cmd_doctor(int argc, char **argv)
 {
-	static const struct option options[] = {{"json", no_argument, NULL, 'j'},
-						{"help", no_argument, NULL, 'h'},
-						{NULL, 0, NULL, 0}};
+	static const struct option options[] = { { "json", no_argument, NULL, 'j' },
+						 { "help", no_argument, NULL, 'h' },
+						 { NULL, 0, NULL, 0 } };
 	bool json = false, failed = false;
 	int c;
 
@@ -342,8 +357,10 @@ int cmd_doctor(int argc, char **argv)
 		if (c == 'j') {
 			json = true;
 		} else {
-			fprintf(c == 'h' ? stdout : stderr, "Usage: %s doctor [--json]\n\n"
-				"Check this node for what shared segments need; exit 1 if a check fails.\n", PROGRAM);
+			fprintf(c == 'h' ? stdout : stderr,
+				"Usage: %s doctor [--json]\n\n"
+				"Check this node for what shared segments need; exit 1 if a check fails.\n",
+				PROGRAM);
 			return c == 'h' ? 0 : 2;
 		}
 	}

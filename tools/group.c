@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define GROUP_MAX 256
+#define GROUP_MAX    256
 #define ROUND_FAILED UINT32_MAX
 
 static pid_t pids[GROUP_MAX];
@@ -86,8 +86,8 @@ int group_barrier(struct group_rank *self)
 
 struct hub_rank {
 	int sock;
-	bool alive;     /* connection still open */
-	bool sent;      /* contributed to the current round */
+	bool alive; /* connection still open */
+	bool sent;  /* contributed to the current round */
 	uint32_t len;
 	uint8_t *data;
 };
@@ -125,7 +125,8 @@ static void close_round(struct hub_rank *r, uint32_t world, bool failed)
 		if (!r[i].alive)
 			continue;
 		if (r[i].sent)
-			if (write_all(r[i].sock, &total, sizeof(total)) || (!failed && write_all(r[i].sock, all, total)))
+			if (write_all(r[i].sock, &total, sizeof(total)) ||
+			    (!failed && write_all(r[i].sock, all, total)))
 				r[i].alive = false;
 		free(r[i].data);
 		r[i].data = NULL;
@@ -198,7 +199,7 @@ int group_run(uint32_t world_size, group_rank_fn fn, void *arg, int timeout_ms, 
 		return -EINVAL;
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	for (uint32_t i = 0; i < world_size; i++)
-		ranks[i] = (struct hub_rank){-1, false, false, 0, NULL};
+		ranks[i] = (struct hub_rank){ -1, false, false, 0, NULL };
 	for (uint32_t i = 0; i < world_size; i++) {
 		int sv[2];
 
@@ -209,7 +210,7 @@ int group_run(uint32_t world_size, group_rank_fn fn, void *arg, int timeout_ms, 
 		}
 		pids[i] = fork();
 		if (pids[i] == 0) {
-			struct group_rank self = {i, world_size, sv[1]};
+			struct group_rank self = { i, world_size, sv[1] };
 
 			close(sv[0]);
 			for (uint32_t j = 0; j < i; j++)
@@ -225,7 +226,7 @@ int group_run(uint32_t world_size, group_rank_fn fn, void *arg, int timeout_ms, 
 			close(sv[0]);
 			break;
 		}
-		ranks[i] = (struct hub_rank){sv[0], true, false, 0, NULL};
+		ranks[i] = (struct hub_rank){ sv[0], true, false, 0, NULL };
 	}
 	if (!err)
 		serve(ranks, world_size, timeout_ms, &start, &timed_out);

@@ -13,9 +13,9 @@
 
 int cmd_info(int argc, char **argv)
 {
-	static const struct option options[] = {{"json", no_argument, NULL, 'j'},
-						{"help", no_argument, NULL, 'h'},
-						{NULL, 0, NULL, 0}};
+	static const struct option options[] = { { "json", no_argument, NULL, 'j' },
+						 { "help", no_argument, NULL, 'h' },
+						 { NULL, 0, NULL, 0 } };
 	bool json = false, mmap_ok, hugetlb_ok, register_ok, vmm_ok;
 	char shmem[128] = "unknown", pmd[32] = "unknown", boot[64] = "unknown";
 	int c;
@@ -39,32 +39,39 @@ int cmd_info(int argc, char **argv)
 	if (json) {
 		printf("{\"version\": \"%s\", \"build\": {\"cuda\": %s, \"ascend\": %s}, "
 		       "\"supported\": {\"mmap\": %s, \"hugetlb\": %s, \"host_register\": %s, \"vmm\": %s}, "
-		       "\"page_size\": %ld, \"thp_pmd_size\": ", mooncake_segment_version(),
-		       HAVE_CUDA ? "true" : "false", HAVE_ASCEND ? "true" : "false", mmap_ok ? "true" : "false",
-		       hugetlb_ok ? "true" : "false", register_ok ? "true" : "false", vmm_ok ? "true" : "false",
-		       sysconf(_SC_PAGESIZE));
+		       "\"page_size\": %ld, \"thp_pmd_size\": ",
+		       mooncake_segment_version(), HAVE_CUDA ? "true" : "false",
+		       HAVE_ASCEND ? "true" : "false", mmap_ok ? "true" : "false",
+		       hugetlb_ok ? "true" : "false", register_ok ? "true" : "false",
+		       vmm_ok ? "true" : "false", sysconf(_SC_PAGESIZE));
 		json_string(stdout, pmd);
 		printf(", \"shmem_enabled\": ");
 		json_string(stdout, shmem);
-		printf(", \"hugetlb_default_size\": %llu, \"boot_id\": ", (unsigned long long)mc_meminfo_field("Hugepagesize"));
+		printf(", \"hugetlb_default_size\": %llu, \"boot_id\": ",
+		       (unsigned long long)mc_meminfo_field("Hugepagesize"));
 		json_string(stdout, boot);
 		printf("}\n");
 		return 0;
 	}
 	printf("%s %s\n\n", PROGRAM, mooncake_segment_version());
 	printf("this build:\n");
-	printf("  CUDA headers             %s\n", HAVE_CUDA ? "found at build time" : "not found at build time");
-	printf("  Ascend headers           %s\n", HAVE_ASCEND ? "found at build time" : "not found at build time");
-	printf("  accelerator registration %s\n", register_ok ? "available" : "not in this version (host_register=false only)");
+	printf("  CUDA headers             %s\n",
+	       HAVE_CUDA ? "found at build time" : "not found at build time");
+	printf("  Ascend headers           %s\n",
+	       HAVE_ASCEND ? "found at build time" : "not found at build time");
+	printf("  accelerator registration %s\n",
+	       register_ok ? "available" : "not in this version (host_register=false only)");
 	printf("this host supports:\n");
 	printf("  mmap (memfd)             %s\n", mmap_ok ? "yes" : "no");
 	printf("  hugetlb                  %s\n", hugetlb_ok ? "yes" : "no");
-	printf("  host_register            %s\n", register_ok ? "yes" : "no (no accelerator runtime with a device)");
+	printf("  host_register            %s\n",
+	       register_ok ? "yes" : "no (no accelerator runtime with a device)");
 	printf("  VMM (mmap=false)         %s\n", vmm_ok ? "yes" : "no");
 	printf("pages:\n");
 	printf("  base page                %ld bytes\n", sysconf(_SC_PAGESIZE));
 	printf("  THP PMD size             %s bytes, shmem_enabled: %s\n", pmd, shmem);
-	printf("  HugeTLB default size     %llu kB\n", (unsigned long long)(mc_meminfo_field("Hugepagesize") >> 10));
+	printf("  HugeTLB default size     %llu kB\n",
+	       (unsigned long long)(mc_meminfo_field("Hugepagesize") >> 10));
 	printf("host:\n");
 	printf("  boot id                  %s\n", boot);
 	return 0;

@@ -18,22 +18,26 @@ static const struct {
 	int (*run)(int argc, char **argv);
 	const char *summary;
 } commands[] = {
-	{"demo", cmd_demo, "fork ranks that share one segment and show the single copy"},
-	{"doctor", cmd_doctor, "check this node for what shared segments need, with fixes"},
-	{"info", cmd_info, "version, and what this build and this host support"},
-	{"bench", cmd_bench, "measure commit and import against the physical limits"},
+	{ "demo", cmd_demo, "fork ranks that share one segment and show the single copy" },
+	{ "doctor", cmd_doctor, "check this node for what shared segments need, with fixes" },
+	{ "info", cmd_info, "version, and what this build and this host support" },
+	{ "bench", cmd_bench, "measure commit and import against the physical limits" },
 };
 
 static void usage(FILE *out)
 {
-	fprintf(out, "Usage: %s COMMAND [OPTIONS]\n\n"
-		     "Share one physical copy of host memory between the ranks of a process group.\n\n"
-		     "Commands:\n", PROGRAM);
+	fprintf(out,
+		"Usage: %s COMMAND [OPTIONS]\n\n"
+		"Share one physical copy of host memory between the ranks of a process group.\n\n"
+		"Commands:\n",
+		PROGRAM);
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
-	fprintf(out, "\n  %s COMMAND --help   options of a command\n"
-		     "  %s --version        the library version\n\n"
-		     "See mooncake-segment(1).\n", PROGRAM, PROGRAM);
+	fprintf(out,
+		"\n  %s COMMAND --help   options of a command\n"
+		"  %s --version        the library version\n\n"
+		"See mooncake-segment(1).\n",
+		PROGRAM, PROGRAM);
 }
 
 int main(int argc, char **argv)

@@ -60,7 +60,7 @@ bool parse_size(const char *text, uint64_t *bytes)
 
 const char *format_size(uint64_t bytes, char *buf, size_t size)
 {
-	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
 	double v = (double)bytes;
 	size_t u = 0;
 

@@ -67,17 +67,17 @@ struct mooncake_segment; /* opaque */
 struct mooncake_segment_options {
 	/* Fields may be added at the end in later versions: always call
 	 * mooncake_segment_options_init() first. */
-	uint32_t world_size;    /* >= 1 */
-	uint32_t rank_id;       /* < world_size */
-	uint32_t owner_rank;    /* < world_size */
-	int32_t device_id;      /* accelerator of this rank, or -1 */
-	bool mmap;              /* true: host shared memory (memfd); false: platform VMM */
-	bool host_register;     /* register the pages with the accelerator (mmap only) */
-	bool hugetlb;           /* back with HugeTLB pages, fail if the pool cannot */
-	int32_t numa_node;      /* a node, MOONCAKE_SEGMENT_NUMA_AUTO or _INTERLEAVE */
-	uint32_t commit_threads;     /* owner threads committing pages; 0: automatic */
-	bool populate_on_import;     /* non-owners map every page table entry at complete */
-	uint64_t hugetlb_page_size;  /* with hugetlb: 0 for the default (2 MiB), or 1 GiB */
+	uint32_t world_size;	    /* >= 1 */
+	uint32_t rank_id;	    /* < world_size */
+	uint32_t owner_rank;	    /* < world_size */
+	int32_t device_id;	    /* accelerator of this rank, or -1 */
+	bool mmap;		    /* true: host shared memory (memfd); false: platform VMM */
+	bool host_register;	    /* register the pages with the accelerator (mmap only) */
+	bool hugetlb;		    /* back with HugeTLB pages, fail if the pool cannot */
+	int32_t numa_node;	    /* a node, MOONCAKE_SEGMENT_NUMA_AUTO or _INTERLEAVE */
+	uint32_t commit_threads;    /* owner threads committing pages; 0: automatic */
+	bool populate_on_import;    /* non-owners map every page table entry at complete */
+	uint64_t hugetlb_page_size; /* with hugetlb: 0 for the default (2 MiB), or 1 GiB */
 };
 
 /**
@@ -109,8 +109,7 @@ void mooncake_segment_options_init(struct mooncake_segment_options *opt);
  *  -EPERM   the kernel refused (for example a seccomp filter on memfd_create)
  *  -EIO     any other failure of the system or of a runtime
  */
-int mooncake_segment_create(const char *name, uint64_t size,
-			    const struct mooncake_segment_options *opt,
+int mooncake_segment_create(const char *name, uint64_t size, const struct mooncake_segment_options *opt,
 			    struct mooncake_segment **out, void *blob);
 
 /**
@@ -198,19 +197,19 @@ const char *mooncake_segment_version(void);
 #define MOONCAKE_SEGMENT_INFO_THP_FALLBACK (1u << 5)
 
 struct mooncake_segment_info {
-	uint64_t size;            /* as create() was asked */
-	uint64_t alloc_size;      /* mapped size */
-	uint64_t page_size;       /* the page size the backing asks for */
-	uint64_t resident_bytes;  /* mapped in this process now */
-	uint64_t huge_bytes;      /* of those, mapped by huge pages (THP or HugeTLB) */
-	uint64_t commit_ns;       /* owner: time spent committing the pages */
-	uint32_t commit_threads;  /* owner: threads that committed them */
-	uint32_t flags;           /* MOONCAKE_SEGMENT_INFO_* */
+	uint64_t size;		     /* as create() was asked */
+	uint64_t alloc_size;	     /* mapped size */
+	uint64_t page_size;	     /* the page size the backing asks for */
+	uint64_t resident_bytes;     /* mapped in this process now */
+	uint64_t huge_bytes;	     /* of those, mapped by huge pages (THP or HugeTLB) */
+	uint64_t commit_ns;	     /* owner: time spent committing the pages */
+	uint32_t commit_threads;     /* owner: threads that committed them */
+	uint32_t flags;		     /* MOONCAKE_SEGMENT_INFO_* */
 	int32_t numa_node_requested; /* as in the options, after automatic selection */
-	int32_t numa_node;        /* the node holding most of the pages, -1 unknown */
-	uint64_t numa_node_mask;  /* bit n: some page sits on node n (nodes < 64) */
-	char backend[16];         /* "memfd", "memfd-hugetlb", ... NUL-terminated */
-	char commit_method[32];   /* how the owner committed, e.g. "fallocate+populate" */
+	int32_t numa_node;	     /* the node holding most of the pages, -1 unknown */
+	uint64_t numa_node_mask;     /* bit n: some page sits on node n (nodes < 64) */
+	char backend[16];	     /* "memfd", "memfd-hugetlb", ... NUL-terminated */
+	char commit_method[32];	     /* how the owner committed, e.g. "fallocate+populate" */
 };
 
 /**
@@ -220,16 +219,16 @@ struct mooncake_segment_info {
  *
  * Returns 0 or -EINVAL (NULL arguments or @info_size below the first field).
  */
-int mooncake_segment_get_info(const struct mooncake_segment *seg,
-			      struct mooncake_segment_info *info, size_t info_size);
+int mooncake_segment_get_info(const struct mooncake_segment *seg, struct mooncake_segment_info *info,
+			      size_t info_size);
 
 /* --- Logging ---------------------------------------------------------------- */
 
 /** Log priorities, as syslog's. */
-#define MOONCAKE_SEGMENT_LOG_ERR 3
+#define MOONCAKE_SEGMENT_LOG_ERR     3
 #define MOONCAKE_SEGMENT_LOG_WARNING 4
-#define MOONCAKE_SEGMENT_LOG_INFO 6
-#define MOONCAKE_SEGMENT_LOG_DEBUG 7
+#define MOONCAKE_SEGMENT_LOG_INFO    6
+#define MOONCAKE_SEGMENT_LOG_DEBUG   7
 
 typedef void (*mooncake_segment_log_fn)(int priority, const char *message, void *userdata);
 

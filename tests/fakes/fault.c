@@ -27,7 +27,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 void fault_inject(enum fault_call call, int nth, int count, int err, int filter)
 {
 	pthread_mutex_lock(&lock);
-	rules[call] = (struct fault_rule){1, nth - 1, count, err, filter, 0};
+	rules[call] = (struct fault_rule){ 1, nth - 1, count, err, filter, 0 };
 	pthread_mutex_unlock(&lock);
 }
 
@@ -35,7 +35,7 @@ void fault_clear(void)
 {
 	pthread_mutex_lock(&lock);
 	for (int i = 0; i < FAULT_CALLS; i++)
-		rules[i] = (struct fault_rule){0, 0, 0, 0, -1, 0};
+		rules[i] = (struct fault_rule){ 0, 0, 0, 0, -1, 0 };
 	pthread_mutex_unlock(&lock);
 }
 

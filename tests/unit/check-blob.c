@@ -84,9 +84,9 @@ START_TEST(test_layout_is_little_endian_at_documented_offsets)
 	ck_assert_mem_eq(raw, "MCSG", 4);
 	ck_assert_uint_eq(raw[4] | raw[5] << 8, MC_BLOB_VERSION);
 	ck_assert_uint_eq(raw[6] | raw[7] << 8, MC_BACKEND_MEMFD);
-	ck_assert_uint_eq(raw[8], 2);          /* rank */
-	ck_assert_uint_eq(raw[12], 4);         /* world size */
-	ck_assert_uint_eq(raw[16], 1);         /* owner */
+	ck_assert_uint_eq(raw[8], 2);  /* rank */
+	ck_assert_uint_eq(raw[12], 4); /* world size */
+	ck_assert_uint_eq(raw[16], 1); /* owner */
 	ck_assert_uint_eq(raw[20], MC_BLOB_FLAG_MMAP | MC_BLOB_FLAG_HUGETLB | MC_BLOB_FLAG_HANDLE);
 	ck_assert_uint_eq(le64(raw + 24), 2 << 20);
 	ck_assert_uint_eq(le64(raw + 32), UINT64_C(0x0123456789abcdef));
@@ -139,20 +139,55 @@ static void expect_malformed(void (*edit)(uint8_t *raw), int seal, const char *n
 	if (seal)
 		reseal(raw);
 	ck_assert_error(mc_blob_decode(raw, 3, &out), EPROTO, needle);
-	ck_assert_msg(strstr(mooncake_segment_last_error(), "rank 3") != NULL, "%s", mooncake_segment_last_error());
+	ck_assert_msg(strstr(mooncake_segment_last_error(), "rank 3") != NULL, "%s",
+		      mooncake_segment_last_error());
 }
 
-static void flip_magic(uint8_t *raw) { raw[0] ^= 0xFF; }
-static void bump_version(uint8_t *raw) { raw[4]++; }
-static void corrupt_payload(uint8_t *raw) { raw[100] ^= 1; }
-static void unknown_flag(uint8_t *raw) { raw[23] = 0x80; }
-static void oversized_handle(uint8_t *raw) { raw[80] = MC_HANDLE_MAX + 1; }
-static void reserved_byte(uint8_t *raw) { raw[230] = 1; }
-static void reserved_header(uint8_t *raw) { raw[83] = 1; }
-static void handle_flag_without_handle(uint8_t *raw) { raw[80] = 0; memset(raw + 88, 0, MC_HANDLE_MAX); }
-static void rank_beyond_world(uint8_t *raw) { raw[8] = 9; }
-static void page_not_power_of_two(uint8_t *raw) { raw[24] = 3; }
-static void alloc_not_multiple(uint8_t *raw) { raw[40] = 1; }
+static void flip_magic(uint8_t *raw)
+{
+	raw[0] ^= 0xFF;
+}
+static void bump_version(uint8_t *raw)
+{
+	raw[4]++;
+}
+static void corrupt_payload(uint8_t *raw)
+{
+	raw[100] ^= 1;
+}
+static void unknown_flag(uint8_t *raw)
+{
+	raw[23] = 0x80;
+}
+static void oversized_handle(uint8_t *raw)
+{
+	raw[80] = MC_HANDLE_MAX + 1;
+}
+static void reserved_byte(uint8_t *raw)
+{
+	raw[230] = 1;
+}
+static void reserved_header(uint8_t *raw)
+{
+	raw[83] = 1;
+}
+static void handle_flag_without_handle(uint8_t *raw)
+{
+	raw[80] = 0;
+	memset(raw + 88, 0, MC_HANDLE_MAX);
+}
+static void rank_beyond_world(uint8_t *raw)
+{
+	raw[8] = 9;
+}
+static void page_not_power_of_two(uint8_t *raw)
+{
+	raw[24] = 3;
+}
+static void alloc_not_multiple(uint8_t *raw)
+{
+	raw[40] = 1;
+}
 
 START_TEST(test_rejects_corrupted_blobs)
 {

@@ -74,7 +74,8 @@ START_TEST(test_segment_larger_than_the_cgroup_room_is_refused_with_numbers)
 	ck_assert(write_file(cgroup_dir, "cgroup.procs", pid));
 	ck_assert_error(mooncake_segment_create("capped", UINT64_C(256) << 20, &opt, &seg, blob), ENOMEM,
 			"memory cgroup has room for");
-	ck_assert_msg(strstr(mooncake_segment_last_error(), "limit 67108864"), "%s", mooncake_segment_last_error());
+	ck_assert_msg(strstr(mooncake_segment_last_error(), "limit 67108864"), "%s",
+		      mooncake_segment_last_error());
 	ck_assert_ptr_null(seg);
 	ck_assert_int_eq(mooncake_segment_create("capped", UINT64_C(16) << 20, &opt, &seg, blob), 0);
 	ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);

@@ -12,7 +12,7 @@
 #include "helpers.h"
 #include "internal.h"
 
-#define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
+#define BLOB  MOONCAKE_SEGMENT_BLOB_SIZE
 #define WORLD 3
 
 struct trio {
@@ -26,7 +26,8 @@ static void trio_create(struct trio *t, const char *name, uint64_t size)
 	for (uint32_t r = 0; r < WORLD; r++) {
 		struct mooncake_segment_options opt = test_options(WORLD, r, 0);
 
-		ck_assert_int_eq(mooncake_segment_create(name, size, &opt, &t->seg[r], t->blobs + r * BLOB), 0);
+		ck_assert_int_eq(mooncake_segment_create(name, size, &opt, &t->seg[r], t->blobs + r * BLOB),
+				 0);
 	}
 }
 
@@ -59,29 +60,70 @@ static void expect_rejected(struct trio *t, int err, const char *needle)
 	ck_assert_int_eq(mooncake_segment_complete(t->seg[0], t->blobs, sizeof(t->blobs)), -err);
 }
 
-static void swap_rank(struct mc_blob *b) { b->rank_id = 1; }
-static void other_host(struct mc_blob *b) { b->boot_id[3] ^= 0x40; }
-static void other_backend(struct mc_blob *b) { b->backend_id = MC_BACKEND_ASCEND_VMM; }
-static void other_world(struct mc_blob *b) { b->world_size = 4; }
-static void other_owner(struct mc_blob *b) { b->owner_rank = 1; }
-static void other_flags(struct mc_blob *b) { b->flags |= MC_BLOB_FLAG_HUGETLB; }
-static void other_fingerprint(struct mc_blob *b) { b->fingerprint ^= 1; }
-static void other_page_size(struct mc_blob *b) { b->page_size *= 2; b->alloc_size = mc_align_up(b->alloc_size, b->page_size); }
-static void other_alloc_size(struct mc_blob *b) { b->alloc_size += b->page_size; }
-static void drop_handle(struct mc_blob *b) { b->handle_bytes = 0; memset(b->handle, 0, sizeof(b->handle)); }
-static void other_pid_namespace(struct mc_blob *b) { b->pid_namespace ^= 1; }
-static void other_inode(struct mc_blob *b) { b->handle[16] ^= 1; }
-static void not_a_memfd_handle(struct mc_blob *b) { b->handle_bytes = 5; }
+static void swap_rank(struct mc_blob *b)
+{
+	b->rank_id = 1;
+}
+static void other_host(struct mc_blob *b)
+{
+	b->boot_id[3] ^= 0x40;
+}
+static void other_backend(struct mc_blob *b)
+{
+	b->backend_id = MC_BACKEND_ASCEND_VMM;
+}
+static void other_world(struct mc_blob *b)
+{
+	b->world_size = 4;
+}
+static void other_owner(struct mc_blob *b)
+{
+	b->owner_rank = 1;
+}
+static void other_flags(struct mc_blob *b)
+{
+	b->flags |= MC_BLOB_FLAG_HUGETLB;
+}
+static void other_fingerprint(struct mc_blob *b)
+{
+	b->fingerprint ^= 1;
+}
+static void other_page_size(struct mc_blob *b)
+{
+	b->page_size *= 2;
+	b->alloc_size = mc_align_up(b->alloc_size, b->page_size);
+}
+static void other_alloc_size(struct mc_blob *b)
+{
+	b->alloc_size += b->page_size;
+}
+static void drop_handle(struct mc_blob *b)
+{
+	b->handle_bytes = 0;
+	memset(b->handle, 0, sizeof(b->handle));
+}
+static void other_pid_namespace(struct mc_blob *b)
+{
+	b->pid_namespace ^= 1;
+}
+static void other_inode(struct mc_blob *b)
+{
+	b->handle[16] ^= 1;
+}
+static void not_a_memfd_handle(struct mc_blob *b)
+{
+	b->handle_bytes = 5;
+}
 
-#define REJECTION_TEST(test, rank, edit, err, needle)                                                   \
-	START_TEST(test)                                                                              \
-	{                                                                                             \
-		struct trio t;                                                                        \
-		trio_create(&t, "kv", TEST_SIZE);                                                     \
-		forge(&t, rank, edit);                                                                \
-		expect_rejected(&t, err, needle);                                                     \
-		trio_destroy(&t);                                                                     \
-	}                                                                                             \
+#define REJECTION_TEST(test, rank, edit, err, needle) \
+	START_TEST(test)                              \
+	{                                             \
+		struct trio t;                        \
+		trio_create(&t, "kv", TEST_SIZE);     \
+		forge(&t, rank, edit);                \
+		expect_rejected(&t, err, needle);     \
+		trio_destroy(&t);                     \
+	}                                             \
 	END_TEST
 
 REJECTION_TEST(test_rejects_out_of_order_rank, 2, swap_rank, EINVAL, "position 2 carries rank id 1")
@@ -100,7 +142,8 @@ START_TEST(test_rejects_wrong_blob_buffer_length)
 	struct trio t;
 
 	trio_create(&t, "kv", TEST_SIZE);
-	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, 2 * BLOB), EINVAL, "3 x 256 = 768 bytes, got 512");
+	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, 2 * BLOB), EINVAL,
+			"3 x 256 = 768 bytes, got 512");
 	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, 3 * BLOB + 1), EINVAL, "got 769");
 	trio_destroy(&t);
 }
@@ -111,8 +154,8 @@ START_TEST(test_first_failure_wins_in_rank_order)
 	struct trio t;
 
 	trio_create(&t, "kv", TEST_SIZE);
-	forge(&t, 2, other_host);      /* would be EXDEV */
-	t.blobs[1 * BLOB] ^= 0xFF;     /* rank 1: bad magic, checked first */
+	forge(&t, 2, other_host);  /* would be EXDEV */
+	t.blobs[1 * BLOB] ^= 0xFF; /* rank 1: bad magic, checked first */
 	ck_assert_error(mooncake_segment_complete(t.seg[0], t.blobs, sizeof(t.blobs)), EPROTO,
 			"blob of rank 1: magic mismatch");
 	trio_destroy(&t);
@@ -126,13 +169,19 @@ START_TEST(test_rejects_mismatching_declarations_of_real_ranks)
 	uint8_t blobs[2 * BLOB];
 
 	/* Same size, another name (another block layout in the tag). */
-	ck_assert_int_eq(mooncake_segment_create("kv|a:1:8:torch.float16:16", TEST_SIZE, &o, &owner, blobs), 0);
-	ck_assert_int_eq(mooncake_segment_create("kv|a:1:8:torch.bfloat16:16", TEST_SIZE, &p, &peer, blobs + BLOB), 0);
-	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EINVAL, "declaration of rank 0 differs");
+	ck_assert_int_eq(mooncake_segment_create("kv|a:1:8:torch.float16:16", TEST_SIZE, &o, &owner, blobs),
+			 0);
+	ck_assert_int_eq(
+		mooncake_segment_create("kv|a:1:8:torch.bfloat16:16", TEST_SIZE, &p, &peer, blobs + BLOB), 0);
+	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EINVAL,
+			"declaration of rank 0 differs");
 	mooncake_segment_destroy(peer);
 	/* Another size: the fingerprint catches it first. */
-	ck_assert_int_eq(mooncake_segment_create("kv|a:1:8:torch.float16:16", TEST_SIZE + 4096, &p, &peer, blobs + BLOB), 0);
-	ck_assert_error(mooncake_segment_complete(owner, blobs, sizeof(blobs)), EINVAL, "declaration of rank 1 differs");
+	ck_assert_int_eq(mooncake_segment_create("kv|a:1:8:torch.float16:16", TEST_SIZE + 4096, &p, &peer,
+						 blobs + BLOB),
+			 0);
+	ck_assert_error(mooncake_segment_complete(owner, blobs, sizeof(blobs)), EINVAL,
+			"declaration of rank 1 differs");
 	mooncake_segment_destroy(peer);
 	mooncake_segment_destroy(owner);
 }
@@ -146,7 +195,8 @@ START_TEST(test_other_pid_namespace_is_eacces_naming_the_cause)
 	forge(&t, 0, other_pid_namespace);
 	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, sizeof(t.blobs)), EACCES,
 			"another PID namespace");
-	ck_assert_msg(strstr(mooncake_segment_last_error(), "--pid=host"), "%s", mooncake_segment_last_error());
+	ck_assert_msg(strstr(mooncake_segment_last_error(), "--pid=host"), "%s",
+		      mooncake_segment_last_error());
 	trio_destroy(&t);
 }
 END_TEST
@@ -160,7 +210,8 @@ START_TEST(test_handle_of_another_file_is_esrch)
 	trio_create(&t, "kv", TEST_SIZE);
 	forge(&t, 0, other_inode);
 	maps = count_mappings();
-	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, sizeof(t.blobs)), ESRCH, "owner process");
+	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, sizeof(t.blobs)), ESRCH,
+			"owner process");
 	ck_assert_int_eq(count_mappings(), maps);
 	trio_destroy(&t);
 }
@@ -172,7 +223,8 @@ START_TEST(test_handle_that_is_not_memfd_is_eproto)
 
 	trio_create(&t, "kv", TEST_SIZE);
 	forge(&t, 0, not_a_memfd_handle);
-	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, sizeof(t.blobs)), EPROTO, "not a memfd handle");
+	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, sizeof(t.blobs)), EPROTO,
+			"not a memfd handle");
 	trio_destroy(&t);
 }
 END_TEST

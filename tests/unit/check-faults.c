@@ -24,8 +24,8 @@
 static uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
 
 /* An owner create with @call failing must return -@expected and leave nothing behind. */
-static void expect_owner_fails(enum fault_call call, int nth, int count, int err, int filter,
-			       int expected, const char *needle)
+static void expect_owner_fails(enum fault_call call, int nth, int count, int err, int filter, int expected,
+			       const char *needle)
 {
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
 	struct mooncake_segment *seg = NULL;
@@ -168,7 +168,8 @@ START_TEST(test_proc_route_refused_falls_back_to_pidfd_getfd)
 		/* No second route: the error must say so and name the cause. */
 		ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EACCES,
 				"pidfd_getfd: not available");
-		ck_assert_msg(strstr(mooncake_segment_last_error(), "Likely cause"), "%s", mooncake_segment_last_error());
+		ck_assert_msg(strstr(mooncake_segment_last_error(), "Likely cause"), "%s",
+			      mooncake_segment_last_error());
 		fault_clear();
 		ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
 	} else {
@@ -190,7 +191,8 @@ START_TEST(test_peer_reserve_failure)
 	int fds = count_fds(), maps = count_mappings();
 
 	fault_inject(FAULT_MMAP, 1, -1, ENOMEM, -1);
-	ck_assert_error(mooncake_segment_create("reserve", TEST_SIZE, &opt, &seg, blob), ENOMEM, "address space");
+	ck_assert_error(mooncake_segment_create("reserve", TEST_SIZE, &opt, &seg, blob), ENOMEM,
+			"address space");
 	fault_clear();
 	ck_assert_int_eq(count_fds(), fds);
 	ck_assert_int_eq(count_mappings(), maps);

@@ -46,7 +46,8 @@ START_TEST(test_ignores_rank_device_and_local_tuning)
 	opt.numa_node = 0;
 	opt.commit_threads = 3;
 	opt.populate_on_import = true;
-	ck_assert_uint_eq(mc_fingerprint("cache|a:2:2x3:torch.float16:12", TEST_SIZE, &opt), base_fingerprint());
+	ck_assert_uint_eq(mc_fingerprint("cache|a:2:2x3:torch.float16:12", TEST_SIZE, &opt),
+			  base_fingerprint());
 }
 END_TEST
 
@@ -55,7 +56,7 @@ START_TEST(test_is_fnv1a_64_over_name_then_le_values)
 	/* Recompute by hand, so that the documented algorithm is what runs. */
 	struct mooncake_segment_options opt = test_options(2, 0, 1);
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
-	const uint64_t values[] = {1234, 2, 1, 1, 0, 0};
+	const uint64_t values[] = { 1234, 2, 1, 1, 0, 0 };
 
 	for (const char *p = "kv"; *p; p++)
 		h = (h ^ (uint8_t)*p) * UINT64_C(1099511628211);

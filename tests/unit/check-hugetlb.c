@@ -20,8 +20,8 @@
 #include "privileged.h"
 
 #define POOL_PAGES 16
-#define HUGE (UINT64_C(2) << 20)
-#define SEGMENT (4 * HUGE - 4096) /* rounds up to 4 pages */
+#define HUGE	   (UINT64_C(2) << 20)
+#define SEGMENT	   (4 * HUGE - 4096) /* rounds up to 4 pages */
 
 static uint64_t free_pages(void)
 {
@@ -52,7 +52,7 @@ static int hugetlb_rank(struct group_rank *self, void *arg)
 	struct mooncake_segment_options opt = huge_options(self->world_size, self->rank);
 	struct mooncake_segment *seg;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], blobs[3 * MOONCAKE_SEGMENT_BLOB_SIZE], *base;
-	struct pool_view mine = {0, 0, 1}, all[3];
+	struct pool_view mine = { 0, 0, 1 }, all[3];
 	struct mapping_usage usage;
 	uint64_t *expected = arg;
 
@@ -81,9 +81,11 @@ static int hugetlb_rank(struct group_rank *self, void *arg)
 		return 1;
 	mooncake_segment_destroy(seg);
 	for (uint32_t r = 0; r < self->world_size; r++)
-		if (!all[r].saw_all || all[r].free_during != expected[0] - 4 || all[r].mapped_hugetlb != 4 * HUGE) {
-			fprintf(stderr, "rank %u saw_all %u free %llu (expected %llu) mapped %llu\n", r, all[r].saw_all,
-				(unsigned long long)all[r].free_during, (unsigned long long)(expected[0] - 4),
+		if (!all[r].saw_all || all[r].free_during != expected[0] - 4 ||
+		    all[r].mapped_hugetlb != 4 * HUGE) {
+			fprintf(stderr, "rank %u saw_all %u free %llu (expected %llu) mapped %llu\n", r,
+				all[r].saw_all, (unsigned long long)all[r].free_during,
+				(unsigned long long)(expected[0] - 4),
 				(unsigned long long)all[r].mapped_hugetlb);
 			return 1;
 		}
@@ -133,7 +135,8 @@ START_TEST(test_oversized_request_fails_closed_without_touching_the_pool)
 
 	ck_assert_error(mooncake_segment_create("huge", (before + 1) * HUGE, &opt, &seg, blob), ENOMEM,
 			"HugeTLB pages of 2048 kB");
-	ck_assert_msg(strstr(mooncake_segment_last_error(), "vm.nr_hugepages="), "%s", mooncake_segment_last_error());
+	ck_assert_msg(strstr(mooncake_segment_last_error(), "vm.nr_hugepages="), "%s",
+		      mooncake_segment_last_error());
 	ck_assert_ptr_null(seg);
 	ck_assert_uint_eq(free_pages(), before);
 	ck_assert_uint_eq(reserved_pages(), reserved);
@@ -149,8 +152,11 @@ START_TEST(test_thp_and_hugetlb_ranks_cannot_form_a_group)
 	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
 
 	ck_assert_int_eq(mooncake_segment_create("mixed", SEGMENT, &owner_opt, &owner, blobs), 0);
-	ck_assert_int_eq(mooncake_segment_create("mixed", SEGMENT, &peer_opt, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE), 0);
-	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EINVAL, "rank 0 declares mmap=true host_register=false hugetlb=true");
+	ck_assert_int_eq(mooncake_segment_create("mixed", SEGMENT, &peer_opt, &peer,
+						 blobs + MOONCAKE_SEGMENT_BLOB_SIZE),
+			 0);
+	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EINVAL,
+			"rank 0 declares mmap=true host_register=false hugetlb=true");
 	ck_assert_error(mooncake_segment_complete(owner, blobs, sizeof(blobs)), EINVAL, "hugetlb=false");
 	mooncake_segment_destroy(peer);
 	mooncake_segment_destroy(owner);
@@ -190,7 +196,8 @@ int main(void)
 		skip_all("needs root to reserve a HugeTLB pool (vm.nr_hugepages)");
 	if (mc_hugetlb_default_size() != HUGE)
 		skip_all("needs 2 MiB default HugeTLB pages");
-	snprintf(pages, sizeof(pages), "%llu", (unsigned long long)(mc_meminfo_field("HugePages_Total") + POOL_PAGES));
+	snprintf(pages, sizeof(pages), "%llu",
+		 (unsigned long long)(mc_meminfo_field("HugePages_Total") + POOL_PAGES));
 	if (!write_setting("/proc/sys/vm/nr_hugepages", pages))
 		skip_all("cannot write /proc/sys/vm/nr_hugepages");
 	if (free_pages() < POOL_PAGES) {

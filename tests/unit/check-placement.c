@@ -218,7 +218,8 @@ START_TEST(test_node_that_does_not_exist_is_einval)
 	opt.numa_node = 63;
 	if (online & (UINT64_C(1) << 63))
 		return; /* a 64-node host: nothing to test */
-	ck_assert_error(mooncake_segment_create("numa", TEST_SIZE, &opt, &seg, blob), EINVAL, "does not exist");
+	ck_assert_error(mooncake_segment_create("numa", TEST_SIZE, &opt, &seg, blob), EINVAL,
+			"does not exist");
 	ck_assert_int_eq(count_fds(), fds);
 	ck_assert_int_eq(count_mappings(), maps);
 }
@@ -229,7 +230,8 @@ START_TEST(test_more_than_the_host_has_is_enomem_before_any_page)
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
-	uint64_t too_much = mc_meminfo_field("MemAvailable") + mc_meminfo_field("SwapFree") + (UINT64_C(1) << 30);
+	uint64_t too_much =
+		mc_meminfo_field("MemAvailable") + mc_meminfo_field("SwapFree") + (UINT64_C(1) << 30);
 	int fds = count_fds(), maps = count_mappings();
 
 	ck_assert_error(mooncake_segment_create("huge", too_much, &opt, &seg, blob), ENOMEM, "available");

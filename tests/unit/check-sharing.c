@@ -65,7 +65,8 @@ static void create_pair(const char *name, struct mooncake_segment **owner, struc
 	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
 
 	ck_assert_int_eq(mooncake_segment_create(name, TEST_SIZE, &o, owner, blobs), 0);
-	ck_assert_int_eq(mooncake_segment_create(name, TEST_SIZE, &p, peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE), 0);
+	ck_assert_int_eq(
+		mooncake_segment_create(name, TEST_SIZE, &p, peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE), 0);
 }
 
 START_TEST(test_two_ranks_share_pages_in_one_process)
@@ -184,7 +185,7 @@ START_TEST(test_log_callback_is_silent_by_default_and_routes_lines)
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
 	struct mooncake_segment *seg;
-	struct log_capture c = {0, ""};
+	struct log_capture c = { 0, "" };
 
 	mooncake_segment_set_log_fn(capture_log, MOONCAKE_SEGMENT_LOG_INFO, &c);
 	ck_assert_int_eq(mooncake_segment_create("logged|tag", TEST_SIZE, &opt, &seg, blob), 0);
@@ -202,13 +203,13 @@ struct group_args {
 	uint64_t size;
 };
 
-#define RANK_CHECK(cond)                                                                              \
-	do {                                                                                          \
-		if (!(cond)) {                                                                        \
-			fprintf(stderr, "rank %u: %s failed: %s\n", self->rank, #cond,                \
-				mooncake_segment_last_error());                                       \
-			return 1;                                                                     \
-		}                                                                                     \
+#define RANK_CHECK(cond)                                                               \
+	do {                                                                           \
+		if (!(cond)) {                                                         \
+			fprintf(stderr, "rank %u: %s failed: %s\n", self->rank, #cond, \
+				mooncake_segment_last_error());                        \
+			return 1;                                                      \
+		}                                                                      \
 	} while (0)
 
 static int sharing_rank(struct group_rank *self, void *arg)
@@ -257,7 +258,7 @@ static int sharing_rank(struct group_rank *self, void *arg)
 
 static void run_sharing(uint32_t world, uint32_t owner, uint64_t size)
 {
-	struct group_args a = {owner, size};
+	struct group_args a = { owner, size };
 	int codes[8];
 
 	ck_assert_int_eq(group_run(world, sharing_rank, &a, 20000, codes), 0);

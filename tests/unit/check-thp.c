@@ -26,7 +26,8 @@ static void check_thp_segment(uint64_t size)
 	uint64_t pmd = mc_host_thp_pmd_size();
 
 	ck_assert_int_eq(mooncake_segment_create("thp", size, &o, &owner, blobs), 0);
-	ck_assert_int_eq(mooncake_segment_create("thp", size, &p, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE), 0);
+	ck_assert_int_eq(mooncake_segment_create("thp", size, &p, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE),
+			 0);
 	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
 	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
 	ck_assert_int_eq(mooncake_segment_get_info(owner, &info, sizeof(info)), 0);
@@ -35,13 +36,15 @@ static void check_thp_segment(uint64_t size)
 	ck_assert_uint_eq((uintptr_t)mooncake_segment_base(owner) % pmd, 0);
 	ck_assert_uint_eq((uintptr_t)mooncake_segment_base(peer) % pmd, 0);
 	ck_assert(info.flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED);
-	ck_assert_msg(!strcmp(info.commit_method, "populate (THP)") || !strcmp(info.commit_method, "THP, then base pages"),
+	ck_assert_msg(!strcmp(info.commit_method, "populate (THP)") ||
+			      !strcmp(info.commit_method, "THP, then base pages"),
 		      "%s", info.commit_method);
 	ck_assert_uint_eq(!strcmp(info.commit_method, "THP, then base pages"),
 			  !!(info.flags & MOONCAKE_SEGMENT_INFO_THP_FALLBACK));
 	ck_assert_uint_eq(info.resident_bytes, info.alloc_size);
-	fprintf(stderr, "# THP %llu MiB: %s, %llu MiB on huge pages, %.1f ms\n", (unsigned long long)(size >> 20),
-		info.commit_method, (unsigned long long)(info.huge_bytes >> 20), (double)info.commit_ns / 1e6);
+	fprintf(stderr, "# THP %llu MiB: %s, %llu MiB on huge pages, %.1f ms\n",
+		(unsigned long long)(size >> 20), info.commit_method,
+		(unsigned long long)(info.huge_bytes >> 20), (double)info.commit_ns / 1e6);
 	((volatile uint8_t *)mooncake_segment_base(peer))[size - 1] = 0x5A;
 	ck_assert_uint_eq(((uint8_t *)mooncake_segment_base(owner))[size - 1], 0x5A);
 	mooncake_segment_destroy(peer);

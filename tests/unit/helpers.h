@@ -20,12 +20,12 @@ int count_mappings(void);
 struct mooncake_segment_options test_options(uint32_t world, uint32_t rank, uint32_t owner);
 
 /* Assert that a call failed with @err and left a message mentioning @needle. */
-#define ck_assert_error(ret, err, needle)                                                      \
-	do {                                                                                    \
-		int ret_ = (ret);                                                               \
-		ck_assert_msg(ret_ == -(err), "expected -%s, got %d (%s)", #err, ret_,          \
-			      mooncake_segment_last_error());                                   \
-		ck_assert_msg(strstr(mooncake_segment_last_error(), (needle)) != NULL,          \
+#define ck_assert_error(ret, err, needle)                                                          \
+	do {                                                                                       \
+		int ret_ = (ret);                                                                  \
+		ck_assert_msg(ret_ == -(err), "expected -%s, got %d (%s)", #err, ret_,             \
+			      mooncake_segment_last_error());                                      \
+		ck_assert_msg(strstr(mooncake_segment_last_error(), (needle)) != NULL,             \
 			      "message '%s' lacks '%s'", mooncake_segment_last_error(), (needle)); \
 	} while (0)
 

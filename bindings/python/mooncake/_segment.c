@@ -23,10 +23,9 @@
 static PyObject *segment_error; /* mooncake._segment.SegmentError(RuntimeError) */
 
 typedef struct {
-	PyObject_HEAD
-	struct mooncake_segment *seg; /* NULL once closed */
-	Py_ssize_t exports;           /* live buffer exports */
-	int busy;                     /* calls running without the GIL */
+	PyObject_HEAD struct mooncake_segment *seg; /* NULL once closed */
+	Py_ssize_t exports;			    /* live buffer exports */
+	int busy;				    /* calls running without the GIL */
 } SegmentObject;
 
 static PyTypeObject SegmentType;
@@ -102,12 +101,23 @@ static SegmentObject *check_open(SegmentObject *self)
 
 static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-	static const char *const keywords[] = {"name", "size", "world_size", "rank_id", "owner_rank", "device_id", "mmap",
-				   "host_register", "hugetlb", "numa_node", "commit_threads", "populate_on_import",
-				   "hugetlb_page_size", NULL};
+	static const char *const keywords[] = { "name",
+						"size",
+						"world_size",
+						"rank_id",
+						"owner_rank",
+						"device_id",
+						"mmap",
+						"host_register",
+						"hugetlb",
+						"numa_node",
+						"commit_threads",
+						"populate_on_import",
+						"hugetlb_page_size",
+						NULL };
 	const char *name;
 	PyObject *size_obj, *world_obj, *rank_obj, *owner_obj = NULL, *device_obj = NULL, *numa_obj = NULL,
-		 *threads_obj = NULL, *huge_size_obj = NULL;
+						   *threads_obj = NULL, *huge_size_obj = NULL;
 	int use_mmap = 1, host_register = 0, hugetlb = 0, populate = 0;
 	struct mooncake_segment_options opt;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
@@ -119,9 +129,10 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	int ret;
 
 	(void)cls;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOppp$OOpO:create", (char **)keywords, &name, &size_obj,
-					 &world_obj, &rank_obj, &owner_obj, &device_obj, &use_mmap, &host_register,
-					 &hugetlb, &numa_obj, &threads_obj, &populate, &huge_size_obj))
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOppp$OOpO:create", (char **)keywords, &name,
+					 &size_obj, &world_obj, &rank_obj, &owner_obj, &device_obj, &use_mmap,
+					 &host_register, &hugetlb, &numa_obj, &threads_obj, &populate,
+					 &huge_size_obj))
 		return NULL;
 	mooncake_segment_options_init(&opt);
 	if (int_argument(size_obj, "size", 0, UINT64_MAX, &size, NULL) < 0)
@@ -144,7 +155,8 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 		opt.device_id = (int32_t)s;
 	}
 	if (numa_obj) {
-		if (int_argument(numa_obj, "numa_node", MOONCAKE_SEGMENT_NUMA_INTERLEAVE, INT32_MAX, NULL, &s) < 0)
+		if (int_argument(numa_obj, "numa_node", MOONCAKE_SEGMENT_NUMA_INTERLEAVE, INT32_MAX, NULL,
+				 &s) < 0)
 			return NULL;
 		opt.numa_node = (int32_t)s;
 	}
@@ -163,11 +175,8 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	opt.hugetlb = hugetlb;
 	opt.populate_on_import = populate;
 
-	Py_BEGIN_ALLOW_THREADS
-	ret = mooncake_segment_create(name, size, &opt, &seg, blob);
-	Py_END_ALLOW_THREADS
-	if (ret < 0)
-		return raise_library_error(ret);
+	Py_BEGIN_ALLOW_THREADS ret = mooncake_segment_create(name, size, &opt, &seg, blob);
+	Py_END_ALLOW_THREADS if (ret < 0) return raise_library_error(ret);
 	obj = PyObject_New(SegmentObject, &SegmentType);
 	if (!obj) {
 		mooncake_segment_destroy(seg);
@@ -182,12 +191,12 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 
 static PyObject *segment_supported(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-	static const char *const keywords[] = {"mmap", "host_register", "hugetlb", NULL};
+	static const char *const keywords[] = { "mmap", "host_register", "hugetlb", NULL };
 	int use_mmap = 1, host_register = 0, hugetlb = 0;
 
 	(void)cls;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|ppp:supported", (char **)keywords, &use_mmap, &host_register,
-					 &hugetlb))
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|ppp:supported", (char **)keywords, &use_mmap,
+					 &host_register, &hugetlb))
 		return NULL;
 	return PyBool_FromLong(mooncake_segment_supported(use_mmap, host_register, hugetlb));
 }
@@ -215,13 +224,15 @@ static int join_blobs(PyObject *blobs, uint8_t **joined, size_t *len)
 			goto fail;
 		}
 		if (view.len != MOONCAKE_SEGMENT_BLOB_SIZE) {
-			PyErr_Format(segment_error, "Shared segment blob of rank %zd has %zd bytes, expected %d: pass "
-				     "the blobs exactly as create() returned them", i, view.len,
-				     MOONCAKE_SEGMENT_BLOB_SIZE);
+			PyErr_Format(segment_error,
+				     "Shared segment blob of rank %zd has %zd bytes, expected %d: pass "
+				     "the blobs exactly as create() returned them",
+				     i, view.len, MOONCAKE_SEGMENT_BLOB_SIZE);
 			PyBuffer_Release(&view);
 			goto fail;
 		}
-		memcpy(*joined + (size_t)i * MOONCAKE_SEGMENT_BLOB_SIZE, view.buf, MOONCAKE_SEGMENT_BLOB_SIZE);
+		memcpy(*joined + (size_t)i * MOONCAKE_SEGMENT_BLOB_SIZE, view.buf,
+		       MOONCAKE_SEGMENT_BLOB_SIZE);
 		PyBuffer_Release(&view);
 	}
 	*len = (size_t)n * MOONCAKE_SEGMENT_BLOB_SIZE;
@@ -244,10 +255,8 @@ static PyObject *segment_complete(SegmentObject *self, PyObject *blobs)
 		return NULL;
 	seg = self->seg;
 	self->busy++;
-	Py_BEGIN_ALLOW_THREADS
-	ret = mooncake_segment_complete(seg, joined, len);
-	Py_END_ALLOW_THREADS
-	self->busy--;
+	Py_BEGIN_ALLOW_THREADS ret = mooncake_segment_complete(seg, joined, len);
+	Py_END_ALLOW_THREADS self->busy--;
 	PyMem_Free(joined);
 	if (ret < 0)
 		return raise_library_error(ret);
@@ -275,17 +284,18 @@ static PyObject *segment_close(SegmentObject *self, PyObject *unused)
 	if (!seg)
 		Py_RETURN_NONE;
 	if (self->exports > 0)
-		return PyErr_Format(PyExc_BufferError, "cannot close a shared segment while %zd exported buffer(s) "
-				    "(memoryviews, arrays or tensors over its pages) are alive; drop them first",
-				    self->exports);
+		return PyErr_Format(
+			PyExc_BufferError,
+			"cannot close a shared segment while %zd exported buffer(s) "
+			"(memoryviews, arrays or tensors over its pages) are alive; drop them first",
+			self->exports);
 	if (self->busy > 0)
-		return PyErr_Format(PyExc_RuntimeError, "cannot close a shared segment while another thread is "
+		return PyErr_Format(PyExc_RuntimeError,
+				    "cannot close a shared segment while another thread is "
 				    "inside create/complete on it");
 	self->seg = NULL; /* closed for every other thread before the GIL goes */
-	Py_BEGIN_ALLOW_THREADS
-	mooncake_segment_destroy(seg);
-	Py_END_ALLOW_THREADS
-	Py_RETURN_NONE;
+	Py_BEGIN_ALLOW_THREADS mooncake_segment_destroy(seg);
+	Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
 static PyObject *segment_enter(SegmentObject *self, PyObject *unused)
@@ -368,11 +378,11 @@ static PyObject *segment_info(SegmentObject *self, PyObject *unused)
 		"{s:K,s:K,s:K,s:K,s:K,s:d,s:I,s:s,s:s,s:i,s:i,s:K,s:O,s:O,s:O,s:O,s:O,s:O}", "size",
 		(unsigned long long)info.size, "alloc_size", (unsigned long long)info.alloc_size, "page_size",
 		(unsigned long long)info.page_size, "resident_bytes", (unsigned long long)info.resident_bytes,
-		"huge_bytes", (unsigned long long)info.huge_bytes, "commit_seconds", (double)info.commit_ns / 1e9,
-		"commit_threads", info.commit_threads, "backend", info.backend, "commit_method", info.commit_method,
-		"numa_node_requested", info.numa_node_requested, "numa_node", info.numa_node, "numa_node_mask",
-		(unsigned long long)info.numa_node_mask, "owner",
-		info.flags & MOONCAKE_SEGMENT_INFO_OWNER ? Py_True : Py_False, "thp_advised",
+		"huge_bytes", (unsigned long long)info.huge_bytes, "commit_seconds",
+		(double)info.commit_ns / 1e9, "commit_threads", info.commit_threads, "backend", info.backend,
+		"commit_method", info.commit_method, "numa_node_requested", info.numa_node_requested,
+		"numa_node", info.numa_node, "numa_node_mask", (unsigned long long)info.numa_node_mask,
+		"owner", info.flags & MOONCAKE_SEGMENT_INFO_OWNER ? Py_True : Py_False, "thp_advised",
 		info.flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED ? Py_True : Py_False, "thp_fallback",
 		info.flags & MOONCAKE_SEGMENT_INFO_THP_FALLBACK ? Py_True : Py_False, "hugetlb",
 		info.flags & MOONCAKE_SEGMENT_INFO_HUGETLB ? Py_True : Py_False, "numa_degraded",
@@ -383,11 +393,12 @@ static PyObject *segment_info(SegmentObject *self, PyObject *unused)
 /* A memoryview of [offset, offset+nbytes): a slice of a view of the whole, so it holds an export. */
 static PyObject *segment_view(SegmentObject *self, PyObject *args, PyObject *kwargs)
 {
-	static const char *const keywords[] = {"offset", "nbytes", NULL};
+	static const char *const keywords[] = { "offset", "nbytes", NULL };
 	PyObject *offset_obj = NULL, *nbytes_obj = NULL, *whole, *start, *stop, *slice, *view;
 	unsigned long long offset = 0, nbytes, size;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:view", (char **)keywords, &offset_obj, &nbytes_obj))
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:view", (char **)keywords, &offset_obj,
+					 &nbytes_obj))
 		return NULL;
 	if (!check_open(self))
 		return NULL;
@@ -424,7 +435,8 @@ static int segment_getbuffer(SegmentObject *self, Py_buffer *view, int flags)
 	}
 	if (!mooncake_segment_ready(self->seg)) {
 		/* A peer's window is PROT_NONE until complete(): exporting it would fault. */
-		PyErr_SetString(PyExc_BufferError, "the shared segment is not complete yet: call complete() first");
+		PyErr_SetString(PyExc_BufferError,
+				"the shared segment is not complete yet: call complete() first");
 		view->obj = NULL;
 		return -1;
 	}
@@ -465,35 +477,39 @@ static PyObject *segment_exports(SegmentObject *self, void *closure)
 }
 
 static PyMethodDef segment_methods[] = {
-	{"create", (PyCFunction)(void (*)(void))segment_create, METH_VARARGS | METH_KEYWORDS | METH_STATIC,
-	 "create(name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=True, host_register=False,\n"
-	 "       hugetlb=False, *, numa_node=-1, commit_threads=0, populate_on_import=False,\n"
-	 "       hugetlb_page_size=0) -> (SharedSegment, bytes)\n\nPhase one; returns (segment, blob)."},
-	{"supported", (PyCFunction)(void (*)(void))segment_supported, METH_VARARGS | METH_KEYWORDS | METH_STATIC,
-	 "supported(mmap=True, host_register=False, hugetlb=False) -> bool"},
-	{"complete", (PyCFunction)segment_complete, METH_O, "complete(blobs)\n\nPhase two; blobs are indexed by rank."},
-	{"finish", (PyCFunction)segment_finish, METH_NOARGS,
-	 "finish()\n\nAfter every rank completed: the owner drops the descriptor importers needed."},
-	{"close", (PyCFunction)segment_close, METH_NOARGS,
-	 "close()\n\nRelease this rank's mapping now; BufferError while views are alive."},
-	{"ready", (PyCFunction)segment_ready, METH_NOARGS, "ready() -> bool: complete() succeeded"},
-	{"base_addr", (PyCFunction)segment_base_addr, METH_NOARGS, "base_addr() -> int: this rank's host address"},
-	{"device_addr", (PyCFunction)segment_device_addr, METH_NOARGS,
-	 "device_addr() -> int: accelerator address, 0 when not registered"},
-	{"size", (PyCFunction)segment_size, METH_NOARGS, "size() -> int: the requested size"},
-	{"alloc_size", (PyCFunction)segment_alloc_size, METH_NOARGS, "alloc_size() -> int: the mapped size"},
-	{"info", (PyCFunction)segment_info, METH_NOARGS, "info() -> dict: what the segment actually got"},
-	{"view", (PyCFunction)(void (*)(void))segment_view, METH_VARARGS | METH_KEYWORDS,
-	 "view(offset=0, nbytes=None) -> memoryview over [offset, offset+nbytes)"},
-	{"__enter__", (PyCFunction)segment_enter, METH_NOARGS, NULL},
-	{"__exit__", (PyCFunction)segment_exit, METH_VARARGS, NULL},
-	{NULL, NULL, 0, NULL},
+	{ "create", (PyCFunction)(void (*)(void))segment_create, METH_VARARGS | METH_KEYWORDS | METH_STATIC,
+	  "create(name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=True, host_register=False,\n"
+	  "       hugetlb=False, *, numa_node=-1, commit_threads=0, populate_on_import=False,\n"
+	  "       hugetlb_page_size=0) -> (SharedSegment, bytes)\n\nPhase one; returns (segment, blob)." },
+	{ "supported", (PyCFunction)(void (*)(void))segment_supported,
+	  METH_VARARGS | METH_KEYWORDS | METH_STATIC,
+	  "supported(mmap=True, host_register=False, hugetlb=False) -> bool" },
+	{ "complete", (PyCFunction)segment_complete, METH_O,
+	  "complete(blobs)\n\nPhase two; blobs are indexed by rank." },
+	{ "finish", (PyCFunction)segment_finish, METH_NOARGS,
+	  "finish()\n\nAfter every rank completed: the owner drops the descriptor importers needed." },
+	{ "close", (PyCFunction)segment_close, METH_NOARGS,
+	  "close()\n\nRelease this rank's mapping now; BufferError while views are alive." },
+	{ "ready", (PyCFunction)segment_ready, METH_NOARGS, "ready() -> bool: complete() succeeded" },
+	{ "base_addr", (PyCFunction)segment_base_addr, METH_NOARGS,
+	  "base_addr() -> int: this rank's host address" },
+	{ "device_addr", (PyCFunction)segment_device_addr, METH_NOARGS,
+	  "device_addr() -> int: accelerator address, 0 when not registered" },
+	{ "size", (PyCFunction)segment_size, METH_NOARGS, "size() -> int: the requested size" },
+	{ "alloc_size", (PyCFunction)segment_alloc_size, METH_NOARGS,
+	  "alloc_size() -> int: the mapped size" },
+	{ "info", (PyCFunction)segment_info, METH_NOARGS, "info() -> dict: what the segment actually got" },
+	{ "view", (PyCFunction)(void (*)(void))segment_view, METH_VARARGS | METH_KEYWORDS,
+	  "view(offset=0, nbytes=None) -> memoryview over [offset, offset+nbytes)" },
+	{ "__enter__", (PyCFunction)segment_enter, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)segment_exit, METH_VARARGS, NULL },
+	{ NULL, NULL, 0, NULL },
 };
 
 static PyGetSetDef segment_getset[] = {
-	{"closed", (getter)segment_closed, NULL, "True once close() ran", NULL},
-	{"exports", (getter)segment_exports, NULL, "live buffer exports", NULL},
-	{NULL, NULL, NULL, NULL, NULL},
+	{ "closed", (getter)segment_closed, NULL, "True once close() ran", NULL },
+	{ "exports", (getter)segment_exports, NULL, "live buffer exports", NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
 };
 
 static PyBufferProcs segment_as_buffer = {
@@ -502,8 +518,7 @@ static PyBufferProcs segment_as_buffer = {
 };
 
 static PyTypeObject SegmentType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "mooncake._segment.SharedSegment",
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake._segment.SharedSegment",
 	.tp_basicsize = sizeof(SegmentObject),
 	.tp_dealloc = (destructor)segment_dealloc,
 	.tp_repr = (reprfunc)segment_repr,
@@ -522,8 +537,8 @@ static PyObject *module_version(PyObject *module, PyObject *unused)
 }
 
 static PyMethodDef module_methods[] = {
-	{"version", module_version, METH_NOARGS, "version() -> str: the C library's version"},
-	{NULL, NULL, 0, NULL},
+	{ "version", module_version, METH_NOARGS, "version() -> str: the C library's version" },
+	{ NULL, NULL, 0, NULL },
 };
 
 static struct PyModuleDef segment_module = {
@@ -556,9 +571,9 @@ PyMODINIT_FUNC PyInit__segment(void)
 	module = PyModule_Create(&segment_module);
 	if (!module)
 		return NULL;
-	segment_error = PyErr_NewExceptionWithDoc("mooncake._segment.SegmentError",
-						  "A library failure; .errno holds the errno, str() the details.",
-						  PyExc_RuntimeError, NULL);
+	segment_error = PyErr_NewExceptionWithDoc(
+		"mooncake._segment.SegmentError",
+		"A library failure; .errno holds the errno, str() the details.", PyExc_RuntimeError, NULL);
 	if (!segment_error || add_object(module, "SegmentError", segment_error) < 0 ||
 	    add_object(module, "SharedSegment", (PyObject *)&SegmentType) < 0 ||
 	    PyModule_AddIntConstant(module, "BLOB_SIZE", MOONCAKE_SEGMENT_BLOB_SIZE) < 0) {
