@@ -26,8 +26,6 @@
 #include "internal.h"
 #include "linux-compat.h"
 
-#include "linux-compat.h"
-
 /* The handle a memfd owner publishes: enough to find the file and to prove a
  * peer reached that file and not another one behind a reused pid. */
 struct memfd_handle {
@@ -294,7 +292,8 @@ static int access_denied_error(const struct mooncake_segment *seg, const struct 
 			 "the owner runs as uid %u and this rank as uid %u; run every rank "
 			 "as the same user",
 			 owner->uid, (unsigned int)getuid());
-	else if (mc_read_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) && atoi(scope) >= 2)
+	else if (mc_read_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) &&
+		 strtol(scope, NULL, 10) >= 2)
 		snprintf(cause, sizeof(cause),
 			 "kernel.yama.ptrace_scope is %s; set it to 0 or 1 "
 			 "(sysctl -w kernel.yama.ptrace_scope=1)",

@@ -16,7 +16,7 @@
 int mc_check_memory_room(const struct mooncake_segment *seg)
 {
 	struct mc_memory_room room;
-	uint64_t available, swap;
+	uint64_t available, swap, total;
 
 	if (seg->opt.hugetlb)
 		return 0;
@@ -32,13 +32,13 @@ int mc_check_memory_room(const struct mooncake_segment *seg)
 			(unsigned long long)room.limit, (unsigned long long)room.usage, room.where);
 	available = mc_meminfo_field("MemAvailable");
 	swap = mc_meminfo_field("SwapFree");
-	if (available && seg->alloc_size > available + swap)
+	total = available + swap;
+	if (available && seg->alloc_size > total)
 		return mc_error(
 			ENOMEM,
 			"Shared segment '%s' needs %llu bytes but the host has %llu available "
 			"(MemAvailable %llu + SwapFree %llu); create a smaller segment or free memory",
-			seg->label, (unsigned long long)seg->alloc_size,
-			(unsigned long long)(available + swap), (unsigned long long)available,
-			(unsigned long long)swap);
+			seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)total,
+			(unsigned long long)available, (unsigned long long)swap);
 	return 0;
 }

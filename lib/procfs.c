@@ -50,7 +50,7 @@ uint64_t mc_meminfo_field(const char *name)
 	bool kb = false;
 
 	while (f && fgets(line, sizeof(line), f)) {
-		if (strncmp(line, name, len) || line[len] != ':')
+		if (strncmp(line, name, len) != 0 || line[len] != ':')
 			continue;
 		v = strtoull(line + len + 1, NULL, 10);
 		kb = strstr(line, " kB") != NULL;

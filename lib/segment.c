@@ -65,18 +65,20 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 	return 0;
 }
 
-static int pick_backend(const struct mooncake_segment_options *opt, const struct mc_backend_ops **backend)
+/* The backend for these options, or NULL with the error recorded. */
+static const struct mc_backend_ops *pick_backend(const struct mooncake_segment_options *opt)
 {
-	if (!opt->mmap)
-		return mc_error(ENOTSUP,
-				"This build has no VMM backend for shared segments (mmap=false needs the "
-				"Ascend runtime); use mmap=true");
-	if (opt->host_register)
-		return mc_error(ENOTSUP,
-				"Shared segment host_register=true needs an accelerator runtime, and this "
-				"build registers with none; use host_register=false");
-	*backend = &mc_backend_memfd;
-	return 0;
+	if (!opt->mmap) {
+		mc_error(ENOTSUP, "This build has no VMM backend for shared segments (mmap=false needs the "
+				  "Ascend runtime); use mmap=true");
+		return NULL;
+	}
+	if (opt->host_register) {
+		mc_error(ENOTSUP, "Shared segment host_register=true needs an accelerator runtime, and this "
+				  "build registers with none; use host_register=false");
+		return NULL;
+	}
+	return &mc_backend_memfd;
 }
 
 static void copy_label(char *label, size_t size, const char *name)
@@ -134,9 +136,12 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	copy_label(seg->label, sizeof(seg->label), name);
 	seg->fingerprint = mc_fingerprint(name, size, opt);
 
-	err = pick_backend(opt, &seg->backend);
-	if (!err)
-		err = seg->backend->granularity(opt, &seg->page_size);
+	seg->backend = pick_backend(opt);
+	if (!seg->backend) {
+		err = -ENOTSUP;
+		goto fail;
+	}
+	err = seg->backend->granularity(opt, &seg->page_size);
 	if (err)
 		goto fail;
 	seg->alloc_size = mc_align_up(size, seg->page_size);

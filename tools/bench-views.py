@@ -57,12 +57,16 @@ def main():
     seg = create_shared_segment("views", blocks, 1, 0)
     ours = best(lambda: seg.tensors("k") + seg.tensors("v"), args.repeat)
     upstream = best(lambda: upstream_views(seg, "k") + upstream_views(seg, "v"), args.repeat)
-    print(json.dumps({
-        "views": 2 * LAYERS,
-        "ours_ms": round(ours * 1e3, 3),
-        "upstream_ms": round(upstream * 1e3, 3),
-        "upstream_over_ours": round(upstream / ours, 3),
-    }))
+    print(
+        json.dumps(
+            {
+                "views": 2 * LAYERS,
+                "ours_ms": round(ours * 1e3, 3),
+                "upstream_ms": round(upstream * 1e3, 3),
+                "upstream_over_ours": round(upstream / ours, 3),
+            }
+        )
+    )
     seg.close()
 
 

@@ -67,11 +67,14 @@ static void *run_slice(void *arg)
 /* Split [addr, addr+len) on page boundaries over @threads threads. */
 static int parallel(uint8_t *addr, size_t len, size_t page, unsigned int threads, enum work work)
 {
-	struct slice s[MAX_THREADS];
+	struct slice s[MAX_THREADS] = { { 0 } };
 	pthread_t t[MAX_THREADS];
+	bool started[MAX_THREADS] = { false };
 	size_t pages = len / page, off = 0;
 	int err = 0;
 
+	if (threads == 0 || threads > MAX_THREADS)
+		threads = threads ? MAX_THREADS : 1;
 	for (unsigned int i = 0; i < threads; i++) {
 		size_t n = pages / threads + (i < pages % threads);
 
@@ -79,10 +82,14 @@ static int parallel(uint8_t *addr, size_t len, size_t page, unsigned int threads
 		off += n * page;
 	}
 	for (unsigned int i = 1; i < threads; i++)
-		pthread_create(&t[i], NULL, run_slice, &s[i]);
+		started[i] = pthread_create(&t[i], NULL, run_slice, &s[i]) == 0;
 	run_slice(&s[0]);
-	for (unsigned int i = 1; i < threads; i++)
-		pthread_join(t[i], NULL);
+	for (unsigned int i = 1; i < threads; i++) {
+		if (started[i])
+			pthread_join(t[i], NULL);
+		else
+			run_slice(&s[i]);
+	}
 	for (unsigned int i = 0; i < threads; i++)
 		err = err ? err : s[i].err;
 	return err;
@@ -255,7 +262,7 @@ static bool hugetlb_pool_fits(uint64_t size)
 
 static void bench_size(const struct bench_config *cfg, struct size_report *r)
 {
-	unsigned int counts[2] = { 1, cfg->threads };
+	const unsigned int counts[2] = { 1, cfg->threads };
 	int nthreads = cfg->threads > 1 ? 2 : 1;
 	size_t size = r->size;
 
@@ -504,7 +511,7 @@ int cmd_bench(int argc, char **argv)
 			return 2;
 		}
 	}
-	reports = calloc((size_t)cfg.nsizes, sizeof(*reports));
+	reports = calloc(cfg.nsizes > 0 ? (size_t)cfg.nsizes : 1, sizeof(*reports));
 	if (!reports)
 		return 1;
 	for (int i = 0; i < cfg.nsizes; i++) {

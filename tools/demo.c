@@ -148,11 +148,16 @@ static int demo_rank(struct group_rank *self, void *arg)
 		       format_size(all[0].page_size, b, sizeof(b)));
 		printf("%-5s %-8s %-18s %12s %12s  %s\n", "rank", "pid", "base", "rss", "pss", "check");
 		for (uint32_t r = 0; r < self->world_size; r++) {
-			const char *check = !all[r].peers_ok ? "FAILED: wrong bytes"
-					    : r == cfg->owner && !all[r].writeback_ok
-						    ? "FAILED: write-back lost"
-					    : r == cfg->owner ? "ok (wrote; saw every write-back)"
-							      : "ok (read owner's bytes; wrote back)";
+			const char *check;
+
+			if (!all[r].peers_ok)
+				check = "FAILED: wrong bytes";
+			else if (r != cfg->owner)
+				check = "ok (read owner's bytes; wrote back)";
+			else if (!all[r].writeback_ok)
+				check = "FAILED: write-back lost";
+			else
+				check = "ok (wrote; saw every write-back)";
 
 			ok = ok && all[r].peers_ok && (r != cfg->owner || all[r].writeback_ok);
 			total += all[r].pss;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Interposed system call wrappers that fail on demand (see fault.h). */
-#define _GNU_SOURCE
+#include "config.h" /* _GNU_SOURCE, for RTLD_NEXT */
+
 #include "fault.h"
 
 #include <dlfcn.h>
@@ -70,6 +71,8 @@ static int should_fail(enum fault_call call, int arg)
 	return err;
 }
 
+/* The libc function this one interposes on (@name is a name, not an expression). */
+/* NOLINTNEXTLINE(bugprone-macro-parentheses) */
 #define REAL(name) ((__typeof__(&name))dlsym(RTLD_NEXT, #name))
 
 int memfd_create(const char *name, unsigned int flags)
@@ -110,6 +113,7 @@ int fcntl(int fd, int cmd, ...)
 	return REAL(fcntl)(fd, cmd, arg);
 }
 
+/* NOLINTNEXTLINE(readability-inconsistent-declaration-parameter-name): glibc's names are reserved ones */
 void *mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset)
 {
 	int err = should_fail(FAULT_MMAP, -1);
@@ -132,6 +136,7 @@ int fallocate(int fd, int mode, off_t offset, off_t len)
 	return REAL(fallocate)(fd, mode, offset, len);
 }
 
+/* NOLINTNEXTLINE(readability-inconsistent-declaration-parameter-name): glibc's names are reserved ones */
 int madvise(void *addr, size_t length, int advice)
 {
 	int err = should_fail(FAULT_MADVISE, advice);
@@ -159,6 +164,7 @@ long mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemas
 	return REAL(mbind)(addr, len, mode, nodemask, maxnode, flags);
 }
 
+/* NOLINTNEXTLINE(readability-inconsistent-declaration-parameter-name): glibc's names are reserved ones */
 int open(const char *path, int flags, ...)
 {
 	va_list ap;

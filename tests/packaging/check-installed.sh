@@ -8,7 +8,7 @@
 #
 # Prints one "PASS name" / "FAIL name" line per check; exits 1 if any failed.
 set -u
-root=/ libdir= sitedir=
+root=/ libdir='' sitedir=''
 while [ $# -gt 0 ]; do
 	case $1 in
 	--root) root=$2; shift 2 ;;
@@ -82,6 +82,7 @@ check "C: example compiles and links with pkg-config" \
 check "C: example runs (two processes share a page)" sh -c "'$work/fork-pair' | grep -q 'owner read: hello'"
 check "CLI: info" "$cli" info
 check "CLI: demo" "$cli" demo --ranks 2 --size 8M
+# shellcheck disable=SC2317 # called through check()
 no_gpu_stack() {
 	local f
 	for f in "$@"; do

@@ -18,8 +18,13 @@ BUILD_DIRS = {"_build", ".git", "autom4te.cache", "debian/tmp", ".libs"}
 def source_files():
     for root, dirs, files in os.walk(SRCDIR):
         rel = Path(root).relative_to(SRCDIR)
-        dirs[:] = [d for d in dirs if not d.startswith(("_build", ".", "mooncake-segment-")) and
-                   str(rel / d) not in BUILD_DIRS and not (rel == Path("debian") and d != "source")]
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(("_build", ".", "mooncake-segment-"))
+            and str(rel / d) not in BUILD_DIRS
+            and not (rel == Path("debian") and d != "source")
+        ]
         for name in files:
             yield rel / name
 
@@ -33,8 +38,9 @@ def test_one_authoritative_source_for_the_python_module():
     files = list(source_files())
     modules = [f for f in files if f.name == "shared_segment.py"]
     assert modules == [Path("bindings/python/mooncake/shared_segment.py")]
-    assert not [f for f in files if f.name == "__init__.py" and f.parent.name == "mooncake"], \
-        "mooncake must stay a namespace package"
+    assert not [
+        f for f in files if f.name == "__init__.py" and f.parent.name == "mooncake"
+    ], "mooncake must stay a namespace package"
     assert (SRCDIR / "bindings/python/mooncake/_segment.c").exists()
 
 
@@ -49,7 +55,9 @@ def test_version_agrees_everywhere():
     if spec.exists():
         assert re.search(rf"^Version:\s+{re.escape(version)}$", spec.read_text(), re.M)
     header = (SRCDIR / "lib/mooncake/segment.h").read_text()
-    parts = [re.search(rf"#define MOONCAKE_SEGMENT_VERSION_{p} (\d+)", header).group(1) for p in ("MAJOR", "MINOR", "MICRO")]
+    parts = [
+        re.search(rf"#define MOONCAKE_SEGMENT_VERSION_{p} (\d+)", header).group(1) for p in ("MAJOR", "MINOR", "MICRO")
+    ]
     assert ".".join(parts) == version
     for page in ("doc/mooncake-segment.1", "doc/libmooncake-segment.3"):
         assert f'"mooncake-segment {version}"' in (SRCDIR / page).read_text(), page
@@ -60,12 +68,22 @@ def install_tree():
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     dirs = dict(
         line.split("=", 1)
-        for line in subprocess.run(["make", "-s", "-C", str(BUILDDIR), "print-install-dirs"], env=env,
-                                   capture_output=True, text=True, check=True).stdout.splitlines()
+        for line in subprocess.run(
+            ["make", "-s", "-C", str(BUILDDIR), "print-install-dirs"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
     )
     dest = tempfile.mkdtemp(prefix="mooncake-segment-install-")
-    subprocess.run(["make", "-s", "-C", str(BUILDDIR), "install", f"DESTDIR={dest}"], env=env,
-                   capture_output=True, text=True, check=True)
+    subprocess.run(
+        ["make", "-s", "-C", str(BUILDDIR), "install", f"DESTDIR={dest}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     files = []
     for root, _, names in os.walk(dest):
         for name in names:
@@ -84,7 +102,7 @@ def canonical(path, dirs, layout):
     for key in ("pyexecdir", "pythondir", "libdir", "bindir", "includedir", "mandir"):
         prefix = dirs[key].rstrip("/") + "/"
         if path.startswith(prefix):
-            return layout[key] + "/" + path[len(prefix):]
+            return layout[key] + "/" + path[len(prefix) :]
     raise AssertionError(f"{path} is outside every known install directory")
 
 
@@ -107,20 +125,33 @@ def check_exactly_one_owner(paths, packages, excluded):
 
 def test_every_installed_file_is_in_exactly_one_debian_package(installed):
     dirs, files = installed
-    layout = {"libdir": "usr/lib/x86_64-linux-gnu", "bindir": "usr/bin", "includedir": "usr/include",
-              "mandir": "usr/share/man", "pythondir": "usr/lib/python3/dist-packages",
-              "pyexecdir": "usr/lib/python3/dist-packages"}
+    layout = {
+        "libdir": "usr/lib/x86_64-linux-gnu",
+        "bindir": "usr/bin",
+        "includedir": "usr/include",
+        "mandir": "usr/share/man",
+        "pythondir": "usr/lib/python3/dist-packages",
+        "pyexecdir": "usr/lib/python3/dist-packages",
+    }
     paths = [canonical(f, dirs, layout) for f in files]
     packages = {}
     for install in (SRCDIR / "debian").glob("*.install"):
-        packages[install.stem] = [line.strip() for line in install.read_text().splitlines()
-                                  if line.strip() and not line.startswith("#")]
-    excluded = [line.strip() for line in (SRCDIR / "debian/not-installed").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+        packages[install.stem] = [
+            line.strip() for line in install.read_text().splitlines() if line.strip() and not line.startswith("#")
+        ]
+    excluded = [
+        line.strip()
+        for line in (SRCDIR / "debian/not-installed").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     # dh_python3 drops byte code; py3compile rebuilds it on the target.
     excluded.append("usr/lib/python3/dist-packages/mooncake/__pycache__/")
-    assert set(packages) == {"libmooncake-segment0", "libmooncake-segment-dev", "python3-mooncake-segment",
-                             "mooncake-segment-tools"}
+    assert set(packages) == {
+        "libmooncake-segment0",
+        "libmooncake-segment-dev",
+        "python3-mooncake-segment",
+        "mooncake-segment-tools",
+    }
     check_exactly_one_owner(paths, packages, excluded)
 
 
@@ -135,8 +166,9 @@ def spec_files_sections(text, macros):
             continue
         if current is None:
             continue
-        if line.startswith(("%changelog", "%package", "%description", "%prep", "%build", "%install",
-                            "%check", "%post")):
+        if line.startswith(
+            ("%changelog", "%package", "%description", "%prep", "%build", "%install", "%check", "%post")
+        ):
             current = None
             continue
         line = line.strip()
@@ -151,12 +183,24 @@ def spec_files_sections(text, macros):
 def test_every_installed_file_is_in_exactly_one_rpm_package(installed):
     dirs, files = installed
     sitearch = "usr/lib64/python3.11/site-packages"
-    layout = {"libdir": "usr/lib64", "bindir": "usr/bin", "includedir": "usr/include", "mandir": "usr/share/man",
-              "pythondir": sitearch, "pyexecdir": sitearch}
+    layout = {
+        "libdir": "usr/lib64",
+        "bindir": "usr/bin",
+        "includedir": "usr/include",
+        "mandir": "usr/share/man",
+        "pythondir": sitearch,
+        "pyexecdir": sitearch,
+    }
     paths = [canonical(f, dirs, layout) for f in files]
-    macros = {"_libdir": "/usr/lib64", "_bindir": "/usr/bin", "_includedir": "/usr/include",
-              "_mandir": "/usr/share/man", "python3_sitearch": "/" + sitearch,
-              "python3_ext_suffix": dirs["PYTHON_EXT_SUFFIX"], "name": "mooncake-segment"}
+    macros = {
+        "_libdir": "/usr/lib64",
+        "_bindir": "/usr/bin",
+        "_includedir": "/usr/include",
+        "_mandir": "/usr/share/man",
+        "python3_sitearch": "/" + sitearch,
+        "python3_ext_suffix": dirs["PYTHON_EXT_SUFFIX"],
+        "name": "mooncake-segment",
+    }
     sections = spec_files_sections((SRCDIR / "rpm/mooncake-segment.spec.in").read_text(), macros)
     assert set(sections) == {"main", "main-devel", "python3-mooncake-segment"}, sections.keys()
     # %install deletes the libtool archives.

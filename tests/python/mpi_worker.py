@@ -10,8 +10,9 @@ from mooncake.shared_segment import create_shared_segment
 
 comm = MPI.COMM_WORLD
 rank, world = comm.Get_rank(), comm.Get_size()
-seg = create_shared_segment("mpi", {"page": {"count": world, "shape": (4096,), "dtype": "uint8"}}, world, rank,
-                            owner_rank=1, comm_group=comm)
+seg = create_shared_segment(
+    "mpi", {"page": {"count": world, "shape": (4096,), "dtype": "uint8"}}, world, rank, owner_rank=1, comm_group=comm
+)
 pages = seg.buffers("page")
 if rank == 1:
     for i in range(world):

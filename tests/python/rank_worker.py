@@ -65,8 +65,9 @@ def share(rank, world, group, params):
 def expect_error(rank, world, group, **kwargs):
     start = time.monotonic()
     try:
-        seg = create_shared_segment("kv", kwargs.pop("blocks", BLOCKS), world, kwargs.pop("rank_id", rank),
-                                    comm_group=group, **kwargs)
+        seg = create_shared_segment(
+            "kv", kwargs.pop("blocks", BLOCKS), world, kwargs.pop("rank_id", rank), comm_group=group, **kwargs
+        )
     except SharedSegmentError as exc:
         return {"error": str(exc), "seconds": time.monotonic() - start, "errno": exc.errno}
     seg.close()
@@ -122,8 +123,13 @@ SCENARIOS = {f.__name__: f for f in (share, mismatch, local_raise, bad_int, wron
 def main():
     scenario, rank, world, params = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
     timeout = datetime.timedelta(seconds=params.get("group_timeout", 60))
-    dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
-                            rank=rank, world_size=world, timeout=timeout)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+        rank=rank,
+        world_size=world,
+        timeout=timeout,
+    )
     result = SCENARIOS[scenario](rank, world, dist.group.WORLD, params)
     print(json.dumps(result), flush=True)
     if scenario != "killed":

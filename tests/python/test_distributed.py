@@ -46,7 +46,9 @@ def test_a_rank_declaring_another_shape_makes_every_rank_raise_the_same_error():
 
 def test_a_local_block_error_does_not_hang_the_others():
     results = run_ranks("local_raise", WORLD, odd_rank=2, group_timeout=5)
-    message = assert_same_error_everywhere(results, "Shared segment create failed", "rank 2: Block 'k' needs a positive count")
+    message = assert_same_error_everywhere(
+        results, "Shared segment create failed", "rank 2: Block 'k' needs a positive count"
+    )
     assert all(r["seconds"] < 5 for r in results)
     assert message.count("rank ") == 1
 

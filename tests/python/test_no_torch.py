@@ -24,8 +24,9 @@ BLOCK_TORCH = textwrap.dedent(
 
 def run_without_torch(body: str) -> subprocess.CompletedProcess:
     code = BLOCK_TORCH + textwrap.dedent(body)
-    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=dict(os.environ), capture_output=True, text=True, timeout=60
+    )
 
 
 def test_import_probe_create_and_buffers_work_without_torch():

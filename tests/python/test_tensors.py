@@ -8,7 +8,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="python3-torch is not installed")
 
 from mooncake import _segment  # noqa: E402
-from mooncake.shared_segment import SharedSegment, SharedSegmentError, _build_layout, create_shared_segment  # noqa: E402
+from mooncake.shared_segment import (  # noqa: E402
+    SharedSegment,
+    SharedSegmentError,
+    _build_layout,
+    create_shared_segment,
+)
 
 BLOCKS = {
     "k": {"count": 4, "shape": (16, 8), "dtype": torch.bfloat16},

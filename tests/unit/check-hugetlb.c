@@ -190,14 +190,15 @@ int main(void)
 {
 	Suite *s = suite_create("hugetlb");
 	TCase *tc = tcase_create("pool");
-	char pages[16];
+	char pages[32];
+	uint64_t wanted;
 
 	if (geteuid() != 0)
 		skip_all("needs root to reserve a HugeTLB pool (vm.nr_hugepages)");
 	if (mc_hugetlb_default_size() != HUGE)
 		skip_all("needs 2 MiB default HugeTLB pages");
-	snprintf(pages, sizeof(pages), "%llu",
-		 (unsigned long long)(mc_meminfo_field("HugePages_Total") + POOL_PAGES));
+	wanted = mc_meminfo_field("HugePages_Total") + POOL_PAGES;
+	snprintf(pages, sizeof(pages), "%llu", (unsigned long long)wanted);
 	if (!write_setting("/proc/sys/vm/nr_hugepages", pages))
 		skip_all("cannot write /proc/sys/vm/nr_hugepages");
 	if (free_pages() < POOL_PAGES) {

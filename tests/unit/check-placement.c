@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,12 +43,17 @@ static void make_root(void)
 	ck_assert_ptr_nonnull(mkdtemp(root));
 }
 
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)st;
+	(void)type;
+	(void)ftw;
+	return remove(path);
+}
+
 static void remove_root(void)
 {
-	char cmd[300];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
 }
 
 START_TEST(test_node_lists)

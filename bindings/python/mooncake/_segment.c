@@ -382,12 +382,12 @@ static PyObject *segment_info(SegmentObject *self, PyObject *unused)
 		(double)info.commit_ns / 1e9, "commit_threads", info.commit_threads, "backend", info.backend,
 		"commit_method", info.commit_method, "numa_node_requested", info.numa_node_requested,
 		"numa_node", info.numa_node, "numa_node_mask", (unsigned long long)info.numa_node_mask,
-		"owner", info.flags & MOONCAKE_SEGMENT_INFO_OWNER ? Py_True : Py_False, "thp_advised",
-		info.flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED ? Py_True : Py_False, "thp_fallback",
-		info.flags & MOONCAKE_SEGMENT_INFO_THP_FALLBACK ? Py_True : Py_False, "hugetlb",
-		info.flags & MOONCAKE_SEGMENT_INFO_HUGETLB ? Py_True : Py_False, "numa_degraded",
-		info.flags & MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED ? Py_True : Py_False, "registered",
-		info.flags & MOONCAKE_SEGMENT_INFO_REGISTERED ? Py_True : Py_False);
+		"owner", (info.flags & MOONCAKE_SEGMENT_INFO_OWNER) ? Py_True : Py_False, "thp_advised",
+		(info.flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) ? Py_True : Py_False, "thp_fallback",
+		(info.flags & MOONCAKE_SEGMENT_INFO_THP_FALLBACK) ? Py_True : Py_False, "hugetlb",
+		(info.flags & MOONCAKE_SEGMENT_INFO_HUGETLB) ? Py_True : Py_False, "numa_degraded",
+		(info.flags & MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED) ? Py_True : Py_False, "registered",
+		(info.flags & MOONCAKE_SEGMENT_INFO_REGISTERED) ? Py_True : Py_False);
 }
 
 /* A memoryview of [offset, offset+nbytes): a slice of a view of the whole, so it holds an export. */

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 try:
     import torch
@@ -36,8 +36,8 @@ try:
 except ModuleNotFoundError as _exc:  # torch is optional; other import errors are real
     if _exc.name != "torch":
         raise
-    torch = None
-    dist = None
+    torch = None  # type: ignore[assignment]  # the optional module is absent
+    dist = None  # type: ignore[assignment]
 
 from mooncake import _segment as _native
 
@@ -124,7 +124,7 @@ def _dtype_name_and_size(name: str, dtype: Any) -> Tuple[str, int]:
         try:
             import numpy
         except ModuleNotFoundError:
-            numpy = None
+            numpy = None  # type: ignore[assignment]  # numpy dtypes are optional too
         try:
             text = numpy.dtype(dtype).name if numpy is not None else str(dtype)
         except TypeError:
@@ -381,7 +381,9 @@ class SharedSegment:
         """
         spec = self._spec(block)
         if torch is None:
-            raise SharedSegmentError(f"PyTorch is required to create shared-segment tensor views; {_TORCH_PACKAGE_HINT}")
+            raise SharedSegmentError(
+                f"PyTorch is required to create shared-segment tensor views; {_TORCH_PACKAGE_HINT}"
+            )
         if self.device_base is not None:
             raise SharedSegmentError(
                 "this segment is registered with an accelerator; device tensor views are not available in this version"
@@ -392,7 +394,7 @@ class SharedSegment:
             # frombuffer over a memoryview: the tensor's storage holds the
             # memoryview, which holds an export of the native segment.
             tensor = torch.frombuffer(self._native.view(offset, spec.nbytes), dtype=dtype).view(spec.shape)
-            tensor._mooncake_segment = self
+            setattr(tensor, "_mooncake_segment", self)  # upstream's attribute, kept for its callers
             views.append(tensor)
         return views
 
@@ -490,7 +492,15 @@ def create_shared_segment(
         if collective is not None:
             _check_group(collective, world_size, rank_id)
         native, blob = _native.SharedSegment.create(
-            f"{name}|{tag}", total, world_size, rank_id, owner_rank, device, mmap, host_register, hugetlb,
+            f"{name}|{tag}",
+            total,
+            world_size,
+            rank_id,
+            owner_rank,
+            device,
+            mmap,
+            host_register,
+            hugetlb,
             numa_node=numa_node,
         )
     except Exception as exc:  # every local failure joins the consensus
