@@ -69,6 +69,8 @@ void mc_log(int priority, const char *fmt, ...)
 	log_message(priority, message);
 }
 
+static int record(int err, int sys_errno, const char *fmt, va_list ap) MC_PRINTF(3, 0);
+
 static int record(int err, int sys_errno, const char *fmt, va_list ap)
 {
 	int saved_errno = errno;

@@ -263,9 +263,18 @@ static int memfd_reserve(struct mooncake_segment *seg)
 	return 0;
 }
 
+/* Alive, not a zombie (which has no descriptors left). */
 static bool process_exists(pid_t pid)
 {
-	return kill(pid, 0) == 0 || errno == EPERM;
+	char path[64], line[512], *close;
+
+	if (kill(pid, 0) != 0 && errno != EPERM)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!mc_read_line(path, line, sizeof(line)))
+		return true; /* /proc does not show it: trust kill() */
+	close = strrchr(line, ')');
+	return !(close && (close[2] == 'Z' || close[2] == 'X'));
 }
 
 static int owner_gone_error(const struct mooncake_segment *seg, const struct memfd_handle *h)
@@ -285,9 +294,14 @@ static int owner_gone_error(const struct mooncake_segment *seg, const struct mem
 static int access_denied_error(const struct mooncake_segment *seg, const struct mc_blob *owner,
 			       const char *path, int open_errno, int getfd_errno)
 {
-	char scope[16] = "", cause[256];
+	char scope[16] = "", cause[320];
 
-	if (owner->uid != (uint32_t)getuid())
+	if (open_errno == ENOENT)
+		snprintf(
+			cause, sizeof(cause),
+			"this rank's /proc does not show the live owner (mounted with hidepid=, or the /proc of "
+			"another PID namespace); mount /proc without hidepid and run the ranks in one PID namespace");
+	else if (owner->uid != (uint32_t)getuid())
 		snprintf(cause, sizeof(cause),
 			 "the owner runs as uid %u and this rank as uid %u; run every rank "
 			 "as the same user",
@@ -331,16 +345,25 @@ static int open_owner_file(struct mooncake_segment *seg, const struct mc_blob *o
 			   const struct memfd_handle *h)
 {
 	char path[64];
-	int fd, open_errno, getfd_errno = 0;
+	struct stat st;
+	int fd = -1, open_errno, getfd_errno = 0;
 
 	snprintf(path, sizeof(path), "/proc/%u/fd/%u", h->pid, h->fd);
-	fd = open(path, O_RDWR | O_CLOEXEC);
+	/* Look before opening: a forged or stale handle must never make this rank
+	 * open someone else's file (a device, a FIFO...), only the owner's memfd. */
+	if (stat(path, &st) == 0) {
+		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_dev != h->dev || (uint64_t)st.st_ino != h->ino)
+			return owner_gone_error(seg, h);
+		fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+	}
 	if (fd >= 0)
 		return fd;
 	open_errno = errno;
-	if (open_errno == ENOENT)
+	/* ENOENT from a live owner: this /proc hides it (hidepid, another
+	 * mount); the pidfd route does not go through /proc. */
+	if (open_errno == ENOENT && !process_exists((pid_t)h->pid))
 		return owner_gone_error(seg, h);
-	if (open_errno != EACCES && open_errno != EPERM)
+	if (open_errno != ENOENT && open_errno != EACCES && open_errno != EPERM)
 		return mc_error_sys(mc_fold_errno(open_errno), open_errno,
 				    "Shared segment rank %u: open %s failed", seg->opt.rank_id, path);
 	fd = open_through_pidfd(h, &getfd_errno);

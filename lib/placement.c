@@ -166,7 +166,10 @@ void mc_placement_thread_leave(int saved_mode, uint64_t saved_nodes)
 {
 	unsigned long mask = (unsigned long)saved_nodes;
 
-	set_mempolicy(saved_mode, saved_mode == MPOL_DEFAULT ? NULL : &mask, MAX_NODES + 1);
+	if (saved_mode == MPOL_DEFAULT)
+		set_mempolicy(MPOL_DEFAULT, NULL, 0);
+	else
+		set_mempolicy(saved_mode, &mask, MAX_NODES + 1);
 }
 
 #define QUERY_SAMPLES 4096

@@ -143,12 +143,15 @@ static int populate_parallel(uint8_t *addr, uint64_t len, uint64_t page_size, un
 	return err;
 }
 
-/* fallocate [off, off+len) of the file, under the placement's thread policy. */
+/* fallocate [off, off+len) of the file.  shmem's fallocate follows the file's
+ * shared policy (mbind); hugetlbfs's follows the thread's, so a HugeTLB
+ * fallocate (kernels without MADV_POPULATE_WRITE) runs under the placement. */
 static int allocate_range(const struct mc_commit_request *req, uint64_t off, uint64_t len)
 {
 	int saved_mode = 0, err = 0;
 	uint64_t saved_nodes = 0;
-	bool policy = req->placement && mc_placement_thread_enter(req->placement, &saved_mode, &saved_nodes);
+	bool policy = req->hugetlb && req->placement &&
+		      mc_placement_thread_enter(req->placement, &saved_mode, &saved_nodes);
 
 	if (fallocate(req->fd, 0, (off_t)off, (off_t)len) != 0)
 		err = errno;

@@ -178,6 +178,14 @@ fail:
 	return err;
 }
 
+static bool boot_id_unknown(const uint8_t id[MC_BOOT_ID_SIZE])
+{
+	for (int i = 0; i < MC_BOOT_ID_SIZE; i++)
+		if (id[i])
+			return false;
+	return true;
+}
+
 static const char *yes_no(uint32_t flags, uint32_t bit)
 {
 	return flags & bit ? "true" : "false";
@@ -194,7 +202,9 @@ static int check_agreement(const struct mooncake_segment *seg, uint32_t k, const
 				"Shared segment blob at position %u carries rank id %u: blobs must be in "
 				"rank order and rank_id must be each process's rank in the group",
 				k, b->rank_id);
-	if (memcmp(b->boot_id, local->boot_id, MC_BOOT_ID_SIZE) != 0)
+	/* An all-zero boot id means "unknown" (no /proc): only a known difference counts. */
+	if (!boot_id_unknown(b->boot_id) && !boot_id_unknown(local->boot_id) &&
+	    memcmp(b->boot_id, local->boot_id, MC_BOOT_ID_SIZE) != 0)
 		return mc_error(EXDEV,
 				"Shared segment rank %u runs on another host (another boot id): a shared "
 				"segment spans the ranks of one host only; use a group of the local ranks",

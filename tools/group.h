@@ -32,7 +32,8 @@ int group_barrier(struct group_rank *self);
  * -errno when forking failed. */
 int group_run(uint32_t world_size, group_rank_fn fn, void *arg, int timeout_ms, int *exit_codes);
 
-/* The pids of the last group_run's ranks (for tests that kill one). */
+/* The pids of the last group_run's ranks (for tests that kill one): valid in
+ * the caller of group_run, and in rank r for the ranks below r only. */
 pid_t group_pid(uint32_t rank);
 
 #endif

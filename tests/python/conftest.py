@@ -18,9 +18,16 @@ def count_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-# ASan (preloaded for the Python tests of a sanitizer build) maps memory of
-# its own at any moment; then only the segments' memfd mappings count.
-_ONLY_SEGMENTS = "libasan" in os.environ.get("LD_PRELOAD", "")
+def _under_a_checker() -> bool:
+    """ASan (preloaded for a sanitizer build) or valgrind: both map memory of their own at any moment."""
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):
+        return True
+    with open("/proc/self/maps") as f:
+        return any("vgpreload" in line for line in f)
+
+
+# Under them only the segments' memfd mappings can be counted exactly.
+_ONLY_SEGMENTS = _under_a_checker()
 
 
 def count_mappings() -> int:

@@ -43,5 +43,6 @@ Suite *suite_sharing(void);
 Suite *suite_complete(void);
 Suite *suite_host(void);
 Suite *suite_placement(void);
+Suite *suite_hardening(void);
 
 #endif

@@ -17,6 +17,7 @@ int main(void)
 	srunner_add_suite(runner, suite_sharing());
 	srunner_add_suite(runner, suite_complete());
 	srunner_add_suite(runner, suite_placement());
+	srunner_add_suite(runner, suite_hardening());
 	srunner_run_all(runner, CK_ENV);
 	failed = srunner_ntests_failed(runner);
 	srunner_free(runner);

@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Write the fuzzer's seed corpus: real blob sets of groups of 1-4 ranks.
+
+Each seed is byte 0 (world size - 1, and the rank in bits 2-3) followed by the
+group's blobs, as tests/fuzz/fuzz-complete.c reads them.  The owner that made
+them is gone by the time the fuzzer runs, so a seed that passes every check
+ends in the "owner is gone" path; the mutations explore the rest.
+
+    PYTHONPATH=bindings/python /usr/bin/python3 tests/fuzz/make-corpus.py tests/fuzz/corpus
+"""
+
+import sys
+from pathlib import Path
+
+from mooncake import _segment
+
+
+def group_blobs(world: int, owner: int, size: int, hugetlb: bool = False) -> bytes:
+    segments, blobs = [], []
+    for rank in range(world):
+        seg, blob = _segment.SharedSegment.create("fuzz", size, world, rank, owner, hugetlb=hugetlb)
+        segments.append(seg)
+        blobs.append(blob)
+    for seg in segments:
+        seg.close()
+    return b"".join(blobs)
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    for world in range(1, 5):
+        for rank in range(world):
+            data = bytes([(world - 1) | rank << 2]) + group_blobs(world, 0, 1 << 16)
+            (out / f"world{world}-rank{rank}").write_bytes(data)
+    (out / "world2-owner1").write_bytes(bytes([1 | 1 << 2]) + group_blobs(2, 1, 1 << 16))
+    (out / "world3-short").write_bytes(bytes([2]) + group_blobs(3, 0, 3 << 20)[:300])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Build the library and the driver with clang -fsanitize=thread and run it;
+# any data race report fails (halt_on_error).
+#   usage: tests/tsan/run.sh [BUILDDIR]   (BUILDDIR holds config.h)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+builddir=$(cd "${1:-$top}" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+clang -g -O1 -fsanitize=thread -I"$builddir" -I"$top/lib" "$top"/lib/*.c "$here/commit-threads.c" \
+	-lnuma -lpthread -o "$work/commit-threads"
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$work/commit-threads"

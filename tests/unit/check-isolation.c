@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Other users and isolation, for real (as root, so that the test can become
+ * other users and enter namespaces): a rank of another uid cannot map the
+ * pages; a rank in another PID namespace gets the error that names the cause;
+ * a rank whose /proc hides the owner falls back to pidfd_getfd; a rank facing
+ * a non-dumpable owner gets the error that names the fix.  The owner is never
+ * disturbed.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "group.h"
+#include "helpers.h"
+#include "internal.h"
+#include "linux-compat.h"
+#include "privileged.h"
+
+#define BLOB	 MOONCAKE_SEGMENT_BLOB_SIZE
+#define SIZE	 (UINT64_C(4) << 20)
+#define STRANGER 54321 /* a uid and gid no account has: a throwaway user */
+
+/* What the peer does before it completes. */
+enum peer_setup { AS_STRANGER, IN_NEW_PID_NAMESPACE, WITH_PROC_HIDDEN, SAME_UID_AS_OWNER };
+
+struct scenario {
+	enum peer_setup setup;
+	bool owner_as_stranger; /* the owner also drops to STRANGER */
+	bool owner_dumpable;
+	int expect;	    /* complete()'s result on the peer */
+	const char *needle; /* in its message */
+};
+
+#define RANK_CHECK(cond)                                                               \
+	do {                                                                           \
+		if (!(cond)) {                                                         \
+			fprintf(stderr, "rank %u: %s failed: %s\n", self->rank, #cond, \
+				mooncake_segment_last_error());                        \
+			return 1;                                                      \
+		}                                                                      \
+	} while (0)
+
+static int become_stranger(void)
+{
+	return setresgid(STRANGER, STRANGER, STRANGER) == 0 && setresuid(STRANGER, STRANGER, STRANGER) == 0
+		       ? 0
+		       : -1;
+}
+
+/* The peer's complete(), in the process state the scenario asks for; exit status 0 when as expected. */
+static int peer_complete(const struct scenario *sc, struct mooncake_segment *seg, const uint8_t *blobs)
+{
+	int ret;
+
+	switch (sc->setup) {
+	case AS_STRANGER:
+	case SAME_UID_AS_OWNER:
+		if (become_stranger() != 0)
+			return 10;
+		break;
+	case IN_NEW_PID_NAMESPACE: {
+		pid_t child;
+		int status;
+
+		/* A new PID namespace takes effect for children: complete in one. */
+		if (unshare(CLONE_NEWPID) != 0)
+			return 11;
+		child = fork();
+		if (child < 0)
+			return 12;
+		if (child > 0)
+			return waitpid(child, &status, 0) == child && WIFEXITED(status) ? WEXITSTATUS(status)
+											: 13;
+		break;
+	}
+	case WITH_PROC_HIDDEN:
+		/* This rank's own /proc, empty: the owner cannot be found there. */
+		if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		    mount("none", "/proc", "tmpfs", 0, NULL) != 0)
+			return 14;
+		break;
+	}
+	ret = mooncake_segment_complete(seg, blobs, 2 * BLOB);
+	if (ret != sc->expect || (sc->needle && !strstr(mooncake_segment_last_error(), sc->needle))) {
+		fprintf(stderr, "peer: complete returned %d (%s), expected %d with '%s'\n", ret,
+			mooncake_segment_last_error(), sc->expect, sc->needle ? sc->needle : "");
+		_exit(20);
+	}
+	if (ret == 0 && ((volatile uint8_t *)mooncake_segment_base(seg))[5] != 55)
+		_exit(21);
+	_exit(0);
+}
+
+static int isolation_rank(struct group_rank *self, void *arg)
+{
+	const struct scenario *sc = arg;
+	struct mooncake_segment_options opt = test_options(2, self->rank, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB], blobs[2 * BLOB], *base;
+
+	if (self->rank == 0 && sc->owner_as_stranger) {
+		RANK_CHECK(become_stranger() == 0);
+		/* setuid made the owner non-dumpable; put it back unless the scenario wants it off. */
+		RANK_CHECK(prctl(PR_SET_DUMPABLE, sc->owner_dumpable ? 1 : 0, 0, 0, 0) == 0);
+	}
+	RANK_CHECK(mooncake_segment_create("isolation", SIZE, &opt, &seg, blob) == 0);
+	/* The owner writes before anyone can map: the peer checks it after complete. */
+	if (self->rank == 0)
+		((uint8_t *)mooncake_segment_base(seg))[5] = 55;
+	RANK_CHECK(group_allgather(self, blob, BLOB, blobs) == 0);
+	if (self->rank == 1) {
+		int status = peer_complete(sc, seg, blobs);
+
+		mooncake_segment_destroy(seg);
+		return status;
+	}
+	/* The owner is unaffected by whatever the peer tried. */
+	RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == 0);
+	base = mooncake_segment_base(seg);
+	/* Returns when the peer is done: it never joins, so its exit ends the round. */
+	(void)group_barrier(self);
+	RANK_CHECK(base[5] == 55);
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+static void run_scenario(const struct scenario *sc)
+{
+	int codes[2];
+
+	ck_assert_int_eq(group_run(2, isolation_rank, (void *)sc, 20000, codes), 0);
+	ck_assert_msg(codes[0] == 0, "owner exited with %d", codes[0]);
+	ck_assert_msg(codes[1] == 0, "peer exited with %d", codes[1]);
+}
+
+START_TEST(test_another_user_cannot_map_the_pages)
+{
+	const struct scenario sc = { AS_STRANGER, false, true, -EACCES,
+				     "the owner runs as uid 0 and this rank as uid 54321" };
+
+	run_scenario(&sc);
+}
+END_TEST
+
+START_TEST(test_another_pid_namespace_is_named_as_the_cause)
+{
+	const struct scenario sc = { IN_NEW_PID_NAMESPACE, false, true, -EACCES, "another PID namespace" };
+
+	run_scenario(&sc);
+}
+END_TEST
+
+static bool pidfd_getfd_available(void)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0), fd = -1;
+
+	if (pidfd >= 0) {
+		fd = (int)syscall(SYS_pidfd_getfd, pidfd, 0, 0);
+		close(pidfd);
+	}
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0;
+}
+
+START_TEST(test_proc_that_hides_the_owner_falls_back_to_pidfd_getfd)
+{
+	const struct scenario works = { WITH_PROC_HIDDEN, false, true, 0, NULL };
+	const struct scenario fails = { WITH_PROC_HIDDEN, false, true, -EACCES,
+					"does not show the live owner" };
+
+	/* Without pidfd_getfd (kernels before 5.6) the error names the cause instead. */
+	run_scenario(pidfd_getfd_available() ? &works : &fails);
+}
+END_TEST
+
+START_TEST(test_non_dumpable_owner_is_refused_with_the_fix)
+{
+	const struct scenario sc = { SAME_UID_AS_OWNER, true, false, -EACCES, "dumpable" };
+
+	run_scenario(&sc);
+}
+END_TEST
+
+START_TEST(test_same_user_with_a_dumpable_owner_works)
+{
+	const struct scenario sc = { SAME_UID_AS_OWNER, true, true, 0, NULL };
+
+	run_scenario(&sc);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("isolation");
+	TCase *tc = tcase_create("users-and-namespaces");
+	char scope[16];
+
+	if (geteuid() != 0)
+		skip_all("needs root to become another user and to enter namespaces");
+	if (mc_read_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) &&
+	    strtol(scope, NULL, 10) >= 2)
+		skip_all("kernel.yama.ptrace_scope >= 2 forbids even same-user access");
+	tcase_add_test(tc, test_another_user_cannot_map_the_pages);
+	tcase_add_test(tc, test_another_pid_namespace_is_named_as_the_cause);
+	tcase_add_test(tc, test_proc_that_hides_the_owner_falls_back_to_pidfd_getfd);
+	tcase_add_test(tc, test_non_dumpable_owner_is_refused_with_the_fix);
+	tcase_add_test(tc, test_same_user_with_a_dumpable_owner_works);
+	tcase_set_timeout(tc, 30);
+	suite_add_tcase(s, tc);
+	return run_suite(s);
+}
