@@ -215,7 +215,7 @@ static int resizing_peer(struct group_rank *self, void *arg)
 	if (self->rank == 1) {
 		RANK_CHECK(mc_blob_decode(blobs, 0, &owner) == 0);
 		snprintf(path, sizeof(path), "/proc/%u/fd/%u", owner.pid,
-			 owner.handle[4] | owner.handle[5] << 8); /* the handle's fd field */
+			 (unsigned int)(owner.handle[4] | owner.handle[5] << 8)); /* the handle's fd field */
 		fd = open(path, O_RDWR | O_CLOEXEC);
 		RANK_CHECK(fd >= 0);
 		RANK_CHECK(ftruncate(fd, 4096) == -1 && errno == EPERM);
