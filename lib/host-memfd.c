@@ -263,6 +263,16 @@ static int memfd_reserve(struct mooncake_segment *seg)
 	return 0;
 }
 
+/* Whether this rank's /proc shows process @pid at all. */
+static bool proc_shows(uint32_t pid)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%u/fd", pid);
+	return stat(path, &st) == 0;
+}
+
 /* Alive, not a zombie (which has no descriptors left). */
 static bool process_exists(pid_t pid)
 {
@@ -373,6 +383,9 @@ static int open_owner_file(struct mooncake_segment *seg, const struct mc_blob *o
 		return owner_gone_error(seg, h);
 	if (getfd_errno == ENOSYS)
 		getfd_errno = 0;
+	/* No second route, but /proc shows the owner: its descriptor is just gone. */
+	if (open_errno == ENOENT && proc_shows(h->pid))
+		return owner_gone_error(seg, h);
 	return access_denied_error(seg, owner, path, open_errno, getfd_errno);
 }
 

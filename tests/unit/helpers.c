@@ -37,7 +37,7 @@ int count_fds(void)
 
 /* ASan and valgrind map memory of their own at any moment; under them only
  * the segments' own mappings (the memfd) can be counted exactly. */
-static int only_segment_mappings(void)
+int under_memory_checker(void)
 {
 	static int cached = -1;
 	FILE *f;
@@ -58,7 +58,7 @@ int count_mappings(void)
 {
 	FILE *f = fopen("/proc/self/maps", "re");
 	char line[512];
-	int n = 0, only_segments = only_segment_mappings();
+	int n = 0, only_segments = under_memory_checker();
 
 	if (!f)
 		return -1;

@@ -16,6 +16,8 @@
  * valgrind: only the segments' memfd mappings). */
 int count_fds(void);
 int count_mappings(void);
+/* Running under ASan or valgrind, which map and use memory of their own. */
+int under_memory_checker(void);
 
 struct mooncake_segment_options test_options(uint32_t world, uint32_t rank, uint32_t owner);
 
