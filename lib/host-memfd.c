@@ -221,9 +221,7 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 		.len = seg->alloc_size,
 		.page_size = seg->page_size,
 		.threads = seg->opt.commit_threads,
-		.cpu_node = seg->placement.mode == MC_PLACE_BIND && !seg->placement.degraded
-				    ? seg->placement.node
-				    : -1,
+		.cpu_node = seg->placement.node >= 0 && !seg->placement.degraded ? seg->placement.node : -1,
 		.thp = (seg->info_flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) != 0,
 		.hugetlb = seg->opt.hugetlb,
 		.placement = &seg->placement,
@@ -410,6 +408,12 @@ static int check_owner_file(const struct mooncake_segment *seg, int fd, const st
 	return 0;
 }
 
+static void memfd_unimport(struct mooncake_segment *seg)
+{
+	if (seg->mapped && mc_window_reset(seg->base, seg->alloc_size) == 0)
+		seg->mapped = false;
+}
+
 static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owner)
 {
 	struct memfd_handle h;
@@ -451,9 +455,7 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 		err = mc_populate_mapping(seg->base, seg->alloc_size, seg->page_size,
 					  seg->opt.commit_threads);
 		if (err) {
-			/* A failed complete leaves nothing mapped. */
-			if (mc_window_reset(seg->base, seg->alloc_size) == 0)
-				seg->mapped = false;
+			memfd_unimport(seg); /* a failed complete leaves nothing mapped */
 			return err;
 		}
 	}
@@ -483,6 +485,7 @@ const struct mc_backend_ops mc_backend_memfd = {
 	.create_owner = memfd_create_owner,
 	.reserve = memfd_reserve,
 	.import = memfd_import,
+	.unimport = memfd_unimport,
 	.finish = memfd_finish,
 	.release = memfd_release,
 };

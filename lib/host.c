@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -148,4 +149,12 @@ bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available)
 		reserved = 0;
 	*available = free_pages > reserved ? free_pages - reserved : 0;
 	return true;
+}
+
+uint64_t mc_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }

@@ -79,6 +79,9 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 				   &full.numa_node_mask);
 	snprintf(full.backend, sizeof(full.backend), "%s%s", seg->backend->name,
 		 seg->opt.hugetlb ? "-hugetlb" : "");
+	full.register_ns = seg->registration.ns;
+	snprintf(full.accelerator, sizeof(full.accelerator), "%s",
+		 seg->registration.ops ? seg->registration.ops->name : "");
 	snprintf(full.commit_method, sizeof(full.commit_method), "%s",
 		 seg->is_owner ? seg->commit.method : "none (peer)");
 	memcpy(info, &full, info_size < sizeof(full) ? info_size : sizeof(full));

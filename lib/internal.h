@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "mooncake/segment.h"
+#include "accel.h"
 #include "cgroup.h"
 #include "procfs.h"
 
@@ -43,6 +44,9 @@ int mc_error_sys(int err, int sys_errno, const char *fmt, ...) MC_PRINTF(3, 4);
 void mc_clear_error(void);
 void mc_log(int priority, const char *fmt, ...) MC_PRINTF(2, 3);
 bool mc_log_enabled(int priority);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t mc_now_ns(void);
 
 /* Map an errno from the system onto the documented set of create/complete. */
 int mc_fold_errno(int sys_errno);
@@ -120,11 +124,11 @@ int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, 
 
 /* --- NUMA placement (placement.c) ------------------------------------------ */
 
-enum mc_place_mode { MC_PLACE_DEFAULT, MC_PLACE_BIND, MC_PLACE_INTERLEAVE };
+enum mc_place_mode { MC_PLACE_DEFAULT, MC_PLACE_PREFERRED, MC_PLACE_BIND, MC_PLACE_INTERLEAVE };
 
 struct mc_placement {
 	enum mc_place_mode mode;
-	int node;	 /* MC_PLACE_BIND: the node */
+	int node;	 /* MC_PLACE_BIND, _PREFERRED: the node */
 	uint64_t nodes;	 /* the node mask of the policy */
 	uint64_t online; /* nodes online on this host */
 	bool degraded;	 /* the kernel refused the policy */
@@ -204,6 +208,8 @@ struct mc_backend_ops {
 	int (*reserve)(struct mooncake_segment *seg);
 	/* Non-owner: map the owner's pages described by @owner into the reservation. */
 	int (*import)(struct mooncake_segment *seg, const struct mc_blob *owner);
+	/* Non-owner: undo a successful import (the reservation comes back). */
+	void (*unimport)(struct mooncake_segment *seg);
 	/* Owner: drop what importers needed (the memfd). */
 	void (*finish)(struct mooncake_segment *seg);
 	/* Release everything; must cope with any partly built state. */
@@ -231,6 +237,7 @@ struct mooncake_segment {
 	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages */
 	uint16_t handle_bytes;
 	uint64_t device_addr;
+	struct mc_registration registration; /* .ops set while registered */
 
 	uint32_t info_flags; /* MOONCAKE_SEGMENT_INFO_* known at create */
 	int32_t numa_node_requested;

@@ -113,9 +113,19 @@ int mc_placement_resolve(const struct mooncake_segment_options *opt, const char 
 		p->mode = node_count(online) > 1 ? MC_PLACE_INTERLEAVE : MC_PLACE_DEFAULT;
 		p->nodes = online;
 	}
-	/* Automatic: the accelerator's host node once a runtime can name its PCI
-	 * device (the accelerator backends call mc_topology_pci_node); until then
-	 * the process's own policy, which first touch by the owner follows. */
+	/* Automatic: prefer the host node of the accelerator when a runtime can
+	 * name its PCI device; otherwise the process's own policy. */
+	if (opt->numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && opt->device_id >= 0 && node_count(online) > 1) {
+		char bus[32];
+		int node;
+
+		if (mc_accel_pci_bus_id(opt->device_id, bus, sizeof(bus)) &&
+		    (node = mc_topology_pci_node(sysfs_root, bus)) >= 0 && (online & (UINT64_C(1) << node))) {
+			p->mode = MC_PLACE_PREFERRED;
+			p->node = node;
+			p->nodes = UINT64_C(1) << node;
+		}
+	}
 	return 0;
 }
 
@@ -133,7 +143,14 @@ static void degrade(struct mc_placement *p, const char *call, int err)
 
 static int policy_mode(const struct mc_placement *p)
 {
-	return p->mode == MC_PLACE_INTERLEAVE ? MPOL_INTERLEAVE : MPOL_BIND;
+	switch (p->mode) {
+	case MC_PLACE_INTERLEAVE:
+		return MPOL_INTERLEAVE;
+	case MC_PLACE_PREFERRED:
+		return MPOL_PREFERRED;
+	default:
+		return MPOL_BIND;
+	}
 }
 
 void mc_placement_apply(struct mc_placement *p, void *addr, uint64_t len)

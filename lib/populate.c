@@ -51,14 +51,6 @@ struct slice {
 	int err; /* errno of the first failure, 0 */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int madvise_retrying(void *addr, uint64_t len, int advice)
 {
 	/* The populate advices stop early on a signal; go on from the start,
@@ -219,16 +211,16 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 	/* The yardstick: the last chunk on base pages, committed the ordinary way. */
 	if (madvise(req->addr + req->len - base_len, base_len, MADV_NOHUGEPAGE) != 0)
 		base_len = 0;
-	t0 = now_ns();
+	t0 = mc_now_ns();
 	if (base_len && (err = commit_base_pages(req, req->len - base_len, base_len, threads, &base_method)))
 		return err;
-	base_ns = now_ns() - t0;
+	base_ns = mc_now_ns() - t0;
 	thp_end = req->len - base_len;
 
 	while (off < thp_end) {
 		uint64_t len = thp_end - off < chunk ? thp_end - off : chunk;
 
-		t0 = now_ns();
+		t0 = mc_now_ns();
 		err = populate_parallel(req->addr + off, len, req->page_size, threads, POPULATE_WRITE,
 					req->cpu_node);
 		if (err == EINVAL)
@@ -238,7 +230,7 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 		off += len;
 		/* Slower per byte than base pages: stop advising THP for the rest. */
 		if (base_len &&
-		    (double)(now_ns() - t0) * (double)base_len > (double)base_ns * (double)len * 1.1)
+		    (double)(mc_now_ns() - t0) * (double)base_len > (double)base_ns * (double)len * 1.1)
 			break;
 		if (chunk < max_chunk)
 			chunk *= 2;
@@ -271,7 +263,7 @@ static int commit_hugetlb(const struct mc_commit_request *req, unsigned int thre
 
 int mc_commit_pages(const struct mc_commit_request *req, struct mc_commit_result *result)
 {
-	uint64_t start = now_ns();
+	uint64_t start = mc_now_ns();
 	unsigned int threads = pick_threads(req->len, req->threads);
 	const char *method = "";
 	int err;
@@ -285,7 +277,7 @@ int mc_commit_pages(const struct mc_commit_request *req, struct mc_commit_result
 		err = commit_base_pages(req, 0, req->len, threads, &method);
 	if (err)
 		return err;
-	result->ns = now_ns() - start;
+	result->ns = mc_now_ns() - start;
 	result->threads = threads;
 	snprintf(result->method, sizeof(result->method), "%s", method);
 	return 0;

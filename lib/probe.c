@@ -32,7 +32,7 @@ MC_EXPORT bool mooncake_segment_supported(bool mmap, bool host_register, bool hu
 	if (!mmap)
 		return false; /* no VMM backend in this build */
 	if (host_register)
-		return false; /* no accelerator registration in this build */
+		return mc_accel_for_host_register() != NULL;
 	if (hugetlb)
 		return kernel_has_hugetlb_memfd();
 	return true;

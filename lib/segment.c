@@ -73,12 +73,55 @@ static const struct mc_backend_ops *pick_backend(const struct mooncake_segment_o
 				  "Ascend runtime); use mmap=true");
 		return NULL;
 	}
-	if (opt->host_register) {
-		mc_error(ENOTSUP, "Shared segment host_register=true needs an accelerator runtime, and this "
-				  "build registers with none; use host_register=false");
+	if (opt->host_register && !mc_accel_for_host_register()) {
+		mc_error(
+			ENOTSUP,
+			"Shared segment host_register=true needs an accelerator runtime with a device, and none "
+			"was found (%s); use host_register=false",
+			HAVE_CUDA ? "CUDA: libcuda.so.1, or the file MOONCAKE_SEGMENT_CUDA_LIBRARY names"
+				  : "this build has no CUDA support");
 		return NULL;
 	}
 	return &mc_backend_memfd;
+}
+
+/* Register this rank's mapping with its accelerator (host_register). */
+static int register_mapping(struct mooncake_segment *seg)
+{
+	uint64_t chunk =
+		seg->opt.register_chunk_size ? seg->opt.register_chunk_size : MC_REGISTER_CHUNK_DEFAULT;
+	struct mc_registration reg = {
+		.ops = mc_accel_for_host_register(),
+		.device = seg->opt.device_id,
+		.addr = seg->base,
+		.len = seg->alloc_size,
+		/* Whole pages per call, at least one. */
+		.chunk = chunk < seg->page_size ? seg->page_size : chunk / seg->page_size * seg->page_size,
+	};
+	uint64_t start;
+	int err;
+
+	if (!reg.ops)
+		return mc_error(ENOTSUP,
+				"Shared segment host_register=true: the accelerator runtime went away");
+	start = mc_now_ns();
+	err = reg.ops->register_host(&reg);
+	if (err)
+		return err;
+	reg.ns = mc_now_ns() - start;
+	seg->registration = reg;
+	seg->device_addr = reg.device_addr;
+	return 0;
+}
+
+/* Unregister before anything is unmapped. */
+static void unregister_mapping(struct mooncake_segment *seg)
+{
+	if (!seg->registration.ops)
+		return;
+	seg->registration.ops->unregister_host(&seg->registration);
+	seg->registration.ops = NULL;
+	seg->device_addr = 0;
 }
 
 static void copy_label(char *label, size_t size, const char *name)
@@ -157,6 +200,8 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	}
 
 	err = seg->is_owner ? seg->backend->create_owner(seg) : seg->backend->reserve(seg);
+	if (!err && seg->is_owner && opt->host_register)
+		err = register_mapping(seg);
 	if (err)
 		goto fail;
 	fill_blob(seg, &b);
@@ -172,6 +217,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	*out = seg;
 	return 0;
 fail:
+	unregister_mapping(seg);
 	if (seg->backend)
 		seg->backend->release(seg);
 	free(seg);
@@ -283,6 +329,13 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 		err = seg->backend->import(seg, &owner);
 		if (err)
 			return err;
+		if (seg->opt.host_register) {
+			err = register_mapping(seg);
+			if (err) {
+				seg->backend->unimport(seg); /* a failed complete leaves nothing mapped */
+				return err;
+			}
+		}
 	}
 	seg->ready = true;
 	return 0;
@@ -305,6 +358,7 @@ MC_EXPORT void mooncake_segment_destroy(struct mooncake_segment *seg)
 
 	if (!seg)
 		return;
+	unregister_mapping(seg);
 	seg->backend->release(seg);
 	free(seg);
 	errno = saved_errno;

@@ -115,6 +115,7 @@ struct bench_config {
 	int repeat;
 	bool json;
 	bool hugetlb;
+	int register_device; /* -1: no registration run */
 };
 
 static struct result *record(struct size_report *r, const char *method, unsigned int threads, double seconds)
@@ -222,6 +223,35 @@ static void bench_ours(size_t size, unsigned int threads, bool hugetlb, double *
 	mooncake_segment_destroy(owner);
 }
 
+/* The owner's create with host_register: the whole, and the registration alone. */
+static void bench_register(struct size_report *r, size_t size, unsigned int threads,
+			   const struct bench_config *cfg)
+{
+	double create_s = -1, register_s = -1;
+
+	for (int i = 0; i < cfg->repeat; i++) {
+		struct mooncake_segment_options opt = bench_options(0, threads, false);
+		struct mooncake_segment_info info;
+		struct mooncake_segment *seg;
+		uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+		uint64_t t0 = monotonic_ns();
+
+		opt.world_size = 1;
+		opt.host_register = true;
+		opt.device_id = cfg->register_device;
+		if (mooncake_segment_create("bench", size, &opt, &seg, blob) != 0) {
+			fprintf(stderr, "%s bench: --register: %s\n", PROGRAM, mooncake_segment_last_error());
+			break;
+		}
+		keep_best(&create_s, seconds_since(t0));
+		if (mooncake_segment_get_info(seg, &info, sizeof(info)) == 0)
+			keep_best(&register_s, (double)info.register_ns / 1e9);
+		mooncake_segment_destroy(seg);
+	}
+	record(r, "ours+register", threads, create_s);
+	record(r, "register", threads, register_s);
+}
+
 /* multiprocessing.shared_memory style: a /dev/shm file, first touch, one thread. */
 static double bench_baseline(size_t size)
 {
@@ -302,6 +332,8 @@ static void bench_size(const struct bench_config *cfg, struct size_report *r)
 		record(r, "ours", threads, ours);
 		record(r, "import", threads, import);
 		record(r, "import+populate", threads, import_pop);
+		if (cfg->register_device >= 0)
+			bench_register(r, size, threads, cfg);
 		if (huge) {
 			record(r, "raw-memfd-hugetlb", threads, huge_raw);
 			record(r, "ours-hugetlb", threads, huge_ours);
@@ -451,6 +483,7 @@ static void bench_usage(FILE *out)
 		"  --threads N    the multi-threaded runs (default: CPUs allowed, at most 64)\n"
 		"  --repeat N     best of N runs (default 3)\n"
 		"  --hugetlb      also measure hugetlb=true where the pool can hold the size\n"
+		"  --register DEV also measure create with host_register=true on device DEV\n"
 		"  --json         machine-readable output\n",
 		PROGRAM);
 }
@@ -458,16 +491,13 @@ static void bench_usage(FILE *out)
 int cmd_bench(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{ "sizes", required_argument, NULL, 's' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "repeat", required_argument, NULL, 'r' },
-		{ "hugetlb", no_argument, NULL, 'H' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "sizes", required_argument, NULL, 's' },    { "threads", required_argument, NULL, 't' },
+		{ "repeat", required_argument, NULL, 'r' },   { "hugetlb", no_argument, NULL, 'H' },
+		{ "register", required_argument, NULL, 'R' }, { "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },	      { NULL, 0, NULL, 0 },
 	};
 	char default_sizes[] = "256M,1G,4G";
-	struct bench_config cfg = { { 0 }, 0, 1, 3, false, false };
+	struct bench_config cfg = { { 0 }, 0, 1, 3, false, false, -1 };
 	struct size_report *reports;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	uint64_t v, available = mc_meminfo_field("MemAvailable");
@@ -475,7 +505,7 @@ int cmd_bench(int argc, char **argv)
 
 	cfg.threads = cpus > MAX_THREADS ? MAX_THREADS : cpus > 0 ? (unsigned int)cpus : 1;
 	parse_sizes(default_sizes, &cfg);
-	while ((c = getopt_long(argc, argv, "s:t:r:Hjh", options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:t:r:R:Hjh", options, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			if (!parse_sizes(optarg, &cfg)) {
@@ -496,6 +526,13 @@ int cmd_bench(int argc, char **argv)
 				cfg.threads = (unsigned int)v;
 			else
 				cfg.repeat = (int)v;
+			break;
+		case 'R':
+			if (!parse_uint(optarg, 0, 1023, &v)) {
+				fprintf(stderr, "%s bench: --register takes a device index\n", PROGRAM);
+				return 2;
+			}
+			cfg.register_device = (int)v;
 			break;
 		case 'H':
 			cfg.hugetlb = true;

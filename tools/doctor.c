@@ -8,6 +8,7 @@
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
@@ -287,25 +288,63 @@ static void check_numa(void)
 	    "%d node(s); mbind %s", numa_num_configured_nodes(), ret == 0 ? "allowed" : strerror(errno));
 }
 
+/* The driver API entry points doctor needs, looked up by hand: the CLI does
+ * not include cuda.h, so that it builds the same with or without CUDA. */
+struct cuda_probe {
+	int (*init)(unsigned int);
+	int (*driver_version)(int *);
+	int (*device_count)(int *);
+	int (*device_get)(int *, int);
+	int (*pci_bus_id)(char *, int, int);
+};
+
 static void check_cuda(void)
 {
-	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	int (*get_version)(int *);
-	int version = 0;
+	const char *path = getenv("MOONCAKE_SEGMENT_CUDA_LIBRARY");
+	const char *name = path && *path ? path : "libcuda.so.1";
+	void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	struct cuda_probe cu = { 0 };
+	char devices[256] = "", bus[32], node_path[96], node[16];
+	int version = 0, count = 0;
+	size_t used = 0;
 
 	if (!lib) {
 		add("CUDA driver", OK, NULL,
-		    "libcuda.so.1 not found: no NVIDIA driver (host_register=True on CUDA unavailable)");
+		    "%s not found: no NVIDIA driver (host_register=True on CUDA unavailable)", name);
 		return;
 	}
-	*(void **)&get_version = dlsym(lib, "cuDriverGetVersion");
-	if (get_version && get_version(&version) == 0)
-		add("CUDA driver", OK, NULL, "libcuda.so.1 present, driver API %d.%d", version / 1000,
-		    version % 1000 / 10);
-	else
-		add("CUDA driver", WARN, "install the NVIDIA driver matching the kernel module",
-		    "libcuda.so.1 present but cuDriverGetVersion failed");
-	dlclose(lib);
+	*(void **)&cu.init = dlsym(lib, "cuInit");
+	*(void **)&cu.driver_version = dlsym(lib, "cuDriverGetVersion");
+	*(void **)&cu.device_count = dlsym(lib, "cuDeviceGetCount");
+	*(void **)&cu.device_get = dlsym(lib, "cuDeviceGet");
+	*(void **)&cu.pci_bus_id = dlsym(lib, "cuDeviceGetPCIBusId");
+	if (!cu.init || !cu.driver_version || !cu.device_count || !cu.device_get || !cu.pci_bus_id ||
+	    cu.driver_version(&version) != 0 || cu.init(0) != 0 || cu.device_count(&count) != 0) {
+		add("CUDA driver", WARN,
+		    "install the NVIDIA driver matching the kernel module (nvidia-smi must work)",
+		    "%s loads but does not initialise", name);
+		dlclose(lib);
+		return;
+	}
+	/* Each GPU's host NUMA node: where automatic placement puts a segment for it. */
+	for (int i = 0; i < count && used < sizeof(devices) - 40; i++) {
+		int dev;
+
+		if (cu.device_get(&dev, i) != 0 || cu.pci_bus_id(bus, sizeof(bus), dev) != 0)
+			continue;
+		snprintf(node_path, sizeof(node_path), "/sys/bus/pci/devices/%.40s/numa_node", bus);
+		for (char *c = node_path; *c; c++)
+			*c = (char)tolower((unsigned char)*c);
+		if (!mc_read_line(node_path, node, sizeof(node)))
+			snprintf(node, sizeof(node), "?");
+		used += (size_t)snprintf(devices + used, sizeof(devices) - used, "%s%d: %s node %s",
+					 i ? ", " : "", i, bus, node);
+	}
+	add("CUDA driver", count ? OK : WARN,
+	    count ? NULL : "no GPU is visible (CUDA_VISIBLE_DEVICES, the container's --gpus)",
+	    "%s, driver API %d.%d, %d device(s)%s%s", name, version / 1000, version % 1000 / 10, count,
+	    count ? ": " : "", devices);
+	/* The driver stays loaded: unloading it after cuInit is not supported. */
 }
 
 static void check_ascend(void)

@@ -67,17 +67,18 @@ struct mooncake_segment; /* opaque */
 struct mooncake_segment_options {
 	/* Fields may be added at the end in later versions: always call
 	 * mooncake_segment_options_init() first. */
-	uint32_t world_size;	    /* >= 1 */
-	uint32_t rank_id;	    /* < world_size */
-	uint32_t owner_rank;	    /* < world_size */
-	int32_t device_id;	    /* accelerator of this rank, or -1 */
-	bool mmap;		    /* true: host shared memory (memfd); false: platform VMM */
-	bool host_register;	    /* register the pages with the accelerator (mmap only) */
-	bool hugetlb;		    /* back with HugeTLB pages, fail if the pool cannot */
-	int32_t numa_node;	    /* a node, MOONCAKE_SEGMENT_NUMA_AUTO or _INTERLEAVE */
-	uint32_t commit_threads;    /* owner threads committing pages; 0: automatic */
-	bool populate_on_import;    /* non-owners map every page table entry at complete */
-	uint64_t hugetlb_page_size; /* with hugetlb: 0 for the default (2 MiB), or 1 GiB */
+	uint32_t world_size;	      /* >= 1 */
+	uint32_t rank_id;	      /* < world_size */
+	uint32_t owner_rank;	      /* < world_size */
+	int32_t device_id;	      /* accelerator of this rank, or -1 */
+	bool mmap;		      /* true: host shared memory (memfd); false: platform VMM */
+	bool host_register;	      /* register the pages with the accelerator (mmap only) */
+	bool hugetlb;		      /* back with HugeTLB pages, fail if the pool cannot */
+	int32_t numa_node;	      /* a node, MOONCAKE_SEGMENT_NUMA_AUTO or _INTERLEAVE */
+	uint32_t commit_threads;      /* owner threads committing pages; 0: automatic */
+	bool populate_on_import;      /* non-owners map every page table entry at complete */
+	uint64_t hugetlb_page_size;   /* with hugetlb: 0 for the default (2 MiB), or 1 GiB */
+	uint64_t register_chunk_size; /* host_register: bytes per driver call; 0: 64 GiB */
 };
 
 /**
@@ -94,13 +95,18 @@ void mooncake_segment_options_init(struct mooncake_segment_options *opt);
  * @blob holds this rank's MOONCAKE_SEGMENT_BLOB_SIZE bytes.  On failure
  * nothing is allocated and *@out and @blob are left untouched.
  *
+  * With host_register, each rank registers its own mapping with its own
+ * device_id (the owner here, the others in complete), in chunks of
+ * register_chunk_size, rolled back in reverse on failure.
+ *
  * @name is a logical name: it is only folded into the fingerprint (so ranks
  * that disagree on it cannot form a group) and shown in /proc/PID/maps.
  *
  * Returns 0 or:
- *  -EINVAL  a NULL argument, world_size 0, rank_id or owner_rank >= world_size,
+  *  -EINVAL  a NULL argument, world_size 0, rank_id or owner_rank >= world_size,
  *           size 0 or above MOONCAKE_SEGMENT_MAX_SIZE, host_register without
- *           mmap, a NUMA node that does not exist, an unsupported hugetlb page size
+ *           mmap or with a device_id the runtime does not have, a NUMA node
+ *           that does not exist, an unsupported hugetlb page size
  *  -ENOTSUP a capability this build or host lacks (VMM, host registration,
  *           HugeTLB, an accelerator runtime)
  *  -ENOMEM  not enough memory, address space, memory cgroup room or HugeTLB pages
@@ -170,8 +176,9 @@ uint64_t mooncake_segment_device_addr(const struct mooncake_segment *seg);
 /**
  * Whether this build and this host can create a segment of this kind:
  * mmap alone is always true; hugetlb needs MFD_HUGETLB support; host_register
- * needs an accelerator runtime with at least one device; !mmap needs a VMM
- * runtime.  Sets no error message.
+ * needs an accelerator runtime that loads at run time and reports at least one
+ * device (CUDA: libcuda.so.1, or the file MOONCAKE_SEGMENT_CUDA_LIBRARY names);
+ * !mmap needs a VMM runtime.  Sets no error message.
  */
 bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb);
 
@@ -210,6 +217,8 @@ struct mooncake_segment_info {
 	uint64_t numa_node_mask;     /* bit n: some page sits on node n (nodes < 64) */
 	char backend[16];	     /* "memfd", "memfd-hugetlb", ... NUL-terminated */
 	char commit_method[32];	     /* how the owner committed, e.g. "fallocate+populate" */
+	char accelerator[16];	     /* the runtime the pages are registered with ("cuda"), or "" */
+	uint64_t register_ns;	     /* time this rank spent registering its mapping */
 };
 
 /**

@@ -375,14 +375,16 @@ static PyObject *segment_info(SegmentObject *self, PyObject *unused)
 	if (ret < 0)
 		return raise_library_error(ret);
 	return Py_BuildValue(
-		"{s:K,s:K,s:K,s:K,s:K,s:d,s:I,s:s,s:s,s:i,s:i,s:K,s:O,s:O,s:O,s:O,s:O,s:O}", "size",
+		"{s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:I,s:s,s:s,s:s,s:i,s:i,s:K,s:O,s:O,s:O,s:O,s:O,s:O}", "size",
 		(unsigned long long)info.size, "alloc_size", (unsigned long long)info.alloc_size, "page_size",
 		(unsigned long long)info.page_size, "resident_bytes", (unsigned long long)info.resident_bytes,
 		"huge_bytes", (unsigned long long)info.huge_bytes, "commit_seconds",
-		(double)info.commit_ns / 1e9, "commit_threads", info.commit_threads, "backend", info.backend,
-		"commit_method", info.commit_method, "numa_node_requested", info.numa_node_requested,
-		"numa_node", info.numa_node, "numa_node_mask", (unsigned long long)info.numa_node_mask,
-		"owner", (info.flags & MOONCAKE_SEGMENT_INFO_OWNER) ? Py_True : Py_False, "thp_advised",
+		(double)info.commit_ns / 1e9, "register_seconds", (double)info.register_ns / 1e9,
+		"commit_threads", info.commit_threads, "backend", info.backend, "commit_method",
+		info.commit_method, "accelerator", info.accelerator, "numa_node_requested",
+		info.numa_node_requested, "numa_node", info.numa_node, "numa_node_mask",
+		(unsigned long long)info.numa_node_mask, "owner",
+		(info.flags & MOONCAKE_SEGMENT_INFO_OWNER) ? Py_True : Py_False, "thp_advised",
 		(info.flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) ? Py_True : Py_False, "thp_fallback",
 		(info.flags & MOONCAKE_SEGMENT_INFO_THP_FALLBACK) ? Py_True : Py_False, "hugetlb",
 		(info.flags & MOONCAKE_SEGMENT_INFO_HUGETLB) ? Py_True : Py_False, "numa_degraded",

@@ -213,6 +213,15 @@ def _default_device_id() -> int:
                 return int(npu.current_device())
         except (RuntimeError, AttributeError):
             pass
+    # Not in upstream (whose registration is Ascend-only): without
+    # torch.accelerator (torch < 2.6), a CUDA rank's device is its current one.
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None:
+        try:
+            if cuda.is_available():
+                return int(cuda.current_device())
+        except (RuntimeError, AttributeError):
+            pass
     return 0
 
 
@@ -335,6 +344,20 @@ def shared_segment_supported(mmap: bool = True, host_register: bool = False, hug
     return bool(_native.SharedSegment.supported(mmap, host_register, hugetlb))
 
 
+class _CudaArray:
+    """A byte range of registered pages at their device address (__cuda_array_interface__ v3)."""
+
+    def __init__(self, holder: memoryview, device_ptr: int, nbytes: int) -> None:
+        self._holder = holder
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (device_ptr, False),
+            "strides": None,
+            "version": 3,
+        }
+
+
 class SharedSegment:
     """One rank's view of a shared segment, made by :func:`create_shared_segment`.
 
@@ -373,10 +396,14 @@ class SharedSegment:
         spec = self._spec(block)
         return [self._native.view(offset, spec.nbytes) for offset in self._entry_offsets(block)]
 
-    def tensors(self, block: str) -> List["torch.Tensor"]:
-        """The block's entries as zero-copy CPU tensors of the declared shape and dtype.
+    def tensors(self, block: str, device: Optional[str] = None) -> List["torch.Tensor"]:
+        """The block's entries as zero-copy tensors of the declared shape and dtype.
 
-        New views on every call.  Each keeps the segment mapped for as long as
+        By default CPU tensors over the shared pages; when the segment was
+        created with ``host_register=True`` on CUDA, torch sees them as pinned,
+        so ``non_blocking=True`` copies are asynchronous.  ``device="cuda"``
+        gives CUDA tensors over the registered pages' device address instead.
+        New views on every call; each keeps the segment mapped for as long as
         it, or any tensor derived from it, is alive.
         """
         spec = self._spec(block)
@@ -384,17 +411,36 @@ class SharedSegment:
             raise SharedSegmentError(
                 f"PyTorch is required to create shared-segment tensor views; {_TORCH_PACKAGE_HINT}"
             )
-        if self.device_base is not None:
-            raise SharedSegmentError(
-                "this segment is registered with an accelerator; device tensor views are not available in this version"
-            )
         dtype = spec.dtype if isinstance(spec.dtype, torch.dtype) else getattr(torch, spec.dtype_name)
+        if device is not None and str(device).startswith("cuda"):
+            return self._cuda_tensors(spec, dtype, str(device), self._entry_offsets(block))
+        if device is not None and str(device) != "cpu":
+            raise SharedSegmentError(f"tensors(device={device!r}): only 'cpu' and 'cuda' views are available")
         views = []
         for offset in self._entry_offsets(block):
             # frombuffer over a memoryview: the tensor's storage holds the
             # memoryview, which holds an export of the native segment.
             tensor = torch.frombuffer(self._native.view(offset, spec.nbytes), dtype=dtype).view(spec.shape)
             setattr(tensor, "_mooncake_segment", self)  # upstream's attribute, kept for its callers
+            views.append(tensor)
+        return views
+
+    def _cuda_tensors(self, spec: _BlockSpec, dtype: Any, device: str, offsets: List[int]) -> List["torch.Tensor"]:
+        if self.device_base is None or self._native.info().get("accelerator") != "cuda":
+            raise SharedSegmentError(
+                "CUDA tensor views need a segment registered with CUDA: create it with host_register=True"
+            )
+        if not torch.cuda.is_available():
+            raise SharedSegmentError("CUDA tensor views need a torch built with CUDA and a visible GPU")
+        if device == "cuda":
+            device = f"cuda:{self._device_id}"
+        views = []
+        for offset in offsets:
+            # The interface object holds a memoryview (an export of the native
+            # segment); torch keeps the object for as long as the tensor lives.
+            array = _CudaArray(self._native.view(offset, spec.nbytes), self.device_base + offset, spec.nbytes)
+            tensor = torch.as_tensor(array, device=device).view(dtype).view(spec.shape)
+            setattr(tensor, "_mooncake_segment", self)
             views.append(tensor)
         return views
 

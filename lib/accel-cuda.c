@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * CUDA host registration through the driver API, dlopen'd at run time.
+ *
+ * libcuda.so.1 (the driver's versioned SONAME, never the libcuda.so dev
+ * symlink or the toolkit's stub) is loaded once; MOONCAKE_SEGMENT_CUDA_LIBRARY
+ * names another file for unusual layouts and for the tests' fake driver.
+ * Only the driver API is used: its errors are returned by each call and never
+ * left pending for the caller (unlike the runtime API's sticky errors).
+ *
+ * Registration uses the device's primary context (retained, pushed for the
+ * calls, released at unregister), so no context is created on a device the
+ * caller did not name, and goes in chunks (64 GiB by default) because
+ * drivers cap one call; a failing chunk rolls back the ones before it in
+ * reverse.
+ */
+#include "config.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel.h"
+#include "internal.h"
+
+/* The names are cuda.h's macros, so the _v2 entry points are looked up. */
+#define CUDA_FUNCTIONS(X)            \
+	X(cuInit)                    \
+	X(cuDriverGetVersion)        \
+	X(cuDeviceGetCount)          \
+	X(cuDeviceGet)               \
+	X(cuDeviceGetPCIBusId)       \
+	X(cuDevicePrimaryCtxRetain)  \
+	X(cuDevicePrimaryCtxRelease) \
+	X(cuCtxPushCurrent)          \
+	X(cuCtxPopCurrent)           \
+	X(cuMemHostRegister)         \
+	X(cuMemHostUnregister)       \
+	X(cuMemHostGetDevicePointer) \
+	X(cuGetErrorName)            \
+	X(cuGetErrorString)
+
+#define STRINGIFY_EXPANDED(name) STRINGIFY(name)
+#define STRINGIFY(name)		 #name
+
+static struct {
+/* NOLINTNEXTLINE(bugprone-macro-parentheses): @name is a declarator */
+#define DECLARE_POINTER(name) __typeof__(&name) name;
+	CUDA_FUNCTIONS(DECLARE_POINTER)
+#undef DECLARE_POINTER
+} cuda;
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static int device_count; /* 0 when the driver is missing or has no device */
+static char load_failure[256];
+
+static void load_driver(void)
+{
+	const char *path = getenv("MOONCAKE_SEGMENT_CUDA_LIBRARY");
+	void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	int count = 0;
+
+	if (!lib) {
+		snprintf(load_failure, sizeof(load_failure), "%s", dlerror());
+		return;
+	}
+#define LOOK_UP(name)                                                                    \
+	*(void **)&cuda.name = dlsym(lib, STRINGIFY_EXPANDED(name));                     \
+	if (!cuda.name) {                                                                \
+		snprintf(load_failure, sizeof(load_failure), "the CUDA driver lacks %s", \
+			 STRINGIFY_EXPANDED(name));                                      \
+		dlclose(lib);                                                            \
+		return;                                                                  \
+	}
+	CUDA_FUNCTIONS(LOOK_UP)
+#undef LOOK_UP
+	if (cuda.cuInit(0) != CUDA_SUCCESS || cuda.cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= 0) {
+		snprintf(load_failure, sizeof(load_failure), "the CUDA driver reports no usable device");
+		return;
+	}
+	device_count = count;
+	/* The library stays loaded for the life of the process, as the driver expects. */
+}
+
+static bool cuda_available(void)
+{
+	pthread_once(&load_once, load_driver);
+	return device_count > 0;
+}
+
+/* "CUDA_ERROR_OUT_OF_MEMORY: out of memory" for messages. */
+static const char *describe(CUresult result, char *buf, size_t size)
+{
+	const char *name = NULL, *text = NULL;
+
+	cuda.cuGetErrorName(result, &name);
+	cuda.cuGetErrorString(result, &text);
+	snprintf(buf, size, "%s: %s", name ? name : "CUDA error", text ? text : "unknown");
+	return buf;
+}
+
+static int fold(CUresult result)
+{
+	switch (result) {
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return ENOMEM;
+	case CUDA_ERROR_INVALID_VALUE:
+	case CUDA_ERROR_INVALID_DEVICE:
+		return EINVAL;
+	case CUDA_ERROR_NOT_SUPPORTED:
+	case CUDA_ERROR_NOT_PERMITTED:
+		return ENOTSUP;
+	default:
+		return EIO;
+	}
+}
+
+static void undo_chunks(struct mc_registration *reg)
+{
+	while (reg->chunks > 0) {
+		reg->chunks--;
+		cuda.cuMemHostUnregister((char *)reg->addr + (uint64_t)reg->chunks * reg->chunk);
+	}
+}
+
+static int cuda_register(struct mc_registration *reg)
+{
+	unsigned int total = (unsigned int)((reg->len + reg->chunk - 1) / reg->chunk);
+	CUdevice dev;
+	CUcontext ctx = NULL, popped;
+	CUdeviceptr base = 0, last = 0;
+	uint64_t done;
+	CUresult r;
+	char why[160];
+
+	if (!cuda_available())
+		return mc_error(ENOTSUP, "Shared segment host_register=true: no CUDA device (%s)",
+				load_failure);
+	if (reg->device < 0 || reg->device >= device_count)
+		return mc_error(EINVAL,
+				"Shared segment host_register=true needs device_id of a CUDA device: %d "
+				"of %d",
+				reg->device, device_count);
+	r = cuda.cuDeviceGet(&dev, reg->device);
+	if (r == CUDA_SUCCESS)
+		r = cuda.cuDevicePrimaryCtxRetain(&ctx, dev);
+	if (r != CUDA_SUCCESS)
+		return mc_error(fold(r), "Shared segment cannot use CUDA device %d: %s", reg->device,
+				describe(r, why, sizeof(why)));
+	r = cuda.cuCtxPushCurrent(ctx);
+	if (r != CUDA_SUCCESS) {
+		cuda.cuDevicePrimaryCtxRelease(dev);
+		return mc_error(fold(r), "Shared segment cannot make CUDA device %d current: %s", reg->device,
+				describe(r, why, sizeof(why)));
+	}
+	for (reg->chunks = 0; reg->chunks < total; reg->chunks++) {
+		uint64_t off = (uint64_t)reg->chunks * reg->chunk;
+		uint64_t len = reg->len - off < reg->chunk ? reg->len - off : reg->chunk;
+
+		r = cuda.cuMemHostRegister((char *)reg->addr + off, len,
+					   CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+		if (r != CUDA_SUCCESS) {
+			int err = mc_error(
+				fold(r),
+				"Shared segment CUDA host registration of chunk %u of %u (%llu bytes "
+				"at offset %llu) on device %d failed: %s; the %u chunk(s) before it "
+				"were unregistered",
+				reg->chunks + 1, total, (unsigned long long)len, (unsigned long long)off,
+				reg->device, describe(r, why, sizeof(why)), reg->chunks);
+
+			undo_chunks(reg);
+			cuda.cuCtxPopCurrent(&popped);
+			cuda.cuDevicePrimaryCtxRelease(dev);
+			return err;
+		}
+		done = off + len;
+		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
+		       "Shared segment: registered %llu of %llu bytes with CUDA device %d",
+		       (unsigned long long)done, (unsigned long long)reg->len, reg->device);
+	}
+	/* Every chunk must be reachable at one contiguous device range (UVA). */
+	r = cuda.cuMemHostGetDevicePointer(&base, reg->addr, 0);
+	if (r == CUDA_SUCCESS && total > 1)
+		r = cuda.cuMemHostGetDevicePointer(&last,
+						   (char *)reg->addr + (uint64_t)(total - 1) * reg->chunk, 0);
+	if (r != CUDA_SUCCESS || (total > 1 && last != base + (uint64_t)(total - 1) * reg->chunk)) {
+		int err = r != CUDA_SUCCESS
+				  ? mc_error(fold(r), "Shared segment cannot get the CUDA device pointer: %s",
+					     describe(r, why, sizeof(why)))
+				  : mc_error(ENOTSUP, "Shared segment: the registered chunks are not "
+						      "contiguous on the device (no unified addressing)");
+
+		undo_chunks(reg);
+		cuda.cuCtxPopCurrent(&popped);
+		cuda.cuDevicePrimaryCtxRelease(dev);
+		return err;
+	}
+	cuda.cuCtxPopCurrent(&popped);
+	reg->context = ctx;
+	reg->device_addr = (uint64_t)base;
+	return 0;
+}
+
+static void cuda_unregister(struct mc_registration *reg)
+{
+	CUcontext popped;
+	CUdevice dev;
+
+	if (cuda.cuCtxPushCurrent(reg->context) == CUDA_SUCCESS) {
+		undo_chunks(reg);
+		cuda.cuCtxPopCurrent(&popped);
+	}
+	if (cuda.cuDeviceGet(&dev, reg->device) == CUDA_SUCCESS)
+		cuda.cuDevicePrimaryCtxRelease(dev);
+	reg->context = NULL;
+	reg->device_addr = 0;
+}
+
+static bool cuda_pci_bus_id(int device, char *buf, size_t size)
+{
+	CUdevice dev;
+
+	if (!cuda_available() || device < 0 || device >= device_count || size > INT32_MAX)
+		return false;
+	return cuda.cuDeviceGet(&dev, device) == CUDA_SUCCESS &&
+	       cuda.cuDeviceGetPCIBusId(buf, (int)size, dev) == CUDA_SUCCESS;
+}
+
+const struct mc_accel_ops mc_accel_cuda = {
+	.name = "cuda",
+	.available = cuda_available,
+	.register_host = cuda_register,
+	.unregister_host = cuda_unregister,
+	.pci_bus_id = cuda_pci_bus_id,
+};

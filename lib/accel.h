@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Accelerator runtimes, each loaded at run time (dlopen of its real SONAME)
+ * through one table of function pointers, so that one library serves CPU-only
+ * hosts and GPU/NPU nodes and links no accelerator library.
+ */
+#ifndef MOONCAKE_SEGMENT_ACCEL_H
+#define MOONCAKE_SEGMENT_ACCEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Default size of one registration call: drivers cap a single call, and a
+ * failure then costs at most one chunk of work to roll back. */
+#define MC_REGISTER_CHUNK_DEFAULT (UINT64_C(64) << 30)
+
+/* One registered mapping: what unregistering needs. */
+struct mc_registration {
+	const struct mc_accel_ops *ops;
+	int device;
+	void *addr;
+	uint64_t len;
+	uint64_t chunk;	     /* bytes per registration call */
+	unsigned int chunks; /* calls that succeeded */
+	void *context;	     /* runtime state (CUDA: the retained primary context) */
+	uint64_t device_addr;
+	uint64_t ns; /* time register_host took */
+};
+
+struct mc_accel_ops {
+	const char *name;
+	/* The runtime loads and reports at least one device. */
+	bool (*available)(void);
+	/* Register [addr, addr+len) with @device in chunks of @chunk bytes; on
+	 * failure everything done is undone and a negative errno returned. */
+	int (*register_host)(struct mc_registration *reg);
+	/* Undo a successful register_host. */
+	void (*unregister_host)(struct mc_registration *reg);
+	/* The PCI bus id ("0000:3b:00.0") of @device; false when unknown. */
+	bool (*pci_bus_id)(int device, char *buf, size_t size);
+};
+
+#if HAVE_CUDA
+extern const struct mc_accel_ops mc_accel_cuda;
+#endif
+
+/* The runtime host registration would use here, or NULL when none is available. */
+const struct mc_accel_ops *mc_accel_for_host_register(void);
+/* The PCI bus id of @device from whichever runtime knows it. */
+bool mc_accel_pci_bus_id(int device, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The GPU check, for a bare NVIDIA machine: gcc, make, the CUDA toolkit and a
+# Python with torch are there; autotools, libnuma headers and check may not
+# be, and nothing can be downloaded.
+#
+# Prepare on the development machine, then carry tests/gpu/dist and
+# tests/gpu/debs to the GPU machine:
+#   make dist && mkdir -p tests/gpu/dist && cp mooncake-segment-*.tar.xz tests/gpu/dist/
+#   tests/gpu/fetch-debs.sh
+# Then, on the GPU machine, from the repository root:
+#   tests/gpu/run.sh            (results in $OUT/gpu.json when OUT is set)
+#
+# It builds the dist tarball with --with-cuda against the system Python, then
+# shares a segment of several GiB between 4 processes with host_register=True,
+# checks that every rank's GPU reads what the owner wrote, and measures the
+# registration time per GiB and H2D/D2H bandwidth of the shared registered
+# pages against cudaMallocHost and pageable memory in the same run (target:
+# >= 0.95 x cudaMallocHost), printing JSON.  The Python GPU tests run too.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+out=${OUT:-$here/out}
+work=$(mktemp -d /tmp/mooncake-segment-gpu.XXXXXX)
+python=${PYTHON:-$(command -v python3)}
+cuda=${CUDA_HOME:-/usr/local/cuda}
+mkdir -p "$out"
+log() { printf '=== %s\n' "$*"; }
+
+log "tools"
+nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total --format=csv || true
+"$python" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count())'
+
+# libnuma: the system's, or the Debian packages brought along, unpacked.
+if ! printf '#include <numa.h>\n' | gcc -E - >/dev/null 2>&1; then
+	log "libnuma from tests/gpu/debs"
+	mkdir -p "$work/numa"
+	for deb in "$here"/debs/libnuma*.deb; do
+		[ -e "$deb" ] || { echo "no libnuma headers and no tests/gpu/debs/*.deb (run tests/gpu/fetch-debs.sh)"; exit 1; }
+		(cd "$work/numa" && ar x "$deb" && tar -xf data.tar.* && rm -f data.tar.* control.tar.* debian-binary)
+	done
+	numa_lib=$(dirname "$(find "$work/numa" -name 'libnuma.so.1' | head -1)")
+	ln -sf libnuma.so.1 "$numa_lib/libnuma.so"
+	export CPPFLAGS="-I$work/numa/usr/include ${CPPFLAGS:-}" LDFLAGS="-L$numa_lib ${LDFLAGS:-}"
+	export LD_LIBRARY_PATH="$numa_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
+log "build"
+tarball=$(find "$here/dist" -name 'mooncake-segment-*.tar.xz' 2>/dev/null | sort | tail -1)
+if [ -n "$tarball" ]; then
+	tar -C "$work" -xf "$tarball"
+	src=$(find "$work" -maxdepth 1 -type d -name 'mooncake-segment-*' | head -1)
+else
+	command -v autoreconf >/dev/null || { echo "no tests/gpu/dist/*.tar.xz and no autotools"; exit 1; }
+	src=$top
+	(cd "$src" && autoreconf -fi >/dev/null)
+fi
+mkdir -p "$work/build"
+(cd "$work/build" && "$src/configure" -q PYTHON="$python" --with-cuda="$cuda" --disable-dependency-tracking &&
+	make -s -j"$(nproc)") >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; exit 1; }
+build=$work/build
+export LD_LIBRARY_PATH="$build/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONPATH="$src/bindings/python:$build/bindings/python"
+
+log "info and doctor"
+"$build/tools/mooncake-segment" info
+"$build/tools/mooncake-segment" doctor || true
+
+log "bench with registration"
+"$build/tools/mooncake-segment" bench --sizes 1G,4G --repeat 2 --register 0 --json >"$out/bench.json"
+"$build/tools/mooncake-segment" bench --sizes 1G,4G --repeat 2 --register 0
+
+log "4 ranks, host_register=True"
+"$python" "$here/gpu_check.py" --ranks 4 --size-gib 4 | tee "$out/gpu.json"
+
+log "Python GPU tests"
+"$python" -m pytest -q -p no:cacheprovider -rs "$src/tests/python/test_cuda.py" | tee "$out/pytest.txt"

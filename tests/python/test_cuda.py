@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: Apache-2.0
+"""host_register=True on CUDA from Python: against the fake driver here, for real on a GPU.
+
+The fake driver (tests/fakes/cuda) stands in for libcuda.so.1 through
+MOONCAKE_SEGMENT_CUDA_LIBRARY, in a subprocess so that this process's own
+driver choice is not fixed by it.  The GPU tests run where torch sees CUDA
+(tests/gpu/run.sh on a GPU machine) and skip elsewhere, saying why.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+FAKE = os.environ.get("FAKE_CUDA_LIBRARY", "")
+needs_fake = pytest.mark.skipif(
+    not FAKE or not os.path.exists(FAKE), reason="this build has no CUDA support (no cuda.h at configure time)"
+)
+
+
+def run_with_fake_driver(body, tmp_path, devices="2"):
+    log = tmp_path / "cuda.log"
+    env = dict(os.environ, MOONCAKE_SEGMENT_CUDA_LIBRARY=FAKE, FAKE_CUDA_LOG=str(log), FAKE_CUDA_DEVICES=devices)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(body)], env=env, capture_output=True, text=True, timeout=60
+    )
+    return result, log.read_text() if log.exists() else ""
+
+
+@needs_fake
+def test_registered_segment_from_python(tmp_path):
+    result, log = run_with_fake_driver(
+        """
+        import mooncake.shared_segment as s
+        assert s.shared_segment_supported(host_register=True)
+        seg = s.create_shared_segment("kv", {"k": {"count": 2, "shape": (1024,), "dtype": "uint8"}}, 1, 0,
+                                      device_id=1, host_register=True)
+        info = seg.info()
+        assert info["registered"] and info["accelerator"] == "cuda", info
+        assert seg.device_base == seg.base_addr()
+        buffers = seg.buffers("k")
+        buffers[1][0] = 7
+        assert seg.buffers("k")[1][0] == 7
+        del buffers
+        try:
+            import torch
+        except ModuleNotFoundError:
+            torch = None
+        if torch is not None:
+            t = seg.tensors("k")
+            assert t[0].device.type == "cpu"
+            del t
+            if not torch.cuda.is_available():
+                try:
+                    seg.tensors("k", device="cuda")
+                except s.SharedSegmentError as exc:
+                    print("CUDA VIEWS:", exc)
+        seg.close()
+        print("OK")
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout
+    assert "retain 1" in log and "register 1" in log and "unregister" in log and "release 1" in log
+    assert "ERROR" not in log
+
+
+@needs_fake
+def test_no_device_means_the_upstream_capability_error(tmp_path):
+    result, _ = run_with_fake_driver(
+        """
+        import mooncake.shared_segment as s
+        assert not s.shared_segment_supported(host_register=True)
+        try:
+            s.create_shared_segment("kv", {"k": {"count": 1, "shape": (8,), "dtype": "uint8"}}, 1, 0,
+                                    host_register=True)
+        except s.SharedSegmentError as exc:
+            print("ERROR:", exc)
+        """,
+        tmp_path,
+        devices="0",
+    )
+    assert "ERROR: This mooncake build cannot HostRegister shared-segment pages" in result.stdout, result.stderr
+
+
+def test_cuda_views_need_registration():
+    torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+    from mooncake.shared_segment import SharedSegmentError, create_shared_segment
+
+    seg = create_shared_segment("kv", {"k": {"count": 1, "shape": (8,), "dtype": torch.float16}}, 1, 0)
+    with pytest.raises(SharedSegmentError, match="host_register=True"):
+        seg.tensors("k", device="cuda")
+    with pytest.raises(SharedSegmentError, match="only 'cpu' and 'cuda'"):
+        seg.tensors("k", device="npu")
+    seg.close()
+
+
+def _torch_with_cuda():
+    try:
+        import torch
+    except ModuleNotFoundError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+gpu = pytest.mark.skipif(_torch_with_cuda() is None, reason="needs torch with CUDA and a GPU (tests/gpu/run.sh)")
+
+
+@gpu
+def test_registered_pages_are_pinned_and_reachable_from_the_gpu():
+    torch = _torch_with_cuda()
+    from mooncake.shared_segment import create_shared_segment
+
+    seg = create_shared_segment(
+        "gpu", {"k": {"count": 2, "shape": (1 << 20,), "dtype": torch.float32}}, 1, 0, device_id=0, host_register=True
+    )
+    host = seg.tensors("k")
+    assert all(t.is_pinned() for t in host)
+    host[1].fill_(3.0)
+    on_gpu = host[1].to("cuda:0", non_blocking=True)
+    torch.cuda.synchronize()
+    assert bool((on_gpu == 3.0).all())
+    device_views = seg.tensors("k", device="cuda")
+    assert device_views[1].device.type == "cuda"
+    device_views[1].add_(1.0)
+    torch.cuda.synchronize()
+    assert bool((host[1] == 4.0).all())  # the GPU wrote the shared host pages
+    del host, on_gpu, device_views
+    seg.close()

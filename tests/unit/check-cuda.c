@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * CUDA host registration against the fake driver (tests/fakes/cuda), which
+ * records every call and checks its use: the capability probe with no
+ * driver, a driver without devices and with devices; registration of each
+ * rank's own mapping on its own device with a retained primary context;
+ * chunks and their rollback in reverse; unregistration before unmapping;
+ * device checks; NUMA placement next to the device.
+ *
+ * On a machine with a real GPU, tests/gpu/run.sh runs the same paths for real.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "internal.h"
+
+#define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
+#define SIZE (UINT64_C(8) << 20)
+#define MIB  (UINT64_C(1) << 20)
+
+static char log_path[64];
+
+/* Point the library at the fake driver (before its first use in this test process). */
+static void use_fake_driver(const char *devices)
+{
+	const char *fake = getenv("FAKE_CUDA_LIBRARY");
+
+	ck_assert_msg(fake && *fake, "FAKE_CUDA_LIBRARY is not set (run through make check)");
+	snprintf(log_path, sizeof(log_path), "/tmp/fake-cuda-%d.log", (int)getpid());
+	unlink(log_path);
+	setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", fake, 1);
+	setenv("FAKE_CUDA_LOG", log_path, 1);
+	setenv("FAKE_CUDA_DEVICES", devices, 1);
+}
+
+/* The fake's log, one call per line, in @buf. */
+static const char *calls(char *buf, size_t size)
+{
+	FILE *f = fopen(log_path, "r");
+	size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+
+	buf[n] = '\0';
+	if (f)
+		fclose(f);
+	return buf;
+}
+
+static int count_lines(const char *text, const char *prefix)
+{
+	int n = 0;
+
+	for (const char *line = text; *line;
+	     line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line))
+		n += !strncmp(line, prefix, strlen(prefix));
+	return n;
+}
+
+static struct mooncake_segment_options cuda_options(uint32_t world, uint32_t rank, int device)
+{
+	struct mooncake_segment_options opt = test_options(world, rank, 0);
+
+	opt.host_register = true;
+	opt.device_id = device;
+	return opt;
+}
+
+START_TEST(test_no_driver_means_not_supported)
+{
+	struct mooncake_segment_options opt = cuda_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB];
+
+	setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+	ck_assert(!mooncake_segment_supported(true, true, false));
+	ck_assert(mooncake_segment_supported(true, false, false));
+	ck_assert_error(mooncake_segment_create("cuda", SIZE, &opt, &seg, blob), ENOTSUP,
+			"host_register=true needs");
+}
+END_TEST
+
+START_TEST(test_driver_without_devices_means_not_supported)
+{
+	use_fake_driver("0");
+	ck_assert(!mooncake_segment_supported(true, true, false));
+}
+END_TEST
+
+START_TEST(test_each_rank_registers_its_own_mapping_on_its_own_device)
+{
+	struct mooncake_segment_options o = cuda_options(2, 0, 0), p = cuda_options(2, 1, 1);
+	struct mooncake_segment *owner, *peer;
+	struct mooncake_segment_info info;
+	uint8_t blobs[2 * BLOB];
+	char log[8192];
+	int maps;
+
+	use_fake_driver("2");
+	ck_assert(mooncake_segment_supported(true, true, false));
+	maps = count_mappings();
+	ck_assert_int_eq(mooncake_segment_create("cuda", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("cuda", SIZE, &p, &peer, blobs + BLOB), 0);
+	/* The owner registered at create; the peer has nothing to register yet. */
+	ck_assert_int_eq(count_lines(calls(log, sizeof(log)), "register "), 1);
+	ck_assert_int_eq(count_lines(log, "retain 0"), 1);
+	ck_assert_uint_eq(mooncake_segment_device_addr(owner), (uintptr_t)mooncake_segment_base(owner));
+	ck_assert_uint_eq(mooncake_segment_device_addr(peer), 0);
+	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(count_lines(calls(log, sizeof(log)), "register "), 2);
+	ck_assert_int_eq(count_lines(log, "retain 1"), 1);
+	ck_assert_msg(strstr(log, "flags 3"), "PORTABLE|DEVICEMAP expected: %s", log);
+	ck_assert_uint_eq(mooncake_segment_device_addr(peer), (uintptr_t)mooncake_segment_base(peer));
+	ck_assert_int_eq(mooncake_segment_get_info(peer, &info, sizeof(info)), 0);
+	ck_assert(info.flags & MOONCAKE_SEGMENT_INFO_REGISTERED);
+	ck_assert_str_eq(info.accelerator, "cuda");
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+	calls(log, sizeof(log));
+	ck_assert_int_eq(count_lines(log, "unregister "), 2);
+	ck_assert_int_eq(count_lines(log, "release "), 2);
+	ck_assert_int_eq(count_lines(log, "push"), count_lines(log, "pop"));
+	ck_assert_msg(!strstr(log, "ERROR"), "%s", log);
+	ck_assert_int_eq(count_mappings(), maps);
+}
+END_TEST
+
+START_TEST(test_chunks_roll_back_in_reverse_on_failure)
+{
+	struct mooncake_segment_options opt = cuda_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB];
+	char log[8192], *unregisters;
+	int fds, maps;
+
+	use_fake_driver("1");
+	setenv("FAKE_CUDA_FAIL_REGISTER_AT", "5", 1);
+	opt.register_chunk_size = MIB;
+	ck_assert(mooncake_segment_supported(true, true, false)); /* loads the driver before counting */
+	fds = count_fds();
+	maps = count_mappings();
+	ck_assert_error(mooncake_segment_create("cuda", SIZE, &opt, &seg, blob), ENOMEM, "chunk 5 of 8");
+	ck_assert_msg(strstr(mooncake_segment_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"), "%s",
+		      mooncake_segment_last_error());
+	calls(log, sizeof(log));
+	ck_assert_int_eq(count_lines(log, "register "), 5);
+	ck_assert_int_eq(count_lines(log, "unregister "), 4);
+	/* Reverse order: every unregister comes after the failure. */
+	unregisters = strstr(log, "unregister ");
+	ck_assert_ptr_nonnull(unregisters);
+	ck_assert_ptr_nonnull(strstr(log, "register 5 failed"));
+	ck_assert(strstr(log, "register 5 failed") < unregisters);
+	ck_assert_int_eq(count_lines(log, "release 0"), 1);
+	ck_assert_msg(!strstr(log, "ERROR"), "%s", log);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_mappings(), maps);
+}
+END_TEST
+
+START_TEST(test_chunks_cover_the_segment_and_are_page_multiples)
+{
+	struct mooncake_segment_options opt = cuda_options(1, 0, 0);
+	struct mooncake_segment *seg;
+	uint8_t blob[BLOB];
+	char log[16384];
+
+	use_fake_driver("1");
+	opt.register_chunk_size = 3 * MIB + 123; /* rounded down to whole pages */
+	ck_assert_int_eq(mooncake_segment_create("cuda", SIZE, &opt, &seg, blob), 0);
+	calls(log, sizeof(log));
+	ck_assert_int_eq(count_lines(log, "register "), 3);
+	ck_assert_ptr_nonnull(strstr(log, "len 3145728"));
+	ck_assert_ptr_nonnull(strstr(log, "len 2097152")); /* the rest */
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
+START_TEST(test_no_registration_without_host_register)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg;
+	uint8_t blob[BLOB];
+	char log[4096];
+
+	use_fake_driver("1");
+	opt.device_id = 0;
+	ck_assert_int_eq(mooncake_segment_create("cuda", SIZE, &opt, &seg, blob), 0);
+	ck_assert_int_eq(count_lines(calls(log, sizeof(log)), "register "), 0);
+	ck_assert_uint_eq(mooncake_segment_device_addr(seg), 0);
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
+START_TEST(test_device_must_exist)
+{
+	struct mooncake_segment_options opt = cuda_options(1, 0, 5);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB];
+
+	use_fake_driver("2");
+	ck_assert_error(mooncake_segment_create("cuda", SIZE, &opt, &seg, blob), EINVAL,
+			"device_id of a CUDA device: 5 of 2");
+	opt.device_id = -1;
+	ck_assert_error(mooncake_segment_create("cuda", SIZE, &opt, &seg, blob), EINVAL, "-1 of 2");
+}
+END_TEST
+
+START_TEST(test_chunks_without_unified_addressing_are_refused)
+{
+	struct mooncake_segment_options opt = cuda_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB];
+	char log[8192];
+
+	use_fake_driver("1");
+	setenv("FAKE_CUDA_NO_UVA", "1", 1);
+	opt.register_chunk_size = 4 * MIB;
+	ck_assert_error(mooncake_segment_create("cuda", SIZE, &opt, &seg, blob), ENOTSUP, "not contiguous");
+	calls(log, sizeof(log));
+	ck_assert_int_eq(count_lines(log, "register "), count_lines(log, "unregister "));
+	ck_assert_int_eq(count_lines(log, "release 0"), 1);
+}
+END_TEST
+
+START_TEST(test_peer_registration_failure_leaves_nothing_mapped)
+{
+	struct mooncake_segment_options o = cuda_options(2, 0, 0), p = cuda_options(2, 1, 1);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+	int maps;
+
+	use_fake_driver("2");
+	ck_assert_int_eq(mooncake_segment_create("cuda", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("cuda", SIZE, &p, &peer, blobs + BLOB), 0);
+	setenv("FAKE_CUDA_FAIL_REGISTER_AT", "2", 1); /* the peer's first */
+	maps = count_mappings();
+	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), ENOMEM,
+			"CUDA host registration");
+	ck_assert(!mooncake_segment_ready(peer));
+	ck_assert_int_eq(count_mappings(), maps);
+	unsetenv("FAKE_CUDA_FAIL_REGISTER_AT");
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
+START_TEST(test_automatic_numa_node_is_the_devices_host_node)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	char root[] = "/tmp/mooncake-segment-pci-XXXXXX", path[256];
+	struct mc_placement place;
+	FILE *f;
+
+	use_fake_driver("2");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(path, sizeof(path), "mkdir -p %s/devices/system/node %s/bus/pci/devices/0000:3c:00.0", root,
+		 root);
+	ck_assert_int_eq(system(path), 0); /* NOLINT(cert-env33-c): a fixture tree under /tmp */
+	snprintf(path, sizeof(path), "%s/devices/system/node/online", root);
+	f = fopen(path, "w");
+	fputs("0-1\n", f);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/bus/pci/devices/0000:3c:00.0/numa_node", root);
+	f = fopen(path, "w");
+	fputs("1\n", f);
+	fclose(f);
+	opt.device_id = 1; /* the fake puts device 1 at 0000:3c:00.0 */
+	ck_assert_int_eq(mc_placement_resolve(&opt, root, &place), 0);
+	ck_assert_int_eq(place.mode, MC_PLACE_PREFERRED);
+	ck_assert_int_eq(place.node, 1);
+	opt.device_id = 0; /* 0000:3b:00.0: not in the fixture, so no preference */
+	ck_assert_int_eq(mc_placement_resolve(&opt, root, &place), 0);
+	ck_assert_int_eq(place.mode, MC_PLACE_DEFAULT);
+	snprintf(path, sizeof(path), "rm -rf %s", root);
+	ck_assert_int_eq(system(path), 0); /* NOLINT(cert-env33-c) */
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cuda");
+	TCase *tc = tcase_create("fake-driver");
+	SRunner *runner;
+	int failed;
+
+	tcase_add_test(tc, test_no_driver_means_not_supported);
+	tcase_add_test(tc, test_driver_without_devices_means_not_supported);
+	tcase_add_test(tc, test_each_rank_registers_its_own_mapping_on_its_own_device);
+	tcase_add_test(tc, test_chunks_roll_back_in_reverse_on_failure);
+	tcase_add_test(tc, test_chunks_cover_the_segment_and_are_page_multiples);
+	tcase_add_test(tc, test_no_registration_without_host_register);
+	tcase_add_test(tc, test_device_must_exist);
+	tcase_add_test(tc, test_chunks_without_unified_addressing_are_refused);
+	tcase_add_test(tc, test_peer_registration_failure_leaves_nothing_mapped);
+	tcase_add_test(tc, test_automatic_numa_node_is_the_devices_host_node);
+	suite_add_tcase(s, tc);
+	runner = srunner_create(s);
+	/* Each test loads the driver afresh: it must run in its own process. */
+	srunner_set_fork_status(runner, CK_FORK);
+	srunner_run_all(runner, CK_ENV);
+	failed = srunner_ntests_failed(runner);
+	srunner_free(runner);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
