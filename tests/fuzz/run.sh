@@ -11,9 +11,11 @@ top=$(cd "$here/../.." && pwd)
 builddir=$(cd "${2:-$top}" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# The headers configure found (cuda.h for lib/accel-cuda.c), from the build's Makefile.
+read -r -a accel_cppflags <<<"$(sed -n 's/^\(CUDA\|ASCEND\)_CPPFLAGS = //p' "$builddir/Makefile" | tr '\n' ' ')"
 
 clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	-I"$builddir" -I"$top/lib" "$top"/lib/*.c "$here/fuzz-complete.c" -lnuma -lpthread \
+	-I"$builddir" -I"$top/lib" "${accel_cppflags[@]}" "$top"/lib/*.c "$here/fuzz-complete.c" -lnuma -lpthread \
 	-o "$work/fuzz-complete"
 # Work on a copy: new inputs stay out of the source tree.
 cp -r "$here/corpus" "$work/corpus"

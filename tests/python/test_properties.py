@@ -8,8 +8,16 @@ SegmentError or ValueError.
 """
 
 import gc
+import os
+import shutil
+import tempfile
 
 import pytest
+
+# hypothesis caches (its Unicode tables) under ./.hypothesis unless told
+# otherwise: keep the source and build trees clean.
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="mooncake-segment-hypothesis-")
+os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _HYPOTHESIS_HOME
 
 hypothesis = pytest.importorskip("hypothesis", reason="python3-hypothesis is not installed")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -48,6 +56,7 @@ def nothing_leaks_over_all_examples():
     gc.collect()
     assert count_fds() == fds
     assert count_mappings() == maps
+    shutil.rmtree(_HYPOTHESIS_HOME, ignore_errors=True)
 
 
 @PROPERTY_SETTINGS

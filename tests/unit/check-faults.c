@@ -141,20 +141,6 @@ START_TEST(test_import_open_failure_other_than_permission)
 }
 END_TEST
 
-/* Whether pidfd_getfd works here (valgrind 3.19, old kernels: ENOSYS). */
-static int pidfd_getfd_available(void)
-{
-	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0), fd = -1;
-
-	if (pidfd >= 0) {
-		fd = (int)syscall(SYS_pidfd_getfd, pidfd, 0, 0);
-		close(pidfd);
-	}
-	if (fd >= 0)
-		close(fd);
-	return fd >= 0;
-}
-
 START_TEST(test_proc_route_refused_falls_back_to_pidfd_getfd)
 {
 	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);

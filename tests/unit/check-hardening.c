@@ -25,15 +25,6 @@
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
 #define SIZE (UINT64_C(8) << 20)
 
-#define RANK_CHECK(cond)                                                               \
-	do {                                                                           \
-		if (!(cond)) {                                                         \
-			fprintf(stderr, "rank %u: %s failed: %s\n", self->rank, #cond, \
-				mooncake_segment_last_error());                        \
-			return 1;                                                      \
-		}                                                                      \
-	} while (0)
-
 /* Entries of /dev/shm: what a crash could leave behind (valgrind's own vgdb
  * files, which a SIGKILL leaves too, do not count). */
 static int count_dev_shm(void)

@@ -42,15 +42,6 @@ struct scenario {
 	const char *needle; /* in its message */
 };
 
-#define RANK_CHECK(cond)                                                               \
-	do {                                                                           \
-		if (!(cond)) {                                                         \
-			fprintf(stderr, "rank %u: %s failed: %s\n", self->rank, #cond, \
-				mooncake_segment_last_error());                        \
-			return 1;                                                      \
-		}                                                                      \
-	} while (0)
-
 static int become_stranger(void)
 {
 	return setresgid(STRANGER, STRANGER, STRANGER) == 0 && setresuid(STRANGER, STRANGER, STRANGER) == 0
@@ -160,19 +151,6 @@ START_TEST(test_another_pid_namespace_is_named_as_the_cause)
 	run_scenario(&sc);
 }
 END_TEST
-
-static bool pidfd_getfd_available(void)
-{
-	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0), fd = -1;
-
-	if (pidfd >= 0) {
-		fd = (int)syscall(SYS_pidfd_getfd, pidfd, 0, 0);
-		close(pidfd);
-	}
-	if (fd >= 0)
-		close(fd);
-	return fd >= 0;
-}
 
 START_TEST(test_proc_that_hides_the_owner_falls_back_to_pidfd_getfd)
 {

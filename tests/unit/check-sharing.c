@@ -203,15 +203,6 @@ struct group_args {
 	uint64_t size;
 };
 
-#define RANK_CHECK(cond)                                                               \
-	do {                                                                           \
-		if (!(cond)) {                                                         \
-			fprintf(stderr, "rank %u: %s failed: %s\n", self->rank, #cond, \
-				mooncake_segment_last_error());                        \
-			return 1;                                                      \
-		}                                                                      \
-	} while (0)
-
 static int sharing_rank(struct group_rank *self, void *arg)
 {
 	const struct group_args *a = arg;

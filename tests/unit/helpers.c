@@ -2,10 +2,12 @@
 #include "config.h"
 
 #include "helpers.h"
+#include "linux-compat.h"
 
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -131,4 +133,17 @@ int wait_until_dead(int pid, int timeout_ms)
 		usleep(5000);
 	}
 	return 0;
+}
+
+int pidfd_getfd_available(void)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0), fd = -1;
+
+	if (pidfd >= 0) {
+		fd = (int)syscall(SYS_pidfd_getfd, pidfd, 0, 0);
+		close(pidfd);
+	}
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0;
 }

@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <mooncake/segment.h>
 
@@ -31,12 +32,25 @@ struct mooncake_segment_options test_options(uint32_t world, uint32_t rank, uint
 			      "message '%s' lacks '%s'", mooncake_segment_last_error(), (needle)); \
 	} while (0)
 
+/* In a forked rank (group.h): on a failed @cond, say which rank and why, and exit 1. */
+#define RANK_CHECK(cond)                                                               \
+	do {                                                                           \
+		if (!(cond)) {                                                         \
+			fprintf(stderr, "rank %u: %s failed: %s\n", self->rank, #cond, \
+				mooncake_segment_last_error());                        \
+			return 1;                                                      \
+		}                                                                      \
+	} while (0)
+
 /* Fill @n bytes at @p with a pattern derived from @seed; check it. */
 void fill_pattern(void *p, uint64_t n, uint32_t seed);
 int check_pattern(const void *p, uint64_t n, uint32_t seed);
 
 /* Wait until @pid is a zombie or gone; false after @timeout_ms. */
 int wait_until_dead(int pid, int timeout_ms);
+
+/* Whether pidfd_getfd works here (valgrind 3.19 and kernels before 5.6: no). */
+int pidfd_getfd_available(void);
 
 Suite *suite_options(void);
 Suite *suite_blob(void);
