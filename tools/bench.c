@@ -505,6 +505,9 @@ int cmd_bench(int argc, char **argv)
 
 	cfg.threads = cpus > MAX_THREADS ? MAX_THREADS : cpus > 0 ? (unsigned int)cpus : 1;
 	parse_sizes(default_sizes, &cfg);
+	/* And larger where memory allows (a run holds about twice the size). */
+	if (available >= (UINT64_C(40) << 30))
+		cfg.sizes[cfg.nsizes++] = UINT64_C(16) << 30;
 	while ((c = getopt_long(argc, argv, "s:t:r:R:Hjh", options, NULL)) != -1) {
 		switch (c) {
 		case 's':

@@ -38,7 +38,12 @@ struct rank_report {
 	uint32_t peers_ok;     /* this rank saw the owner's pattern */
 	uint32_t writeback_ok; /* owner: every peer's write-back arrived */
 	uint64_t page_size;
+	uint64_t huge_bytes;
+	uint64_t commit_ns;
+	uint32_t commit_threads;
+	int32_t numa_node;
 	char backend[16];
+	char commit_method[32];
 };
 
 static uint8_t pattern(uint64_t offset)
@@ -134,7 +139,12 @@ static int demo_rank(struct group_rank *self, void *arg)
 	mine.hugetlb = usage.hugetlb;
 	mine.pid = (uint32_t)getpid();
 	mine.page_size = info.page_size;
+	mine.huge_bytes = info.huge_bytes;
+	mine.commit_ns = info.commit_ns;
+	mine.commit_threads = info.commit_threads;
+	mine.numa_node = info.numa_node;
 	memcpy(mine.backend, info.backend, sizeof(mine.backend));
+	memcpy(mine.commit_method, info.commit_method, sizeof(mine.commit_method));
 	if (group_allgather(self, &mine, sizeof(mine), all) != 0)
 		return lost_group(self);
 
@@ -179,6 +189,13 @@ static int demo_rank(struct group_rank *self, void *arg)
 		       (double)total / (double)cfg->size, self->world_size,
 		       format_size(cfg->size * self->world_size, c, sizeof(c)), self->world_size);
 		printf("%s\n", ok ? "every rank saw the same bytes: one physical copy" : "FAILED");
+		{
+			const struct rank_report *o = &all[cfg->owner];
+
+			printf("owner: committed by %s with %u thread(s) in %.1f ms; %s on huge pages; NUMA node %d\n",
+			       o->commit_method, o->commit_threads, (double)o->commit_ns / 1e6,
+			       format_size(o->huge_bytes, a, sizeof(a)), o->numa_node);
+		}
 		if (!ok)
 			return 1;
 	}
