@@ -119,89 +119,72 @@ static int fold(CUresult result)
 	}
 }
 
-static void undo_chunks(struct mc_registration *reg)
+static int cuda_register_chunk(void *addr, uint64_t len, uint64_t *device_addr, char *why, size_t why_size)
 {
-	while (reg->chunks > 0) {
-		reg->chunks--;
-		cuda.cuMemHostUnregister((char *)reg->addr + (uint64_t)reg->chunks * reg->chunk);
+	CUdeviceptr dptr = 0;
+	CUresult r =
+		cuda.cuMemHostRegister(addr, len, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+
+	if (r == CUDA_SUCCESS) {
+		r = cuda.cuMemHostGetDevicePointer(&dptr, addr, 0);
+		if (r != CUDA_SUCCESS)
+			cuda.cuMemHostUnregister(addr);
 	}
+	if (r != CUDA_SUCCESS) {
+		describe(r, why, why_size);
+		return -fold(r);
+	}
+	*device_addr = (uint64_t)dptr;
+	return 0;
 }
+
+static void cuda_unregister_chunk(void *addr)
+{
+	cuda.cuMemHostUnregister(addr);
+}
+
+static const struct mc_chunk_ops cuda_chunks = {
+	.runtime = "CUDA",
+	.register_chunk = cuda_register_chunk,
+	.unregister_chunk = cuda_unregister_chunk,
+};
 
 static int cuda_register(struct mc_registration *reg)
 {
-	unsigned int total = (unsigned int)((reg->len + reg->chunk - 1) / reg->chunk);
 	CUdevice dev;
 	CUcontext ctx = NULL, popped;
-	CUdeviceptr base = 0, last = 0;
-	uint64_t done;
 	CUresult r;
 	char why[160];
+	int err;
 
 	if (!cuda_available())
 		return mc_error(ENOTSUP, "Shared segment host_register=true: no CUDA device (%s)",
 				load_failure);
 	if (reg->device < 0 || reg->device >= device_count)
-		return mc_error(EINVAL,
-				"Shared segment host_register=true needs device_id of a CUDA device: %d "
-				"of %d",
-				reg->device, device_count);
+		return mc_error(
+			EINVAL,
+			"Shared segment host_register=true needs device_id of a CUDA device: %d of %d",
+			reg->device, device_count);
 	r = cuda.cuDeviceGet(&dev, reg->device);
 	if (r == CUDA_SUCCESS)
 		r = cuda.cuDevicePrimaryCtxRetain(&ctx, dev);
 	if (r != CUDA_SUCCESS)
 		return mc_error(fold(r), "Shared segment cannot use CUDA device %d: %s", reg->device,
 				describe(r, why, sizeof(why)));
+	/* The device's primary context, current only for these calls. */
 	r = cuda.cuCtxPushCurrent(ctx);
 	if (r != CUDA_SUCCESS) {
 		cuda.cuDevicePrimaryCtxRelease(dev);
 		return mc_error(fold(r), "Shared segment cannot make CUDA device %d current: %s", reg->device,
 				describe(r, why, sizeof(why)));
 	}
-	for (reg->chunks = 0; reg->chunks < total; reg->chunks++) {
-		uint64_t off = (uint64_t)reg->chunks * reg->chunk;
-		uint64_t len = reg->len - off < reg->chunk ? reg->len - off : reg->chunk;
-
-		r = cuda.cuMemHostRegister((char *)reg->addr + off, len,
-					   CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-		if (r != CUDA_SUCCESS) {
-			int err = mc_error(
-				fold(r),
-				"Shared segment CUDA host registration of chunk %u of %u (%llu bytes "
-				"at offset %llu) on device %d failed: %s; the %u chunk(s) before it "
-				"were unregistered",
-				reg->chunks + 1, total, (unsigned long long)len, (unsigned long long)off,
-				reg->device, describe(r, why, sizeof(why)), reg->chunks);
-
-			undo_chunks(reg);
-			cuda.cuCtxPopCurrent(&popped);
-			cuda.cuDevicePrimaryCtxRelease(dev);
-			return err;
-		}
-		done = off + len;
-		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
-		       "Shared segment: registered %llu of %llu bytes with CUDA device %d",
-		       (unsigned long long)done, (unsigned long long)reg->len, reg->device);
-	}
-	/* Every chunk must be reachable at one contiguous device range (UVA). */
-	r = cuda.cuMemHostGetDevicePointer(&base, reg->addr, 0);
-	if (r == CUDA_SUCCESS && total > 1)
-		r = cuda.cuMemHostGetDevicePointer(&last,
-						   (char *)reg->addr + (uint64_t)(total - 1) * reg->chunk, 0);
-	if (r != CUDA_SUCCESS || (total > 1 && last != base + (uint64_t)(total - 1) * reg->chunk)) {
-		int err = r != CUDA_SUCCESS
-				  ? mc_error(fold(r), "Shared segment cannot get the CUDA device pointer: %s",
-					     describe(r, why, sizeof(why)))
-				  : mc_error(ENOTSUP, "Shared segment: the registered chunks are not "
-						      "contiguous on the device (no unified addressing)");
-
-		undo_chunks(reg);
-		cuda.cuCtxPopCurrent(&popped);
+	err = mc_register_chunks(reg, &cuda_chunks);
+	cuda.cuCtxPopCurrent(&popped);
+	if (err) {
 		cuda.cuDevicePrimaryCtxRelease(dev);
 		return err;
 	}
-	cuda.cuCtxPopCurrent(&popped);
 	reg->context = ctx;
-	reg->device_addr = (uint64_t)base;
 	return 0;
 }
 
@@ -211,7 +194,7 @@ static void cuda_unregister(struct mc_registration *reg)
 	CUdevice dev;
 
 	if (cuda.cuCtxPushCurrent(reg->context) == CUDA_SUCCESS) {
-		undo_chunks(reg);
+		mc_unregister_chunks(reg, &cuda_chunks);
 		cuda.cuCtxPopCurrent(&popped);
 	}
 	if (cuda.cuDeviceGet(&dev, reg->device) == CUDA_SUCCESS)

@@ -44,6 +44,25 @@ struct mc_accel_ops {
 #if HAVE_CUDA
 extern const struct mc_accel_ops mc_accel_cuda;
 #endif
+#if HAVE_ASCEND
+extern const struct mc_accel_ops mc_accel_ascend;
+#endif
+
+/* One runtime's registration of one chunk, for mc_register_chunks(). */
+struct mc_chunk_ops {
+	const char *runtime; /* "CUDA", "Ascend": for messages */
+	/* Register [addr, addr+len) and give its device address; 0, or a
+	 * negative errno with the runtime's description in @why. */
+	int (*register_chunk)(void *addr, uint64_t len, uint64_t *device_addr, char *why, size_t why_size);
+	void (*unregister_chunk)(void *addr);
+};
+
+/* Register reg->addr..+len in chunks of reg->chunk; the chunks must be one
+ * contiguous device range.  On failure the chunks done are unregistered in
+ * reverse and the error names the chunk.  Sets reg->chunks, reg->device_addr. */
+int mc_register_chunks(struct mc_registration *reg, const struct mc_chunk_ops *ops);
+/* Unregister every chunk, last first. */
+void mc_unregister_chunks(struct mc_registration *reg, const struct mc_chunk_ops *ops);
 
 /* The runtime host registration would use here, or NULL when none is available. */
 const struct mc_accel_ops *mc_accel_for_host_register(void);

@@ -78,8 +78,10 @@ static const struct mc_backend_ops *pick_backend(const struct mooncake_segment_o
 			ENOTSUP,
 			"Shared segment host_register=true needs an accelerator runtime with a device, and none "
 			"was found (%s); use host_register=false",
-			HAVE_CUDA ? "CUDA: libcuda.so.1, or the file MOONCAKE_SEGMENT_CUDA_LIBRARY names"
-				  : "this build has no CUDA support");
+			HAVE_CUDA || HAVE_ASCEND
+				? "CUDA: libcuda.so.1 or MOONCAKE_SEGMENT_CUDA_LIBRARY; Ascend: "
+				  "libascendcl.so or MOONCAKE_SEGMENT_ASCEND_LIBRARY"
+				: "this build has neither CUDA nor Ascend support");
 		return NULL;
 	}
 	return &mc_backend_memfd;

@@ -25,8 +25,8 @@ AC_DEFUN([MC_CHECK_ASCEND], [
     mc_save_CPPFLAGS=$CPPFLAGS
     CPPFLAGS="$CPPFLAGS -I$mc_ascend_dir/include"
     AC_CHECK_HEADER([acl/acl.h], [
-      AC_CHECK_DECLS([aclrtHostRegister, aclrtHostUnregister, aclrtGetDevice, aclrtMallocPhysical,
-                      aclrtMapMem, aclrtMemExportToShareableHandle, aclrtMemImportFromShareableHandle],
+      AC_CHECK_DECLS([aclrtHostRegister, aclrtHostUnregister, aclrtGetDevice, aclrtGetDeviceCount,
+                      aclGetRecentErrMsg],
                      [mc_have_ascend=yes], [mc_have_ascend=no], [[#include <acl/acl.h>]])
     ])
     CPPFLAGS=$mc_save_CPPFLAGS

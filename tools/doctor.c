@@ -350,7 +350,8 @@ static void check_cuda(void)
 static void check_ascend(void)
 {
 	const char *home = getenv("ASCEND_HOME_PATH");
-	void *lib = dlopen("libascendcl.so", RTLD_NOW | RTLD_LOCAL);
+	const char *path = getenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY");
+	void *lib = dlopen(path && *path ? path : "libascendcl.so", RTLD_NOW | RTLD_LOCAL);
 
 	add("Ascend runtime", OK, NULL, "%s%s%s", lib ? "libascendcl.so present" : "libascendcl.so not found",
 	    home ? "; ASCEND_HOME_PATH=" : "", home ? home : "");

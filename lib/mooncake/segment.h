@@ -177,7 +177,9 @@ uint64_t mooncake_segment_device_addr(const struct mooncake_segment *seg);
  * Whether this build and this host can create a segment of this kind:
  * mmap alone is always true; hugetlb needs MFD_HUGETLB support; host_register
  * needs an accelerator runtime that loads at run time and reports at least one
- * device (CUDA: libcuda.so.1, or the file MOONCAKE_SEGMENT_CUDA_LIBRARY names);
+ * device (CUDA: libcuda.so.1, or the file MOONCAKE_SEGMENT_CUDA_LIBRARY names;
+ * Ascend: libascendcl.so, or MOONCAKE_SEGMENT_ASCEND_LIBRARY, whose current
+ * device must then be device_id);
  * !mmap needs a VMM runtime.  Sets no error message.
  */
 bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb);

@@ -93,7 +93,9 @@ def test_cuda_views_need_registration():
     seg = create_shared_segment("kv", {"k": {"count": 1, "shape": (8,), "dtype": torch.float16}}, 1, 0)
     with pytest.raises(SharedSegmentError, match="host_register=True"):
         seg.tensors("k", device="cuda")
-    with pytest.raises(SharedSegmentError, match="only 'cpu' and 'cuda'"):
+    with pytest.raises(SharedSegmentError, match="only 'cpu', 'cuda' and 'npu'"):
+        seg.tensors("k", device="xpu")
+    with pytest.raises(SharedSegmentError, match="registered with Ascend"):
         seg.tensors("k", device="npu")
     seg.close()
 

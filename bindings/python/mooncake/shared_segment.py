@@ -412,16 +412,46 @@ class SharedSegment:
                 f"PyTorch is required to create shared-segment tensor views; {_TORCH_PACKAGE_HINT}"
             )
         dtype = spec.dtype if isinstance(spec.dtype, torch.dtype) else getattr(torch, spec.dtype_name)
+        accelerator = self._native.info().get("accelerator") if self.device_base is not None else ""
+        # As upstream: the views of a segment registered with Ascend are NPU tensors.
+        if (device is None and accelerator == "ascend") or (device is not None and str(device).startswith("npu")):
+            return self._npu_tensors(spec, dtype, self._entry_offsets(block))
         if device is not None and str(device).startswith("cuda"):
             return self._cuda_tensors(spec, dtype, str(device), self._entry_offsets(block))
         if device is not None and str(device) != "cpu":
-            raise SharedSegmentError(f"tensors(device={device!r}): only 'cpu' and 'cuda' views are available")
+            raise SharedSegmentError(f"tensors(device={device!r}): only 'cpu', 'cuda' and 'npu' views are available")
         views = []
         for offset in self._entry_offsets(block):
             # frombuffer over a memoryview: the tensor's storage holds the
             # memoryview, which holds an export of the native segment.
             tensor = torch.frombuffer(self._native.view(offset, spec.nbytes), dtype=dtype).view(spec.shape)
             setattr(tensor, "_mooncake_segment", self)  # upstream's attribute, kept for its callers
+            views.append(tensor)
+        return views
+
+    def _npu_tensors(self, spec: _BlockSpec, dtype: Any, offsets: List[int]) -> List["torch.Tensor"]:
+        if self.device_base is None or self._native.info().get("accelerator") != "ascend":
+            raise SharedSegmentError(
+                "NPU tensor views need a segment registered with Ascend: create it with host_register=True"
+            )
+        try:
+            import torch_npu
+        except ModuleNotFoundError:
+            raise SharedSegmentError("torch_npu is required to expose device-mapped shared-segment tensors") from None
+        device = torch.device(f"npu:{self._device_id}")
+        element = torch.empty(0, dtype=dtype).element_size()
+        strides: List[int] = []
+        step = 1
+        for dim in reversed(spec.shape):
+            strides.insert(0, step)
+            step *= dim
+        views = []
+        for offset in offsets:
+            storage = torch_npu._C._construct_storage_from_data_pointer(self.device_base + offset, device, spec.nbytes)
+            tensor = torch.empty(0, dtype=dtype, device=device).set_(storage, 0, spec.shape, tuple(strides))
+            assert tensor.numel() * element == spec.nbytes
+            # As upstream: the view keeps the segment; tensors derived from it do not (keep the segment).
+            setattr(tensor, "_mooncake_segment", self)
             views.append(tensor)
         return views
 

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A fake AscendCL runtime (libascendcl.so) for the tests of Ascend host
+ * registration on a machine without an NPU.  It checks its use: registration
+ * only of 4 KiB-aligned memory, never twice, unregistration only of
+ * registered and still mapped memory.
+ *
+ * Controlled by the environment, read at each call:
+ *   FAKE_ACL_DEVICES=N               devices (default 2)
+ *   FAKE_ACL_CURRENT_DEVICE=N        the calling thread's device (default 0; -1: none set)
+ *   FAKE_ACL_FAIL_REGISTER_AT=N      the Nth aclrtHostRegister fails (allocation)
+ *   FAKE_ACL_LOG=PATH                one line per call, appended
+ */
+#include <acl/acl.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#define MAX_REGISTERED 4096
+/* Where the fake pretends the device sees host memory. */
+#define DEVICE_WINDOW UINT64_C(0x100000000000)
+
+static struct {
+	uintptr_t addr;
+	uint64_t len;
+} registered[MAX_REGISTERED];
+static int nregistered, register_calls;
+
+static int env_int(const char *name, int fallback)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? atoi(v) : fallback;
+}
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void note(const char *fmt, ...)
+{
+	const char *path = getenv("FAKE_ACL_LOG");
+	va_list ap;
+	FILE *f;
+
+	if (!path || !(f = fopen(path, "a")))
+		return;
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	fputc('\n', f);
+	fclose(f);
+}
+
+/* NOLINTBEGIN(readability-inconsistent-declaration-parameter-name) */
+
+aclError aclrtGetDeviceCount(uint32_t *count)
+{
+	int n = env_int("FAKE_ACL_DEVICES", 2);
+
+	*count = n < 0 ? 0 : (uint32_t)n;
+	return ACL_SUCCESS;
+}
+
+aclError aclrtGetDevice(int32_t *device)
+{
+	int current = env_int("FAKE_ACL_CURRENT_DEVICE", 0);
+
+	if (current < 0)
+		return ACL_ERROR_INVALID_PARAM; /* no device set on this thread */
+	*device = current;
+	return ACL_SUCCESS;
+}
+
+aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type, void **devPtr)
+{
+	uintptr_t a = (uintptr_t)ptr;
+
+	register_calls++;
+	if (type != ACL_HOST_REGISTER_MAPPED || a % 4096 || size == 0)
+		return ACL_ERROR_INVALID_PARAM;
+	for (int i = 0; i < nregistered; i++)
+		if (a < registered[i].addr + registered[i].len && registered[i].addr < a + size) {
+			note("ERROR register over registered memory");
+			return ACL_ERROR_INVALID_PARAM;
+		}
+	if (register_calls == env_int("FAKE_ACL_FAIL_REGISTER_AT", 0) || nregistered == MAX_REGISTERED) {
+		note("register %d failed", register_calls);
+		return ACL_ERROR_RT_MEMORY_ALLOCATION;
+	}
+	registered[nregistered].addr = a;
+	registered[nregistered].len = size;
+	nregistered++;
+	*devPtr = (void *)(a + DEVICE_WINDOW);
+	note("register %d len %llu device %d", register_calls, (unsigned long long)size,
+	     env_int("FAKE_ACL_CURRENT_DEVICE", 0));
+	return ACL_SUCCESS;
+}
+
+aclError aclrtHostUnregister(void *ptr)
+{
+	uintptr_t a = (uintptr_t)ptr;
+
+	for (int i = 0; i < nregistered; i++) {
+		if (registered[i].addr != a)
+			continue;
+		if (msync(ptr, 4096, MS_ASYNC) != 0 && errno == ENOMEM)
+			note("ERROR unregister of unmapped memory");
+		note("unregister len %llu", (unsigned long long)registered[i].len);
+		registered[i] = registered[--nregistered];
+		return ACL_SUCCESS;
+	}
+	note("ERROR unregister of memory not registered");
+	return ACL_ERROR_INVALID_PARAM;
+}
+
+const char *aclGetRecentErrMsg(void)
+{
+	return "fake AscendCL error";
+}
+
+/* NOLINTEND(readability-inconsistent-declaration-parameter-name) */
