@@ -193,6 +193,9 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	err = mc_placement_resolve(opt, "/sys", &seg->placement);
 	if (err)
 		goto fail;
+	/* Report the node automatic placement chose. */
+	if (opt->numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && seg->placement.node >= 0)
+		seg->numa_node_requested = seg->placement.node;
 	if (seg->is_owner) {
 		seg->info_flags |= MOONCAKE_SEGMENT_INFO_OWNER;
 		/* An oversized commit ends in the OOM killer: refuse it first. */

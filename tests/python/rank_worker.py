@@ -113,7 +113,10 @@ def alias(rank, world, group, params):
 
 def killed(rank, world, group, params):
     if rank == params["odd_rank"]:
-        os._exit(17)  # dies before its first collective
+        # Let the others leave the start-up barrier first, so that they meet
+        # the death inside create_shared_segment, not in torch's own set-up.
+        time.sleep(0.5)
+        os._exit(17)  # dies before the segment's first collective
     return expect_error(rank, world, group)
 
 
@@ -130,6 +133,7 @@ def main():
         world_size=world,
         timeout=timeout,
     )
+    dist.barrier()  # every rank is up before the scenario starts
     result = SCENARIOS[scenario](rank, world, dist.group.WORLD, params)
     print(json.dumps(result), flush=True)
     if scenario != "killed":
