@@ -40,26 +40,10 @@ static void use_fake_driver(const char *devices)
 	setenv("FAKE_CUDA_DEVICES", devices, 1);
 }
 
-/* The fake's log, one call per line, in @buf. */
+/* The fake's call log, one call per line. */
 static const char *calls(char *buf, size_t size)
 {
-	FILE *f = fopen(log_path, "r");
-	size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-
-	buf[n] = '\0';
-	if (f)
-		fclose(f);
-	return buf;
-}
-
-static int count_lines(const char *text, const char *prefix)
-{
-	int n = 0;
-
-	for (const char *line = text; *line;
-	     line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line))
-		n += !strncmp(line, prefix, strlen(prefix));
-	return n;
+	return read_text(log_path, buf, size);
 }
 
 static struct mooncake_segment_options cuda_options(uint32_t world, uint32_t rank, int device)

@@ -147,3 +147,28 @@ int pidfd_getfd_available(void)
 		close(fd);
 	return fd >= 0;
 }
+
+const char *read_text(const char *path, char *buf, size_t size)
+{
+	FILE *f = fopen(path, "re");
+	size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+
+	buf[n] = '\0';
+	if (f)
+		fclose(f);
+	return buf;
+}
+
+int count_lines(const char *text, const char *prefix)
+{
+	size_t len = strlen(prefix);
+	int n = 0;
+
+	for (const char *line = text; *line;) {
+		const char *end = strchr(line, '\n');
+
+		n += strncmp(line, prefix, len) == 0;
+		line = end ? end + 1 : line + strlen(line);
+	}
+	return n;
+}

@@ -49,6 +49,11 @@ int check_pattern(const void *p, uint64_t n, uint32_t seed);
 /* Wait until @pid is a zombie or gone; false after @timeout_ms. */
 int wait_until_dead(int pid, int timeout_ms);
 
+/* The whole of file @path (a fake runtime's call log) in @buf; "" when absent. */
+const char *read_text(const char *path, char *buf, size_t size);
+/* Lines of @text that start with @prefix. */
+int count_lines(const char *text, const char *prefix);
+
 /* Whether pidfd_getfd works here (valgrind 3.19 and kernels before 5.6: no). */
 int pidfd_getfd_available(void);
 

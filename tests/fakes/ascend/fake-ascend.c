@@ -13,6 +13,8 @@
  */
 #include <acl/acl.h>
 #include <errno.h>
+
+#include "../fake-runtime.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,35 +30,15 @@ static struct {
 } registered[MAX_REGISTERED];
 static int nregistered, register_calls;
 
-static int env_int(const char *name, int fallback)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? atoi(v) : fallback;
-}
-
-static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void note(const char *fmt, ...)
-{
-	const char *path = getenv("FAKE_ACL_LOG");
-	va_list ap;
-	FILE *f;
-
-	if (!path || !(f = fopen(path, "a")))
-		return;
-	va_start(ap, fmt);
-	vfprintf(f, fmt, ap);
-	va_end(ap);
-	fputc('\n', f);
-	fclose(f);
-}
+/* Every call is logged to the file this variable names. */
+#define note(...) fake_note("FAKE_ACL_LOG", __VA_ARGS__)
+#define env_int	  fake_env_int
 
 /* NOLINTBEGIN(readability-inconsistent-declaration-parameter-name) */
 
 aclError aclrtGetDeviceCount(uint32_t *count)
 {
-	int n = env_int("FAKE_ACL_DEVICES", 2);
+	int n = fake_env_int("FAKE_ACL_DEVICES", 2);
 
 	*count = n < 0 ? 0 : (uint32_t)n;
 	return ACL_SUCCESS;
@@ -64,7 +46,7 @@ aclError aclrtGetDeviceCount(uint32_t *count)
 
 aclError aclrtGetDevice(int32_t *device)
 {
-	int current = env_int("FAKE_ACL_CURRENT_DEVICE", 0);
+	int current = fake_env_int("FAKE_ACL_CURRENT_DEVICE", 0);
 
 	if (current < 0)
 		return ACL_ERROR_INVALID_PARAM; /* no device set on this thread */
@@ -84,7 +66,7 @@ aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type,
 			note("ERROR register over registered memory");
 			return ACL_ERROR_INVALID_PARAM;
 		}
-	if (register_calls == env_int("FAKE_ACL_FAIL_REGISTER_AT", 0) || nregistered == MAX_REGISTERED) {
+	if (register_calls == fake_env_int("FAKE_ACL_FAIL_REGISTER_AT", 0) || nregistered == MAX_REGISTERED) {
 		note("register %d failed", register_calls);
 		return ACL_ERROR_RT_MEMORY_ALLOCATION;
 	}
@@ -93,7 +75,7 @@ aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type,
 	nregistered++;
 	*devPtr = (void *)(a + DEVICE_WINDOW);
 	note("register %d len %llu device %d", register_calls, (unsigned long long)size,
-	     env_int("FAKE_ACL_CURRENT_DEVICE", 0));
+	     fake_env_int("FAKE_ACL_CURRENT_DEVICE", 0));
 	return ACL_SUCCESS;
 }
 

@@ -15,6 +15,8 @@
  */
 #include <cuda.h>
 #include <errno.h>
+
+#include "../fake-runtime.h"
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,36 +34,16 @@ static struct {
 } registered[MAX_REGISTERED];
 static int nregistered, register_calls, pushed, retained[MAX_DEVICES];
 
-static int env_int(const char *name, int fallback)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? atoi(v) : fallback;
-}
-
-static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void note(const char *fmt, ...)
-{
-	const char *path = getenv("FAKE_CUDA_LOG");
-	va_list ap;
-	FILE *f;
-
-	if (!path || !(f = fopen(path, "a")))
-		return;
-	va_start(ap, fmt);
-	vfprintf(f, fmt, ap);
-	va_end(ap);
-	fputc('\n', f);
-	fclose(f);
-}
+/* Every call is logged to the file this variable names. */
+#define note(...) fake_note("FAKE_CUDA_LOG", __VA_ARGS__)
+#define env_int	  fake_env_int
 
 /* The entry points below name their parameters in their own words, not cuda.h's. */
 /* NOLINTBEGIN(readability-inconsistent-declaration-parameter-name) */
 
 static int devices(void)
 {
-	int n = env_int("FAKE_CUDA_DEVICES", 2);
+	int n = fake_env_int("FAKE_CUDA_DEVICES", 2);
 
 	return n < 0 ? 0 : n > MAX_DEVICES ? MAX_DEVICES : n;
 }
@@ -155,7 +137,7 @@ CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
 			note("ERROR register over registered memory");
 			return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
 		}
-	if (register_calls == env_int("FAKE_CUDA_FAIL_REGISTER_AT", 0)) {
+	if (register_calls == fake_env_int("FAKE_CUDA_FAIL_REGISTER_AT", 0)) {
 		note("register %d failed", register_calls);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -195,7 +177,7 @@ CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned 
 		if (a >= registered[i].addr && a < registered[i].addr + registered[i].len) {
 			/* Without UVA, each registration lands somewhere else on the device. */
 			uintptr_t device =
-				a + (env_int("FAKE_CUDA_NO_UVA", 0) ? (uintptr_t)(i + 1) << 20 : 0);
+				a + (fake_env_int("FAKE_CUDA_NO_UVA", 0) ? (uintptr_t)(i + 1) << 20 : 0);
 
 			*dptr = (CUdeviceptr)device;
 			return CUDA_SUCCESS;
