@@ -32,7 +32,6 @@ static int nregistered, register_calls;
 
 /* Every call is logged to the file this variable names. */
 #define note(...) fake_note("FAKE_ACL_LOG", __VA_ARGS__)
-#define env_int	  fake_env_int
 
 /* NOLINTBEGIN(readability-inconsistent-declaration-parameter-name) */
 

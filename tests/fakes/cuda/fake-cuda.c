@@ -36,7 +36,6 @@ static int nregistered, register_calls, pushed, retained[MAX_DEVICES];
 
 /* Every call is logged to the file this variable names. */
 #define note(...) fake_note("FAKE_CUDA_LOG", __VA_ARGS__)
-#define env_int	  fake_env_int
 
 /* The entry points below name their parameters in their own words, not cuda.h's. */
 /* NOLINTBEGIN(readability-inconsistent-declaration-parameter-name) */
