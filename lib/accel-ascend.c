@@ -13,11 +13,9 @@
 #include "config.h"
 
 #include <acl/acl.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "accel.h"
 #include "internal.h"
@@ -40,25 +38,18 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static uint32_t device_count;
 static char load_failure[256];
 
+/* NOLINTNEXTLINE(bugprone-macro-parentheses): @name is a member name */
+#define SYMBOL(name) { #name, (void **)&acl.name },
+static const struct mc_runtime_symbol acl_symbols[] = { ACL_FUNCTIONS(SYMBOL) };
+#undef SYMBOL
+
 static void load_runtime(void)
 {
-	const char *path = getenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY");
-	void *lib = dlopen(path && *path ? path : "libascendcl.so", RTLD_NOW | RTLD_LOCAL);
 	uint32_t count = 0;
 
-	if (!lib) {
-		snprintf(load_failure, sizeof(load_failure), "%s", dlerror());
+	if (!mc_runtime_open("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "libascendcl.so", "Ascend runtime",
+			     acl_symbols, MC_ARRAY_SIZE(acl_symbols), load_failure, sizeof(load_failure)))
 		return;
-	}
-#define LOOK_UP(name)                                                                               \
-	*(void **)&acl.name = dlsym(lib, #name);                                                    \
-	if (!acl.name) {                                                                            \
-		snprintf(load_failure, sizeof(load_failure), "the Ascend runtime lacks %s", #name); \
-		dlclose(lib);                                                                       \
-		return;                                                                             \
-	}
-	ACL_FUNCTIONS(LOOK_UP)
-#undef LOOK_UP
 	if (acl.aclrtGetDeviceCount(&count) != ACL_SUCCESS || count == 0) {
 		snprintf(
 			load_failure, sizeof(load_failure),

@@ -17,11 +17,9 @@
 #include "config.h"
 
 #include <cuda.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "accel.h"
@@ -58,32 +56,24 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int device_count; /* 0 when the driver is missing or has no device */
 static char load_failure[256];
 
+/* NOLINTNEXTLINE(bugprone-macro-parentheses): @name is a member name */
+#define SYMBOL(name) { STRINGIFY_EXPANDED(name), (void **)&cuda.name },
+static const struct mc_runtime_symbol cuda_symbols[] = { CUDA_FUNCTIONS(SYMBOL) };
+#undef SYMBOL
+
 static void load_driver(void)
 {
-	const char *path = getenv("MOONCAKE_SEGMENT_CUDA_LIBRARY");
-	void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	int count = 0;
 
-	if (!lib) {
-		snprintf(load_failure, sizeof(load_failure), "%s", dlerror());
+	/* The library stays loaded for the life of the process, as the driver expects. */
+	if (!mc_runtime_open("MOONCAKE_SEGMENT_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver", cuda_symbols,
+			     MC_ARRAY_SIZE(cuda_symbols), load_failure, sizeof(load_failure)))
 		return;
-	}
-#define LOOK_UP(name)                                                                    \
-	*(void **)&cuda.name = dlsym(lib, STRINGIFY_EXPANDED(name));                     \
-	if (!cuda.name) {                                                                \
-		snprintf(load_failure, sizeof(load_failure), "the CUDA driver lacks %s", \
-			 STRINGIFY_EXPANDED(name));                                      \
-		dlclose(lib);                                                            \
-		return;                                                                  \
-	}
-	CUDA_FUNCTIONS(LOOK_UP)
-#undef LOOK_UP
 	if (cuda.cuInit(0) != CUDA_SUCCESS || cuda.cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= 0) {
 		snprintf(load_failure, sizeof(load_failure), "the CUDA driver reports no usable device");
 		return;
 	}
 	device_count = count;
-	/* The library stays loaded for the life of the process, as the driver expects. */
 }
 
 static bool cuda_available(void)

@@ -4,9 +4,11 @@
 
 #include "accel.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "internal.h"
 
@@ -35,6 +37,27 @@ bool mc_accel_pci_bus_id(int device, char *buf, size_t size)
 		if (runtimes[i]->pci_bus_id(device, buf, size))
 			return true;
 	return false;
+}
+
+void *mc_runtime_open(const char *env, const char *soname, const char *what,
+		      const struct mc_runtime_symbol *symbols, size_t count, char *failure, size_t size)
+{
+	const char *path = getenv(env);
+	void *lib = dlopen(path && *path ? path : soname, RTLD_NOW | RTLD_LOCAL);
+
+	if (!lib) {
+		snprintf(failure, size, "%s", dlerror());
+		return NULL;
+	}
+	for (size_t i = 0; i < count; i++) {
+		*symbols[i].slot = dlsym(lib, symbols[i].name);
+		if (!*symbols[i].slot) {
+			snprintf(failure, size, "the %s lacks %s", what, symbols[i].name);
+			dlclose(lib);
+			return NULL;
+		}
+	}
+	return lib;
 }
 
 void mc_unregister_chunks(struct mc_registration *reg, const struct mc_chunk_ops *ops)

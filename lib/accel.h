@@ -48,6 +48,18 @@ extern const struct mc_accel_ops mc_accel_cuda;
 extern const struct mc_accel_ops mc_accel_ascend;
 #endif
 
+/* One entry point of a runtime: its exported name and where to store it. */
+struct mc_runtime_symbol {
+	const char *name;
+	void **slot;
+};
+
+/* dlopen the file environment variable @env names, or else @soname, and
+ * resolve every symbol; NULL with the reason in @failure (the runtime
+ * @what: "CUDA driver", "Ascend runtime") when anything is missing. */
+void *mc_runtime_open(const char *env, const char *soname, const char *what,
+		      const struct mc_runtime_symbol *symbols, size_t count, char *failure, size_t size);
+
 /* One runtime's registration of one chunk, for mc_register_chunks(). */
 struct mc_chunk_ops {
 	const char *runtime; /* "CUDA", "Ascend": for messages */
