@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shared fixtures: resource counting and launching real rank processes."""
 
+import contextlib
+import gc
 import json
 import os
 import socket
@@ -69,14 +71,18 @@ def run_ranks(scenario: str, world: int, timeout: float = 90, **params):
     return results
 
 
-@pytest.fixture
-def no_leaks():
-    """Assert that the test leaves this process's descriptors and mappings as it found them."""
-    import gc
-
+@contextlib.contextmanager
+def leak_check():
+    """Assert that the block leaves this process's descriptors and mappings as it found them."""
     gc.collect()
     fds, maps = count_fds(), count_mappings()
     yield
     gc.collect()
     assert count_fds() == fds
     assert count_mappings() == maps
+
+
+@pytest.fixture
+def no_leaks():
+    with leak_check():
+        yield

@@ -7,7 +7,6 @@ views have the declared sizes.  The native create, fed any integers, raises
 SegmentError or ValueError.
 """
 
-import gc
 import os
 import shutil
 import tempfile
@@ -23,7 +22,7 @@ hypothesis = pytest.importorskip("hypothesis", reason="python3-hypothesis is not
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from conftest import count_fds, count_mappings  # noqa: E402
+from conftest import leak_check  # noqa: E402
 from mooncake import _segment  # noqa: E402
 from mooncake.shared_segment import SharedSegmentError, create_shared_segment  # noqa: E402
 
@@ -50,12 +49,8 @@ PROPERTY_SETTINGS = settings(
 
 @pytest.fixture(scope="module", autouse=True)
 def nothing_leaks_over_all_examples():
-    gc.collect()
-    fds, maps = count_fds(), count_mappings()
-    yield
-    gc.collect()
-    assert count_fds() == fds
-    assert count_mappings() == maps
+    with leak_check():
+        yield
     shutil.rmtree(_HYPOTHESIS_HOME, ignore_errors=True)
 
 

@@ -42,15 +42,6 @@ static const char *calls(char *buf, size_t size)
 	return read_text(log_path, buf, size);
 }
 
-static struct mooncake_segment_options ascend_options(uint32_t world, uint32_t rank, int device)
-{
-	struct mooncake_segment_options opt = test_options(world, rank, 0);
-
-	opt.host_register = true;
-	opt.device_id = device;
-	return opt;
-}
-
 START_TEST(test_runtime_without_devices_means_not_supported)
 {
 	use_fake_runtime("0", "0");
@@ -60,7 +51,8 @@ END_TEST
 
 START_TEST(test_registration_on_the_current_device)
 {
-	struct mooncake_segment_options o = ascend_options(2, 0, 1), p = ascend_options(2, 1, 1);
+	struct mooncake_segment_options o = host_register_options(2, 0, 1),
+					p = host_register_options(2, 1, 1);
 	struct mooncake_segment *owner, *peer;
 	struct mooncake_segment_info info;
 	uint8_t blobs[2 * BLOB];
@@ -91,7 +83,7 @@ END_TEST
 
 START_TEST(test_another_current_device_is_refused_as_upstream)
 {
-	struct mooncake_segment_options opt = ascend_options(1, 0, 1);
+	struct mooncake_segment_options opt = host_register_options(1, 0, 1);
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[BLOB];
 
@@ -106,7 +98,7 @@ END_TEST
 
 START_TEST(test_chunks_roll_back_on_failure)
 {
-	struct mooncake_segment_options opt = ascend_options(1, 0, 0);
+	struct mooncake_segment_options opt = host_register_options(1, 0, 0);
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[BLOB];
 	char log[4096];

@@ -46,18 +46,9 @@ static const char *calls(char *buf, size_t size)
 	return read_text(log_path, buf, size);
 }
 
-static struct mooncake_segment_options cuda_options(uint32_t world, uint32_t rank, int device)
-{
-	struct mooncake_segment_options opt = test_options(world, rank, 0);
-
-	opt.host_register = true;
-	opt.device_id = device;
-	return opt;
-}
-
 START_TEST(test_no_driver_means_not_supported)
 {
-	struct mooncake_segment_options opt = cuda_options(1, 0, 0);
+	struct mooncake_segment_options opt = host_register_options(1, 0, 0);
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[BLOB];
 
@@ -78,7 +69,8 @@ END_TEST
 
 START_TEST(test_each_rank_registers_its_own_mapping_on_its_own_device)
 {
-	struct mooncake_segment_options o = cuda_options(2, 0, 0), p = cuda_options(2, 1, 1);
+	struct mooncake_segment_options o = host_register_options(2, 0, 0),
+					p = host_register_options(2, 1, 1);
 	struct mooncake_segment *owner, *peer;
 	struct mooncake_segment_info info;
 	uint8_t blobs[2 * BLOB];
@@ -117,7 +109,7 @@ END_TEST
 
 START_TEST(test_chunks_roll_back_in_reverse_on_failure)
 {
-	struct mooncake_segment_options opt = cuda_options(1, 0, 0);
+	struct mooncake_segment_options opt = host_register_options(1, 0, 0);
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[BLOB];
 	char log[8192], *unregisters;
@@ -149,7 +141,7 @@ END_TEST
 
 START_TEST(test_chunks_cover_the_segment_and_are_page_multiples)
 {
-	struct mooncake_segment_options opt = cuda_options(1, 0, 0);
+	struct mooncake_segment_options opt = host_register_options(1, 0, 0);
 	struct mooncake_segment *seg;
 	uint8_t blob[BLOB];
 	char log[16384];
@@ -183,7 +175,7 @@ END_TEST
 
 START_TEST(test_device_must_exist)
 {
-	struct mooncake_segment_options opt = cuda_options(1, 0, 5);
+	struct mooncake_segment_options opt = host_register_options(1, 0, 5);
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[BLOB];
 
@@ -197,7 +189,7 @@ END_TEST
 
 START_TEST(test_chunks_without_unified_addressing_are_refused)
 {
-	struct mooncake_segment_options opt = cuda_options(1, 0, 0);
+	struct mooncake_segment_options opt = host_register_options(1, 0, 0);
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[BLOB];
 	char log[8192];
@@ -214,7 +206,8 @@ END_TEST
 
 START_TEST(test_peer_registration_failure_leaves_nothing_mapped)
 {
-	struct mooncake_segment_options o = cuda_options(2, 0, 0), p = cuda_options(2, 1, 1);
+	struct mooncake_segment_options o = host_register_options(2, 0, 0),
+					p = host_register_options(2, 1, 1);
 	struct mooncake_segment *owner, *peer;
 	uint8_t blobs[2 * BLOB];
 	int maps;
@@ -238,23 +231,13 @@ END_TEST
 START_TEST(test_automatic_numa_node_is_the_devices_host_node)
 {
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
-	char root[] = "/tmp/mooncake-segment-pci-XXXXXX", path[256];
 	struct mc_placement place;
-	FILE *f;
+	char root[256];
 
 	use_fake_driver("2");
-	ck_assert_ptr_nonnull(mkdtemp(root));
-	snprintf(path, sizeof(path), "mkdir -p %s/devices/system/node %s/bus/pci/devices/0000:3c:00.0", root,
-		 root);
-	ck_assert_int_eq(system(path), 0); /* NOLINT(cert-env33-c): a fixture tree under /tmp */
-	snprintf(path, sizeof(path), "%s/devices/system/node/online", root);
-	f = fopen(path, "w");
-	fputs("0-1\n", f);
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/bus/pci/devices/0000:3c:00.0/numa_node", root);
-	f = fopen(path, "w");
-	fputs("1\n", f);
-	fclose(f);
+	fixture_tree_create(root, sizeof(root));
+	fixture_put(root, "devices/system/node/online", "0-1\n");
+	fixture_put(root, "bus/pci/devices/0000:3c:00.0/numa_node", "1\n");
 	opt.device_id = 1; /* the fake puts device 1 at 0000:3c:00.0 */
 	ck_assert_int_eq(mc_placement_resolve(&opt, root, &place), 0);
 	ck_assert_int_eq(place.mode, MC_PLACE_PREFERRED);
@@ -262,8 +245,7 @@ START_TEST(test_automatic_numa_node_is_the_devices_host_node)
 	opt.device_id = 0; /* 0000:3b:00.0: not in the fixture, so no preference */
 	ck_assert_int_eq(mc_placement_resolve(&opt, root, &place), 0);
 	ck_assert_int_eq(place.mode, MC_PLACE_DEFAULT);
-	snprintf(path, sizeof(path), "rm -rf %s", root);
-	ck_assert_int_eq(system(path), 0); /* NOLINT(cert-env33-c) */
+	fixture_tree_remove(root);
 }
 END_TEST
 

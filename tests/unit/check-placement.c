@@ -7,7 +7,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,41 +18,19 @@
 
 static char root[256];
 
-/* Write @text to @root/@rel, creating directories. */
 static void put(const char *rel, const char *text)
 {
-	char path[512], *slash;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", root, rel);
-	for (slash = strchr(path + strlen(root) + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
-		*slash = '\0';
-		mkdir(path, 0755);
-		*slash = '/';
-	}
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(text, f);
-	fclose(f);
+	fixture_put(root, rel, text);
 }
 
 static void make_root(void)
 {
-	snprintf(root, sizeof(root), "/tmp/mooncake-segment-fixture-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(root));
-}
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path);
+	fixture_tree_create(root, sizeof(root));
 }
 
 static void remove_root(void)
 {
-	ck_assert_int_eq(nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+	fixture_tree_remove(root);
 }
 
 START_TEST(test_node_lists)

@@ -5,6 +5,9 @@
 #include "linux-compat.h"
 
 #include <dirent.h>
+#include <ftw.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -171,4 +174,49 @@ int count_lines(const char *text, const char *prefix)
 		line = end ? end + 1 : line + strlen(line);
 	}
 	return n;
+}
+
+void fixture_tree_create(char *root, size_t size)
+{
+	snprintf(root, size, "/tmp/mooncake-segment-fixture-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+}
+
+void fixture_put(const char *root, const char *rel, const char *text)
+{
+	char path[512], *slash;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	for (slash = strchr(path + strlen(root) + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		mkdir(path, 0755);
+		*slash = '/';
+	}
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)st;
+	(void)type;
+	(void)ftw;
+	return remove(path);
+}
+
+void fixture_tree_remove(const char *root)
+{
+	ck_assert_int_eq(nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+struct mooncake_segment_options host_register_options(uint32_t world, uint32_t rank, int device)
+{
+	struct mooncake_segment_options opt = test_options(world, rank, 0);
+
+	opt.host_register = true;
+	opt.device_id = device;
+	return opt;
 }

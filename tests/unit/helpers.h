@@ -54,6 +54,15 @@ const char *read_text(const char *path, char *buf, size_t size);
 /* Lines of @text that start with @prefix. */
 int count_lines(const char *text, const char *prefix);
 
+/* Fixture trees (fake sysfs, cgroupfs) under /tmp: create one into @root,
+ * write @text to @root/@rel (making directories), remove it all. */
+void fixture_tree_create(char *root, size_t size);
+void fixture_put(const char *root, const char *rel, const char *text);
+void fixture_tree_remove(const char *root);
+
+/* Options for a host_register segment of rank @rank on accelerator @device. */
+struct mooncake_segment_options host_register_options(uint32_t world, uint32_t rank, int device);
+
 /* Whether pidfd_getfd works here (valgrind 3.19 and kernels before 5.6: no). */
 int pidfd_getfd_available(void);
 
