@@ -39,6 +39,21 @@ bool mc_accel_pci_bus_id(int device, char *buf, size_t size)
 	return false;
 }
 
+bool mc_runtime_resolve(void *lib, const char *what, const struct mc_runtime_symbol *symbols, size_t count,
+			char *failure, size_t size)
+{
+	for (size_t i = 0; i < count; i++) {
+		*symbols[i].slot = dlsym(lib, symbols[i].name);
+		if (!*symbols[i].slot) {
+			snprintf(failure, size, "the %s lacks %s", what, symbols[i].name);
+			for (size_t j = 0; j <= i; j++)
+				*symbols[j].slot = NULL;
+			return false;
+		}
+	}
+	return true;
+}
+
 void *mc_runtime_open(const char *env, const char *soname, const char *what,
 		      const struct mc_runtime_symbol *symbols, size_t count, char *failure, size_t size)
 {
@@ -49,13 +64,9 @@ void *mc_runtime_open(const char *env, const char *soname, const char *what,
 		snprintf(failure, size, "%s", dlerror());
 		return NULL;
 	}
-	for (size_t i = 0; i < count; i++) {
-		*symbols[i].slot = dlsym(lib, symbols[i].name);
-		if (!*symbols[i].slot) {
-			snprintf(failure, size, "the %s lacks %s", what, symbols[i].name);
-			dlclose(lib);
-			return NULL;
-		}
+	if (!mc_runtime_resolve(lib, what, symbols, count, failure, size)) {
+		dlclose(lib);
+		return NULL;
 	}
 	return lib;
 }

@@ -59,6 +59,10 @@ struct mc_runtime_symbol {
  * @what: "CUDA driver", "Ascend runtime") when anything is missing. */
 void *mc_runtime_open(const char *env, const char *soname, const char *what,
 		      const struct mc_runtime_symbol *symbols, size_t count, char *failure, size_t size);
+/* Resolve a further, optional group of symbols of an open runtime; false
+ * (the group's slots NULL) with the missing one named in @failure. */
+bool mc_runtime_resolve(void *lib, const char *what, const struct mc_runtime_symbol *symbols, size_t count,
+			char *failure, size_t size);
 
 /* One runtime's registration of one chunk, for mc_register_chunks(). */
 struct mc_chunk_ops {

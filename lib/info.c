@@ -81,7 +81,9 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 		 seg->opt.hugetlb ? "-hugetlb" : "");
 	full.register_ns = seg->registration.ns;
 	snprintf(full.accelerator, sizeof(full.accelerator), "%s",
-		 seg->registration.ops ? seg->registration.ops->name : "");
+		 seg->registration.ops	     ? seg->registration.ops->name
+		 : seg->backend->accelerator ? seg->backend->accelerator
+					     : "");
 	snprintf(full.commit_method, sizeof(full.commit_method), "%s",
 		 seg->is_owner ? seg->commit.method : "none (peer)");
 	memcpy(info, &full, info_size < sizeof(full) ? info_size : sizeof(full));

@@ -200,6 +200,7 @@ struct mooncake_segment;
 struct mc_backend_ops {
 	const char *name;
 	enum mc_backend_id id;
+	const char *accelerator; /* the runtime that owns the memory, NULL for host memory */
 	/* The page size (and hence allocation granularity) for these options. */
 	int (*granularity)(const struct mooncake_segment_options *opt, uint64_t *page_size);
 	/* Owner: allocate, map, commit; fill seg->base, seg->handle. */
@@ -217,6 +218,11 @@ struct mc_backend_ops {
 };
 
 extern const struct mc_backend_ops mc_backend_memfd;
+#if HAVE_ASCEND_VMM
+extern const struct mc_backend_ops mc_backend_ascend_vmm;
+/* The Ascend runtime loads, has a device and the VMM entry points. */
+bool mc_ascend_vmm_available(void);
+#endif
 
 struct mooncake_segment {
 	const struct mc_backend_ops *backend;
@@ -234,6 +240,7 @@ struct mooncake_segment {
 	bool mapped; /* base holds the shared pages (not just a reservation) */
 	int fd;	     /* owner: the memfd kept for importers; -1 otherwise */
 	uint64_t file_dev, file_ino;
+	void *physical; /* VMM: the runtime's physical memory handle (owner: allocated, peer: imported) */
 	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages */
 	uint16_t handle_bytes;
 	uint64_t device_addr;

@@ -29,8 +29,13 @@ static bool kernel_has_hugetlb_memfd(void)
 
 MC_EXPORT bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb)
 {
-	if (!mmap)
+	if (!mmap) {
+#if HAVE_ASCEND_VMM
+		return !host_register && !hugetlb && mc_ascend_vmm_available();
+#else
 		return false; /* no VMM backend in this build */
+#endif
+	}
 	if (host_register)
 		return mc_accel_for_host_register() != NULL;
 	if (hugetlb)

@@ -69,9 +69,13 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 static const struct mc_backend_ops *pick_backend(const struct mooncake_segment_options *opt)
 {
 	if (!opt->mmap) {
+#if HAVE_ASCEND_VMM
+		return &mc_backend_ascend_vmm; /* its granularity() says when the runtime is missing */
+#else
 		mc_error(ENOTSUP, "This build has no VMM backend for shared segments (mmap=false needs the "
 				  "Ascend runtime); use mmap=true");
 		return NULL;
+#endif
 	}
 	if (opt->host_register && !mc_accel_for_host_register()) {
 		mc_error(

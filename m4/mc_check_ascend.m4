@@ -6,8 +6,11 @@
 #                                  convention); absent is a notice.
 #   --with-ascend=yes|DIR:         absent is fatal (yes means $ASCEND_HOME_PATH).
 #   --without-ascend:              no Ascend support.
-# Defines HAVE_ASCEND to 0 or 1, substitutes ASCEND_CPPFLAGS, sets the automake
-# conditional HAVE_ASCEND and the shell variable mc_ascend_summary.
+# Defines HAVE_ASCEND to 0 or 1, and HAVE_ASCEND_VMM to 1 when the header also
+# declares the physical-memory and V2 shareable-handle API (CANN 8.5 and
+# later) that the VMM backend (mmap=false) uses; substitutes ASCEND_CPPFLAGS,
+# sets the automake conditionals HAVE_ASCEND and HAVE_ASCEND_VMM and the shell
+# variable mc_ascend_summary.
 AC_DEFUN([MC_CHECK_ASCEND], [
   AC_ARG_WITH([ascend],
     [AS_HELP_STRING([--with-ascend@<:@=DIR@:>@],
@@ -15,6 +18,7 @@ AC_DEFUN([MC_CHECK_ASCEND], [
     [], [with_ascend=guess])
 
   mc_have_ascend=no
+  mc_have_ascend_vmm=no
   ASCEND_CPPFLAGS=
   AS_CASE([$with_ascend],
     [no], [mc_ascend_dir=],
@@ -28,6 +32,15 @@ AC_DEFUN([MC_CHECK_ASCEND], [
       AC_CHECK_DECLS([aclrtHostRegister, aclrtHostUnregister, aclrtGetDevice, aclrtGetDeviceCount,
                       aclGetRecentErrMsg],
                      [mc_have_ascend=yes], [mc_have_ascend=no], [[#include <acl/acl.h>]])
+      AS_IF([test "x$mc_have_ascend" = xyes], [
+        mc_have_ascend_vmm=yes
+        AC_CHECK_DECLS([aclrtMallocPhysical, aclrtFreePhysical, aclrtReserveMemAddress,
+                        aclrtReleaseMemAddress, aclrtMapMem, aclrtUnmapMem, aclrtMemSetAccess,
+                        aclrtMemGetAllocationGranularity, aclrtMemExportToShareableHandleV2,
+                        aclrtMemImportFromShareableHandleV2, aclrtGetLogicDevIdByUserDevId,
+                        ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION],
+                       [], [mc_have_ascend_vmm=no], [[#include <acl/acl.h>]])
+      ])
     ])
     CPPFLAGS=$mc_save_CPPFLAGS
   ])
@@ -40,9 +53,13 @@ AC_DEFUN([MC_CHECK_ASCEND], [
 
   AS_IF([test "x$mc_have_ascend" = xyes],
     [AC_DEFINE([HAVE_ASCEND], [1], [Define to 1 to build Ascend registration and VMM (dlopen'd)])
-     mc_ascend_summary="yes (headers in $mc_ascend_dir/include; runtime dlopen)"],
+     mc_ascend_summary="yes (headers in $mc_ascend_dir/include; runtime dlopen; VMM: $mc_have_ascend_vmm)"],
     [AC_DEFINE([HAVE_ASCEND], [0], [Define to 1 to build Ascend registration and VMM (dlopen'd)])
      mc_ascend_summary=no])
+  AS_IF([test "x$mc_have_ascend_vmm" = xyes],
+    [AC_DEFINE([HAVE_ASCEND_VMM], [1], [Define to 1 to build the Ascend VMM backend (mmap=false)])],
+    [AC_DEFINE([HAVE_ASCEND_VMM], [0], [Define to 1 to build the Ascend VMM backend (mmap=false)])])
   AC_SUBST([ASCEND_CPPFLAGS])
   AM_CONDITIONAL([HAVE_ASCEND], [test "x$mc_have_ascend" = xyes])
+  AM_CONDITIONAL([HAVE_ASCEND_VMM], [test "x$mc_have_ascend_vmm" = xyes])
 ])

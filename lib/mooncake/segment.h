@@ -180,7 +180,8 @@ uint64_t mooncake_segment_device_addr(const struct mooncake_segment *seg);
  * device (CUDA: libcuda.so.1, or the file MOONCAKE_SEGMENT_CUDA_LIBRARY names;
  * Ascend: libascendcl.so, or MOONCAKE_SEGMENT_ASCEND_LIBRARY, whose current
  * device must then be device_id);
- * !mmap needs a VMM runtime.  Sets no error message.
+ * !mmap needs the Ascend runtime with a device and its VMM API (the same
+ * library), and neither host_register nor hugetlb.  Sets no error message.
  */
 bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb);
 

@@ -120,7 +120,31 @@ def killed(rank, world, group, params):
     return expect_error(rank, world, group)
 
 
-SCENARIOS = {f.__name__: f for f in (share, mismatch, local_raise, bad_int, wrong_rank_id, alias, killed)}
+def vmm(rank, world, group, params):
+    """mmap=False through the fake AscendCL runtime: each rank on its own NPU."""
+    os.environ["FAKE_ACL_CURRENT_DEVICE"] = str(rank)  # torch.npu.set_device(rank)
+    seg = create_shared_segment("kv", BLOCKS, world, rank, device_id=rank, mmap=False, comm_group=group)
+    try:
+        seg.tensors("k")
+        npu_error = None
+    except SharedSegmentError as exc:
+        npu_error = str(exc)
+    k = seg.tensors("k", device="cpu")
+    if rank == params["owner"]:
+        for i, entry in enumerate(k):
+            entry.fill_(i + 1)
+        del entry
+    dist.barrier(group)
+    saw_owner = all(bool((t == i + 1).all()) for i, t in enumerate(k))
+    info = seg.info()
+    same_address = seg.device_base == seg.base_addr()
+    del k
+    dist.barrier(group)
+    seg.close()
+    return {"saw_owner": saw_owner, "npu_error": npu_error, "backend": info["backend"], "same_address": same_address}
+
+
+SCENARIOS = {f.__name__: f for f in (share, mismatch, local_raise, bad_int, wrong_rank_id, alias, killed, vmm)}
 
 
 def main():

@@ -10,6 +10,8 @@
  *   FAKE_ACL_CURRENT_DEVICE=N        the calling thread's device (default 0; -1: none set)
  *   FAKE_ACL_FAIL_REGISTER_AT=N      the Nth aclrtHostRegister fails (allocation)
  *   FAKE_ACL_LOG=PATH                one line per call, appended
+ *
+ * Its virtual memory management (mmap=false) is fake-ascend-vmm.c.
  */
 #include <acl/acl.h>
 #include <errno.h>

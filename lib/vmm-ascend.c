@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The Ascend VMM backend (mmap=false): pinned host memory from the AscendCL
+ * runtime's physical-memory API, shared through a V2 shareable handle.
+ *
+ * Owner: aclrtMallocPhysical (pinned, host, on the placement's NUMA node when
+ * the runtime can), reserve an address range, map, grant the current device
+ * access, export.  Peers reserve at create, then at complete import the
+ * owner's handle, map it over their range and grant their own current device
+ * (its logical id, as upstream #3481 fixed).  Release is the reverse: unmap,
+ * free the physical handle, release the range.
+ *
+ * Export disables the runtime's pid trust list: our protocol has one exchange
+ * before the peers import, and the owner cannot learn the peers' host pids
+ * (bare TGIDs in containers) before then.  The handle reaches only the
+ * group's blobs (doc/decisions.md).  A FABRIC handle (A3) is preferred, as
+ * upstream's; elsewhere the in-server DEFAULT handle.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ascend-runtime.h"
+#include "internal.h"
+
+/* The runtime's fallback when it cannot say (upstream does the same). */
+#define VMM_DEFAULT_GRANULARITY (UINT64_C(2) << 20)
+/* aclrtReserveMemAddress: 1 = huge pages, as the P2P_HUGE memory. */
+#define RESERVE_HUGE_PAGES   1
+#define DEFAULT_HANDLE_BYTES sizeof(uint64_t)
+#define FABRIC_HANDLE_BYTES  sizeof(aclrtMemFabricHandle)
+
+static int acl_errno(aclError r)
+{
+	if (r == ACL_ERROR_RT_MEMORY_ALLOCATION)
+		return ENOMEM;
+	if (r == ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+		return ENOTSUP;
+	return EIO;
+}
+
+/* Record a failed runtime call: "<what> failed ...: aclrtX returned R: msg". */
+static int acl_failure(aclError r, const char *call, const char *what)
+{
+	char text[192];
+
+	mc_acl_describe(r, text, sizeof(text));
+	return mc_error(acl_errno(r), "Shared segment %s: %s %s", what, call, text);
+}
+
+static aclrtPhysicalMemProp host_memory(aclrtMemLocationType type, uint32_t id)
+{
+	aclrtPhysicalMemProp prop;
+
+	memset(&prop, 0, sizeof(prop));
+	prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
+	prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
+	prop.memAttr = ACL_MEM_P2P_HUGE;
+	prop.location.type = type;
+	prop.location.id = id;
+	return prop;
+}
+
+static int vmm_granularity(const struct mooncake_segment_options *opt, uint64_t *page_size)
+{
+	aclrtPhysicalMemProp prop = host_memory(ACL_MEM_LOCATION_TYPE_HOST, 0);
+	const char *why = "";
+	size_t granularity = 0;
+
+	(void)opt;
+	if (!mc_acl_vmm_ready(&why))
+		return mc_error(ENOTSUP,
+				"This build has no VMM backend for shared segments (%s); use mmap=true", why);
+	if (mc_acl.aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+						    &granularity) != ACL_SUCCESS ||
+	    !mc_is_power_of_two(granularity))
+		granularity = VMM_DEFAULT_GRANULARITY;
+	*page_size = granularity;
+	return 0;
+}
+
+/* Every rank runs on its device_id: the runtime allocates for, and grants, the current device. */
+static int require_device(const struct mooncake_segment *seg)
+{
+	char what[48];
+
+	if (seg->opt.device_id < 0)
+		return mc_error(EINVAL,
+				"Shared segment mmap=false needs a device_id (the NPU that uses it), got %d",
+				seg->opt.device_id);
+	if (seg->is_owner)
+		snprintf(what, sizeof(what), "owner");
+	else
+		snprintf(what, sizeof(what), "rank %u", seg->opt.rank_id);
+	return mc_acl_require_device(seg->opt.device_id, what);
+}
+
+/* The placement's node where the runtime can place there, else any host memory (degraded). */
+static int allocate_physical(struct mooncake_segment *seg)
+{
+	struct mc_placement *p = &seg->placement;
+	bool on_node = (p->mode == MC_PLACE_BIND || p->mode == MC_PLACE_PREFERRED) && p->node >= 0;
+	aclrtPhysicalMemProp prop = on_node ? host_memory(ACL_MEM_LOCATION_TYPE_HOST_NUMA, (uint32_t)p->node)
+					    : host_memory(ACL_MEM_LOCATION_TYPE_HOST, 0);
+	uint64_t start = mc_now_ns();
+	aclError r = mc_acl.aclrtMallocPhysical(&seg->physical, seg->alloc_size, &prop, 0);
+
+	if (r != ACL_SUCCESS && on_node && r != ACL_ERROR_RT_MEMORY_ALLOCATION) {
+		snprintf(p->why, sizeof(p->why),
+			 "the Ascend runtime cannot allocate on node %d (returned %d)", p->node, (int)r);
+		p->degraded = true;
+		prop = host_memory(ACL_MEM_LOCATION_TYPE_HOST, 0);
+		r = mc_acl.aclrtMallocPhysical(&seg->physical, seg->alloc_size, &prop, 0);
+	} else if (p->mode == MC_PLACE_INTERLEAVE) {
+		snprintf(p->why, sizeof(p->why), "the Ascend runtime cannot interleave its pinned memory");
+		p->degraded = true;
+	}
+	if (r != ACL_SUCCESS) {
+		seg->physical = NULL;
+		return mc_error(
+			acl_errno(r),
+			"Shared segment aclrtMallocPhysical failed for a shared segment of %llu bytes "
+			"(pinned host memory): %d%s",
+			(unsigned long long)seg->alloc_size, (int)r,
+			r == ACL_ERROR_RT_MEMORY_ALLOCATION ? " (out of memory)" : "");
+	}
+	if (p->degraded) {
+		seg->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
+		mc_log(MOONCAKE_SEGMENT_LOG_WARNING, "Shared segment '%s': %s; default placement", seg->label,
+		       p->why);
+	}
+	/* The runtime pins (and so commits) every page here. */
+	seg->commit.ns = mc_now_ns() - start;
+	seg->commit.threads = 1;
+	snprintf(seg->commit.method, sizeof(seg->commit.method), "aclrtMallocPhysical");
+	return 0;
+}
+
+static int vmm_reserve_range(struct mooncake_segment *seg)
+{
+	aclError r = mc_acl.aclrtReserveMemAddress(&seg->base, seg->alloc_size, 0, NULL, RESERVE_HUGE_PAGES);
+
+	if (r != ACL_SUCCESS) {
+		seg->base = NULL;
+		return acl_failure(r, "aclrtReserveMemAddress", "cannot reserve its address range");
+	}
+	return 0;
+}
+
+/* Map @seg->physical over the reservation and let this rank's current device use it. */
+static int map_and_grant(struct mooncake_segment *seg)
+{
+	aclrtMemAccessDesc access;
+	int32_t logical = -1;
+	int user = mc_acl_current_device();
+	aclError r = mc_acl.aclrtMapMem(seg->base, seg->alloc_size, 0, seg->physical, 0);
+
+	if (r != ACL_SUCCESS)
+		return acl_failure(r, "aclrtMapMem", "cannot map the pinned memory");
+	seg->mapped = true;
+	/* SetAccess wants the driver's logical id, not the user id (ASCEND_RT_VISIBLE_DEVICES). */
+	r = mc_acl.aclrtGetLogicDevIdByUserDevId(user, &logical);
+	if (r != ACL_SUCCESS)
+		return acl_failure(r, "aclrtGetLogicDevIdByUserDevId", "cannot find the current device");
+	memset(&access, 0, sizeof(access));
+	access.flags = ACL_RT_MEM_ACCESS_FLAGS_READWRITE;
+	access.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+	access.location.id = (uint32_t)logical;
+	r = mc_acl.aclrtMemSetAccess(seg->base, seg->alloc_size, &access, 1);
+	if (r != ACL_SUCCESS)
+		return acl_failure(r, "aclrtMemSetAccess", "cannot grant the device access");
+	seg->device_addr = (uint64_t)(uintptr_t)seg->base; /* one SVM address for host and device */
+	return 0;
+}
+
+static int export_handle(struct mooncake_segment *seg)
+{
+	aclrtMemFabricHandle fabric;
+	uint64_t in_server = 0;
+	aclError r;
+
+	memset(&fabric, 0, sizeof(fabric));
+	r = mc_acl.aclrtMemExportToShareableHandleV2(seg->physical,
+						     ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
+						     ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, &fabric);
+	if (r == ACL_SUCCESS) {
+		memcpy(seg->handle, &fabric, FABRIC_HANDLE_BYTES);
+		seg->handle_bytes = FABRIC_HANDLE_BYTES;
+		return 0;
+	}
+	if (r != ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+		return acl_failure(r, "aclrtMemExportToShareableHandleV2", "cannot export its pinned memory");
+	r = mc_acl.aclrtMemExportToShareableHandleV2(seg->physical,
+						     ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
+						     ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, &in_server);
+	if (r != ACL_SUCCESS)
+		return acl_failure(r, "aclrtMemExportToShareableHandleV2", "cannot export its pinned memory");
+	memcpy(seg->handle, &in_server, DEFAULT_HANDLE_BYTES);
+	seg->handle_bytes = DEFAULT_HANDLE_BYTES;
+	return 0;
+}
+
+static int vmm_create_owner(struct mooncake_segment *seg)
+{
+	int err = require_device(seg);
+
+	if (!err)
+		err = allocate_physical(seg);
+	if (!err)
+		err = vmm_reserve_range(seg);
+	if (!err)
+		err = map_and_grant(seg);
+	if (!err)
+		err = export_handle(seg);
+	return err; /* create() releases whatever was built */
+}
+
+static int vmm_reserve(struct mooncake_segment *seg)
+{
+	int err = require_device(seg);
+
+	return err ? err : vmm_reserve_range(seg);
+}
+
+static void vmm_unimport(struct mooncake_segment *seg)
+{
+	if (seg->mapped && mc_acl.aclrtUnmapMem(seg->base) == ACL_SUCCESS)
+		seg->mapped = false;
+	if (!seg->mapped && seg->physical) {
+		mc_acl.aclrtFreePhysical(seg->physical);
+		seg->physical = NULL;
+	}
+	seg->device_addr = 0;
+}
+
+static int vmm_import(struct mooncake_segment *seg, const struct mc_blob *owner)
+{
+	aclrtMemSharedHandleType type;
+	aclrtMemFabricHandle fabric;
+	uint64_t in_server;
+	void *handle;
+	aclError r;
+	int err;
+
+	if (owner->handle_bytes == FABRIC_HANDLE_BYTES) {
+		type = ACL_MEM_SHARE_HANDLE_TYPE_FABRIC;
+		memcpy(&fabric, owner->handle, FABRIC_HANDLE_BYTES);
+		handle = &fabric;
+	} else if (owner->handle_bytes == DEFAULT_HANDLE_BYTES) {
+		type = ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT;
+		memcpy(&in_server, owner->handle, DEFAULT_HANDLE_BYTES);
+		handle = &in_server;
+	} else {
+		return mc_error(EPROTO,
+				"Shared segment owner rank %u exported a handle of %u bytes, not an Ascend "
+				"shareable handle (8 or 128 bytes)",
+				seg->opt.owner_rank, owner->handle_bytes);
+	}
+	r = mc_acl.aclrtMemImportFromShareableHandleV2(handle, type, 0, &seg->physical);
+	if (r != ACL_SUCCESS) {
+		seg->physical = NULL;
+		return acl_failure(r, "aclrtMemImportFromShareableHandleV2",
+				   "cannot import the owner's memory");
+	}
+	err = map_and_grant(seg);
+	if (err)
+		vmm_unimport(seg); /* a failed complete leaves nothing mapped */
+	return err;
+}
+
+static void vmm_finish(struct mooncake_segment *seg)
+{
+	(void)seg; /* peers hold their own imported handles: nothing to drop */
+}
+
+static void vmm_release(struct mooncake_segment *seg)
+{
+	if (!mc_acl_ready(NULL))
+		return; /* nothing can have been built */
+	vmm_unimport(seg);
+	if (seg->base)
+		mc_acl.aclrtReleaseMemAddress(seg->base);
+	seg->base = NULL;
+}
+
+bool mc_ascend_vmm_available(void)
+{
+	return mc_acl_vmm_ready(NULL);
+}
+
+const struct mc_backend_ops mc_backend_ascend_vmm = {
+	.name = "ascend-vmm",
+	.id = MC_BACKEND_ASCEND_VMM,
+	.accelerator = "ascend",
+	.granularity = vmm_granularity,
+	.create_owner = vmm_create_owner,
+	.reserve = vmm_reserve,
+	.import = vmm_import,
+	.unimport = vmm_unimport,
+	.finish = vmm_finish,
+	.release = vmm_release,
+};
