@@ -352,9 +352,15 @@ static void check_ascend(void)
 	const char *home = getenv("ASCEND_HOME_PATH");
 	const char *path = getenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY");
 	void *lib = dlopen(path && *path ? path : "libascendcl.so", RTLD_NOW | RTLD_LOCAL);
+	const char *vmm =
+		!HAVE_ASCEND_VMM				  ? "not in this build"
+		: mooncake_segment_supported(false, false, false) ? "available"
+		: lib ? "unavailable (no initialised device, or a runtime without the V2 shareable-handle API)"
+		      : "unavailable";
 
-	add("Ascend runtime", OK, NULL, "%s%s%s", lib ? "libascendcl.so present" : "libascendcl.so not found",
-	    home ? "; ASCEND_HOME_PATH=" : "", home ? home : "");
+	add("Ascend runtime", OK, NULL, "%s%s%s; VMM (mmap=false) %s",
+	    lib ? "libascendcl.so present" : "libascendcl.so not found", home ? "; ASCEND_HOME_PATH=" : "",
+	    home ? home : "", vmm);
 	if (lib)
 		dlclose(lib);
 }

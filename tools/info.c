@@ -37,13 +37,13 @@ int cmd_info(int argc, char **argv)
 	mc_read_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
 
 	if (json) {
-		printf("{\"version\": \"%s\", \"build\": {\"cuda\": %s, \"ascend\": %s}, "
+		printf("{\"version\": \"%s\", \"build\": {\"cuda\": %s, \"ascend\": %s, \"ascend_vmm\": %s}, "
 		       "\"supported\": {\"mmap\": %s, \"hugetlb\": %s, \"host_register\": %s, \"vmm\": %s}, "
 		       "\"page_size\": %ld, \"thp_pmd_size\": ",
 		       mooncake_segment_version(), HAVE_CUDA ? "true" : "false",
-		       HAVE_ASCEND ? "true" : "false", mmap_ok ? "true" : "false",
-		       hugetlb_ok ? "true" : "false", register_ok ? "true" : "false",
-		       vmm_ok ? "true" : "false", sysconf(_SC_PAGESIZE));
+		       HAVE_ASCEND ? "true" : "false", HAVE_ASCEND_VMM ? "true" : "false",
+		       mmap_ok ? "true" : "false", hugetlb_ok ? "true" : "false",
+		       register_ok ? "true" : "false", vmm_ok ? "true" : "false", sysconf(_SC_PAGESIZE));
 		json_string(stdout, pmd);
 		printf(", \"shmem_enabled\": ");
 		json_string(stdout, shmem);
@@ -59,14 +59,14 @@ int cmd_info(int argc, char **argv)
 	       HAVE_CUDA ? "found at build time" : "not found at build time");
 	printf("  Ascend headers           %s\n",
 	       HAVE_ASCEND ? "found at build time" : "not found at build time");
-	printf("  accelerator registration %s\n",
-	       register_ok ? "available" : "not in this version (host_register=false only)");
+	printf("  Ascend VMM (mmap=false)  %s\n", HAVE_ASCEND_VMM ? "built" : "not built");
 	printf("this host supports:\n");
 	printf("  mmap (memfd)             %s\n", mmap_ok ? "yes" : "no");
 	printf("  hugetlb                  %s\n", hugetlb_ok ? "yes" : "no");
 	printf("  host_register            %s\n",
 	       register_ok ? "yes" : "no (no accelerator runtime with a device)");
-	printf("  VMM (mmap=false)         %s\n", vmm_ok ? "yes" : "no");
+	printf("  VMM (mmap=false)         %s\n",
+	       vmm_ok ? "yes" : "no (no Ascend runtime with a device and VMM)");
 	printf("pages:\n");
 	printf("  base page                %ld bytes\n", sysconf(_SC_PAGESIZE));
 	printf("  THP PMD size             %s bytes, shmem_enabled: %s\n", pmd, shmem);
