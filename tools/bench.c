@@ -551,6 +551,15 @@ int cmd_bench(int argc, char **argv)
 			return 2;
 		}
 	}
+	/* Fail once, before minutes of measurements, instead of once per size. */
+	if (cfg.register_device >= 0 && !mooncake_segment_supported(true, true, false)) {
+		fprintf(stderr,
+			"%s bench: --register: no accelerator runtime with a device here (CUDA: libcuda.so.1 "
+			"or MOONCAKE_SEGMENT_CUDA_LIBRARY; Ascend: libascendcl.so or "
+			"MOONCAKE_SEGMENT_ASCEND_LIBRARY); `%s doctor` says what is missing\n",
+			PROGRAM, PROGRAM);
+		return 1;
+	}
 	reports = calloc(cfg.nsizes > 0 ? (size_t)cfg.nsizes : 1, sizeof(*reports));
 	if (!reports)
 		return 1;

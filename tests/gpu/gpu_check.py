@@ -102,6 +102,9 @@ def main():
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--size-gib", type=int, default=4)
     args = parser.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        print(json.dumps({"error": "torch sees no CUDA device (torch.cuda.is_available() is False)"}))
+        raise SystemExit(2)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

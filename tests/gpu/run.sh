@@ -48,7 +48,7 @@ log "build"
 tarball=$(find "$here/dist" -name 'mooncake-segment-*.tar.xz' 2>/dev/null | sort | tail -1)
 if [ -n "$tarball" ]; then
 	tar -C "$work" -xf "$tarball"
-	src=$(find "$work" -maxdepth 1 -type d -name 'mooncake-segment-*' | head -1)
+	src=$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'mooncake-segment-*' | head -1)
 else
 	command -v autoreconf >/dev/null || { echo "no tests/gpu/dist/*.tar.xz and no autotools"; exit 1; }
 	src=$top
@@ -66,11 +66,16 @@ log "info and doctor"
 "$build/tools/mooncake-segment" doctor || true
 
 log "bench with registration"
-"$build/tools/mooncake-segment" bench --sizes 1G,4G --repeat 2 --register 0 --json >"$out/bench.json"
-"$build/tools/mooncake-segment" bench --sizes 1G,4G --repeat 2 --register 0
+# Text to the log, JSON to $OUT; a failure here must not cost the checks below.
+"$build/tools/mooncake-segment" bench --sizes 1G,4G --repeat 2 --register 0 --json >"$out/bench.json" ||
+	log "bench --register failed (exit $?)"
+cat "$out/bench.json" || true
 
 log "4 ranks, host_register=True"
-"$python" "$here/gpu_check.py" --ranks 4 --size-gib 4 | tee "$out/gpu.json"
+status=0
+first_failure() { [ "$status" -ne 0 ] || status=$1; }
+"$python" "$here/gpu_check.py" --ranks 4 --size-gib 4 | tee "$out/gpu.json" || first_failure $?
 
 log "Python GPU tests"
-"$python" -m pytest -q -p no:cacheprovider -rs "$src/tests/python/test_cuda.py" | tee "$out/pytest.txt"
+"$python" -m pytest -q -p no:cacheprovider -rs "$src/tests/python/test_cuda.py" | tee "$out/pytest.txt" || first_failure $?
+exit "$status"
