@@ -538,6 +538,11 @@ def create_shared_segment(
     ``cpu_group`` (vLLM's GroupCoordinator) or an mpi4py communicator; it may
     be None only when ``world_size == 1``.  ``tp_group`` is a deprecated alias.
 
+    ``mmap=True`` shares host memory (an unnamed memfd); ``host_register``
+    then registers each rank's mapping with its CUDA GPU or Ascend NPU
+    ``device_id``.  ``mmap=False`` shares pinned memory from the Ascend
+    runtime's VMM API; every rank's current NPU must be its ``device_id``.
+
     Raises SharedSegmentError on every rank when any rank fails.
     """
     group_obj, alias_error = _select_comm_group(comm_group, tp_group)
