@@ -349,6 +349,29 @@ START_TEST(test_a_host_memory_rank_cannot_join)
 }
 END_TEST
 
+START_TEST(test_a_handle_of_another_size_is_refused_before_the_runtime)
+{
+	struct mooncake_segment_options o = vmm_options(2, 0, 0, 0), p = vmm_options(2, 1, 0, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+	struct mc_blob b;
+
+	use_fake_runtime("1", "0");
+	ck_assert_int_eq(mooncake_segment_create("vmm", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("vmm", SIZE, &p, &peer, blobs + BLOB), 0);
+	/* A well-formed blob whose handle is a memfd-sized one. */
+	ck_assert_int_eq(mc_blob_decode(blobs, 0, &b), 0);
+	b.handle_bytes = 24;
+	ck_assert_int_eq(mc_blob_encode(&b, blobs), 0);
+	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EPROTO,
+			"exported a handle of 24 bytes, not an Ascend shareable handle");
+	ck_assert_int_eq(calls("import "), 0);
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+	assert_runtime_balanced();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("ascend-vmm");
@@ -368,6 +391,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_placement_on_a_node_and_its_fallback, 0, 2);
 	tcase_add_loop_test(tc, test_granularity_from_the_runtime, 0, 2);
 	tcase_add_test(tc, test_a_host_memory_rank_cannot_join);
+	tcase_add_test(tc, test_a_handle_of_another_size_is_refused_before_the_runtime);
 	suite_add_tcase(s, tc);
 	runner = srunner_create(s);
 	srunner_set_fork_status(runner, CK_FORK); /* each test loads the runtime afresh */
