@@ -118,13 +118,18 @@ static int allocate_physical(struct mooncake_segment *seg)
 		p->degraded = true;
 	}
 	if (r != ACL_SUCCESS) {
+		char text[192];
+
 		seg->physical = NULL;
+		mc_acl_describe(r, text, sizeof(text));
 		return mc_error(
 			acl_errno(r),
 			"Shared segment aclrtMallocPhysical failed for a shared segment of %llu bytes "
-			"(pinned host memory): %d%s",
-			(unsigned long long)seg->alloc_size, (int)r,
-			r == ACL_ERROR_RT_MEMORY_ALLOCATION ? " (out of memory)" : "");
+			"of pinned host memory: %s%s",
+			(unsigned long long)seg->alloc_size, text,
+			r == ACL_ERROR_RT_MEMORY_ALLOCATION ? " (out of memory: a smaller segment, or "
+							      "free host memory)"
+							    : "");
 	}
 	if (p->degraded) {
 		seg->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
