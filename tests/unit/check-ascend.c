@@ -23,17 +23,7 @@ static char log_path[64];
 
 static void use_fake_runtime(const char *devices, const char *current)
 {
-	const char *fake = getenv("FAKE_ASCEND_LIBRARY");
-
-	ck_assert_msg(fake && *fake, "FAKE_ASCEND_LIBRARY is not set (run through make check)");
-	snprintf(log_path, sizeof(log_path), "/tmp/fake-acl-%d.log", (int)getpid());
-	unlink(log_path);
-	setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", fake, 1);
-	/* No CUDA here, so the Ascend runtime is the one chosen. */
-	setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
-	setenv("FAKE_ACL_LOG", log_path, 1);
-	setenv("FAKE_ACL_DEVICES", devices, 1);
-	setenv("FAKE_ACL_CURRENT_DEVICE", current, 1);
+	use_fake_ascend_runtime(devices, current, log_path, sizeof(log_path));
 }
 
 /* The fake's call log, one call per line. */

@@ -220,3 +220,17 @@ struct mooncake_segment_options host_register_options(uint32_t world, uint32_t r
 	opt.device_id = device;
 	return opt;
 }
+
+void use_fake_ascend_runtime(const char *devices, const char *current, char *log_path, size_t size)
+{
+	const char *fake = getenv("FAKE_ASCEND_LIBRARY");
+
+	ck_assert_msg(fake && *fake, "FAKE_ASCEND_LIBRARY is not set (run through make check)");
+	snprintf(log_path, size, "/tmp/fake-acl-%d.log", (int)getpid());
+	unlink(log_path);
+	setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", fake, 1);
+	setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+	setenv("FAKE_ACL_LOG", log_path, 1);
+	setenv("FAKE_ACL_DEVICES", devices, 1);
+	setenv("FAKE_ACL_CURRENT_DEVICE", current, 1);
+}

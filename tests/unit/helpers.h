@@ -63,6 +63,12 @@ void fixture_tree_remove(const char *root);
 /* Options for a host_register segment of rank @rank on accelerator @device. */
 struct mooncake_segment_options host_register_options(uint32_t world, uint32_t rank, int device);
 
+/* Point the library at the fake AscendCL runtime (FAKE_ASCEND_LIBRARY, set by
+ * make check) with @devices devices and @current as this thread's device, its
+ * call log at a fresh per-process path written into @log_path; no CUDA, so
+ * Ascend is the runtime chosen. */
+void use_fake_ascend_runtime(const char *devices, const char *current, char *log_path, size_t size);
+
 /* Whether pidfd_getfd works here (valgrind 3.19 and kernels before 5.6: no). */
 int pidfd_getfd_available(void);
 
