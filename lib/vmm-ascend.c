@@ -229,6 +229,7 @@ static int vmm_reserve(struct mooncake_segment *seg)
 	return err ? err : vmm_reserve_range(seg);
 }
 
+/* Unmap and free the physical handle (imported, or the owner's own); the range stays reserved. */
 static void vmm_unimport(struct mooncake_segment *seg)
 {
 	if (seg->mapped && mc_acl.aclrtUnmapMem(seg->base) == ACL_SUCCESS)
@@ -280,10 +281,9 @@ static void vmm_finish(struct mooncake_segment *seg)
 	(void)seg; /* peers hold their own imported handles: nothing to drop */
 }
 
+/* Only what was built is released: mapped, physical and base say what that is. */
 static void vmm_release(struct mooncake_segment *seg)
 {
-	if (!mc_acl_ready(NULL))
-		return; /* nothing can have been built */
 	vmm_unimport(seg);
 	if (seg->base)
 		mc_acl.aclrtReleaseMemAddress(seg->base);
