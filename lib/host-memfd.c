@@ -314,7 +314,7 @@ static int access_denied_error(const struct mooncake_segment *seg, const struct 
 			 "the owner runs as uid %u and this rank as uid %u; run every rank "
 			 "as the same user",
 			 owner->uid, (unsigned int)getuid());
-	else if (mc_read_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) &&
+	else if (mc_read_host_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) &&
 		 strtol(scope, NULL, 10) >= 2)
 		snprintf(cause, sizeof(cause),
 			 "kernel.yama.ptrace_scope is %s; set it to 0 or 1 "

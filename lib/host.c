@@ -2,7 +2,8 @@
 /*
  * Facts about this host and process that the protocol and the backends need:
  * boot id and PID namespace (so that blobs from another host or namespace
- * are recognised), page sizes and THP modes, CPUs allowed.
+ * are recognised), page sizes and THP modes, CPUs allowed.  Host files are
+ * read under the host root (procfs.h), so tests can use fixture trees.
  */
 #include "config.h"
 
@@ -33,7 +34,7 @@ bool mc_host_boot_id(uint8_t id[MC_BOOT_ID_SIZE])
 	char line[64];
 	size_t n = 0;
 
-	if (!mc_read_line("/proc/sys/kernel/random/boot_id", line, sizeof(line)))
+	if (!mc_read_host_line("/proc/sys/kernel/random/boot_id", line, sizeof(line)))
 		return false;
 	for (const char *p = line; *p && n < 2 * MC_BOOT_ID_SIZE; p++) {
 		int v = hex_value(*p);
@@ -73,7 +74,7 @@ uint64_t mc_host_thp_pmd_size(void)
 	char *end;
 	unsigned long long value;
 
-	if (mc_read_line("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", line, sizeof(line))) {
+	if (mc_read_host_line("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", line, sizeof(line))) {
 		errno = 0;
 		value = strtoull(line, &end, 10);
 		if (!errno && end != line && mc_is_power_of_two(value))
@@ -86,7 +87,7 @@ bool mc_host_shmem_thp_allowed(void)
 {
 	char line[128], mode[32];
 
-	if (!mc_read_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", line, sizeof(line)) ||
+	if (!mc_read_host_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", line, sizeof(line)) ||
 	    !mc_selected_mode(line, mode, sizeof(mode)))
 		return false;
 	return strcmp(mode, "never") != 0 && strcmp(mode, "deny") != 0;
@@ -115,7 +116,7 @@ static bool read_u64_file(const char *path, uint64_t *value)
 {
 	char line[32], *end;
 
-	if (!mc_read_line(path, line, sizeof(line)))
+	if (!mc_read_host_line(path, line, sizeof(line)))
 		return false;
 	errno = 0;
 	*value = strtoull(line, &end, 10);
@@ -124,12 +125,12 @@ static bool read_u64_file(const char *path, uint64_t *value)
 
 bool mc_hugetlb_size_configured(uint64_t page_size)
 {
-	char path[96];
+	char path[96], full[1024];
 	struct stat st;
 
 	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%llukB",
 		 (unsigned long long)(page_size >> 10));
-	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+	return stat(mc_host_path(full, sizeof(full), path), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available)

@@ -17,10 +17,12 @@ int mc_check_memory_room(const struct mooncake_segment *seg)
 {
 	struct mc_memory_room room;
 	uint64_t available, swap, total;
+	char proc_cgroup[1024], cgroup_root[1024];
 
 	if (seg->opt.hugetlb)
 		return 0;
-	if (mc_cgroup_memory_room("/proc/self/cgroup", "/sys/fs/cgroup", &room) &&
+	if (mc_cgroup_memory_room(mc_host_path(proc_cgroup, sizeof(proc_cgroup), "/proc/self/cgroup"),
+				  mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup"), &room) &&
 	    seg->alloc_size > room.room)
 		return mc_error(
 			ENOMEM,

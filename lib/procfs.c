@@ -1,15 +1,53 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Small readers of /proc and /sys files, shared by the library and the CLI
- * (which compiles this file too: it links only the library's public API).
+ * (which compiles this file too: it links only the library's public API),
+ * and the host root that host facts are read under (see procfs.h).
  */
 #include "config.h"
 
 #include "procfs.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static char host_root[512];
+static pthread_once_t host_root_once = PTHREAD_ONCE_INIT;
+
+static void host_root_from_environment(void)
+{
+	const char *root = secure_getenv("MOONCAKE_SEGMENT_HOST_ROOT");
+
+	if (root && strcmp(root, "/") != 0)
+		snprintf(host_root, sizeof(host_root), "%s", root);
+}
+
+const char *mc_host_root(void)
+{
+	pthread_once(&host_root_once, host_root_from_environment);
+	return host_root;
+}
+
+void mc_host_root_set(const char *root)
+{
+	pthread_once(&host_root_once, host_root_from_environment);
+	snprintf(host_root, sizeof(host_root), "%s", root && strcmp(root, "/") != 0 ? root : "");
+}
+
+const char *mc_host_path(char *buf, size_t size, const char *path)
+{
+	snprintf(buf, size, "%s%s", mc_host_root(), path);
+	return buf;
+}
+
+bool mc_read_host_line(const char *path, char *buf, size_t size)
+{
+	char full[1024];
+
+	return mc_read_line(mc_host_path(full, sizeof(full), path), buf, size);
+}
 
 bool mc_read_line(const char *path, char *buf, size_t size)
 {
@@ -43,7 +81,8 @@ bool mc_selected_mode(const char *line, char *mode, size_t size)
 
 uint64_t mc_meminfo_field(const char *name)
 {
-	FILE *f = fopen("/proc/meminfo", "re");
+	char path[1024];
+	FILE *f = fopen(mc_host_path(path, sizeof(path), "/proc/meminfo"), "re");
 	char line[128];
 	size_t len = strlen(name);
 	unsigned long long v = 0;

@@ -168,6 +168,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 {
 	struct mooncake_segment *seg;
 	struct mc_blob b;
+	char sysfs[1024];
 	int err;
 
 	mc_clear_error();
@@ -194,7 +195,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	if (err)
 		goto fail;
 	seg->alloc_size = mc_align_up(size, seg->page_size);
-	err = mc_placement_resolve(opt, "/sys", &seg->placement);
+	err = mc_placement_resolve(opt, mc_host_path(sysfs, sizeof(sysfs), "/sys"), &seg->placement);
 	if (err)
 		goto fail;
 	/* Report the node automatic placement chose. */

@@ -151,7 +151,7 @@ static void check_peer_access(void)
 	}
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	mc_read_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
+	mc_read_host_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
 	add("peer access", route_proc || route_pidfd ? OK : FAIL,
 	    route_proc || route_pidfd
 		    ? NULL
@@ -219,9 +219,9 @@ static void check_thp(void)
 	char enabled[128] = "?", shmem[128] = "?", defrag[128] = "?";
 	bool shmem_on;
 
-	mc_read_line("/sys/kernel/mm/transparent_hugepage/enabled", enabled, sizeof(enabled));
-	mc_read_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shmem, sizeof(shmem));
-	mc_read_line("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof(defrag));
+	mc_read_host_line("/sys/kernel/mm/transparent_hugepage/enabled", enabled, sizeof(enabled));
+	mc_read_host_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shmem, sizeof(shmem));
+	mc_read_host_line("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof(defrag));
 	shmem_on = !strstr(shmem, "[never]") && !strstr(shmem, "[deny]") && strchr(shmem, '[');
 	add("THP", shmem_on ? OK : WARN,
 	    shmem_on
@@ -238,7 +238,8 @@ static void check_hugetlb(void)
 	size_t used = 0;
 	uint64_t free_total = 0;
 
-	if (glob("/sys/kernel/mm/hugepages/hugepages-*kB", 0, NULL, &g) != 0) {
+	if (glob(mc_host_path(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-*kB"), 0, NULL, &g) !=
+	    0) {
 		add("HugeTLB", WARN, "a kernel with CONFIG_HUGETLBFS for hugetlb=True", "no HugeTLB support");
 		return;
 	}
@@ -335,7 +336,7 @@ static void check_cuda(void)
 		snprintf(node_path, sizeof(node_path), "/sys/bus/pci/devices/%.40s/numa_node", bus);
 		for (char *c = node_path; *c; c++)
 			*c = (char)tolower((unsigned char)*c);
-		if (!mc_read_line(node_path, node, sizeof(node)))
+		if (!mc_read_host_line(node_path, node, sizeof(node)))
 			snprintf(node, sizeof(node), "?");
 		used += (size_t)snprintf(devices + used, sizeof(devices) - used, "%s%d: %s node %s",
 					 i ? ", " : "", i, bus, node);

@@ -32,9 +32,9 @@ int cmd_info(int argc, char **argv)
 	hugetlb_ok = mooncake_segment_supported(true, false, true);
 	register_ok = mooncake_segment_supported(true, true, false);
 	vmm_ok = mooncake_segment_supported(false, false, false);
-	mc_read_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shmem, sizeof(shmem));
-	mc_read_line("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", pmd, sizeof(pmd));
-	mc_read_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
+	mc_read_host_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shmem, sizeof(shmem));
+	mc_read_host_line("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", pmd, sizeof(pmd));
+	mc_read_host_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
 
 	if (json) {
 		printf("{\"version\": \"%s\", \"build\": {\"cuda\": %s, \"ascend\": %s, \"ascend_vmm\": %s}, "

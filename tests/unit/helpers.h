@@ -78,6 +78,7 @@ Suite *suite_fingerprint(void);
 Suite *suite_sharing(void);
 Suite *suite_complete(void);
 Suite *suite_host(void);
+Suite *suite_host_root(void);
 Suite *suite_placement(void);
 Suite *suite_hardening(void);
 

@@ -14,6 +14,7 @@ int main(void)
 	srunner_add_suite(runner, suite_blob());
 	srunner_add_suite(runner, suite_fingerprint());
 	srunner_add_suite(runner, suite_host());
+	srunner_add_suite(runner, suite_host_root());
 	srunner_add_suite(runner, suite_sharing());
 	srunner_add_suite(runner, suite_complete());
 	srunner_add_suite(runner, suite_placement());
