@@ -91,8 +91,7 @@ int main(void)
 	char parent[512], limit[32];
 	int ret;
 
-	if (geteuid() != 0)
-		skip_all("needs root to create a memory cgroup");
+	require_privileged_stage("a memory cgroup, created and removed under /sys/fs/cgroup");
 	if (!own_memory_cgroup(parent, sizeof(parent)))
 		skip_all("no memory cgroup controller for this process");
 	snprintf(cgroup_dir, sizeof(cgroup_dir), "%s/mooncake-segment-test-%d", parent, (int)getpid());

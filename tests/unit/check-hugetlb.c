@@ -193,8 +193,7 @@ int main(void)
 	char pages[32];
 	uint64_t wanted;
 
-	if (geteuid() != 0)
-		skip_all("needs root to reserve a HugeTLB pool (vm.nr_hugepages)");
+	require_privileged_stage("the HugeTLB pool, vm.nr_hugepages");
 	if (mc_hugetlb_default_size() != HUGE)
 		skip_all("needs 2 MiB default HugeTLB pages");
 	wanted = mc_meminfo_field("HugePages_Total") + POOL_PAGES;

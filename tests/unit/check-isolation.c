@@ -76,8 +76,10 @@ static int peer_complete(const struct scenario *sc, struct mooncake_segment *seg
 		break;
 	}
 	case WITH_PROC_HIDDEN:
-		/* This rank's own /proc, empty: the owner cannot be found there. */
-		if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		/* This rank's own /proc, empty: the owner cannot be found there.  The
+		 * mount must not propagate to the host: /proc is made private (a
+		 * chroot's / is no mount point, so not / itself). */
+		if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/proc", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
 		    mount("none", "/proc", "tmpfs", 0, NULL) != 0)
 			return 14;
 		break;

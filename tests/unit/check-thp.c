@@ -68,8 +68,7 @@ int main(void)
 	Suite *s = suite_create("thp");
 	TCase *tc = tcase_create("shmem");
 
-	if (geteuid() != 0)
-		skip_all("needs root to set " SHMEM_ENABLED);
+	require_privileged_stage("the shmem THP mode, " SHMEM_ENABLED);
 	if (access(SHMEM_ENABLED, W_OK) != 0)
 		skip_all("this kernel has no writable " SHMEM_ENABLED);
 	if (!write_setting(SHMEM_ENABLED, "advise"))

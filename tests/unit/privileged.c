@@ -25,6 +25,22 @@ void skip_all(const char *reason)
 	exit(0);
 }
 
+void require_privileged_stage(const char *change)
+{
+	const char *stage = getenv("MOONCAKE_SEGMENT_PRIVILEGED_TESTS");
+	char reason[256];
+
+	if (!stage || strcmp(stage, "1") != 0) {
+		snprintf(reason, sizeof(reason),
+			 "changes the host (%s): runs only in `make check-privileged`, as root", change);
+		skip_all(reason);
+	}
+	if (geteuid() != 0) {
+		snprintf(reason, sizeof(reason), "needs root to change %s", change);
+		skip_all(reason);
+	}
+}
+
 void restore_all(void)
 {
 	/* Only the process that changed the settings puts them back, not a forked test. */
