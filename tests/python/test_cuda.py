@@ -53,10 +53,13 @@ def test_registered_segment_from_python(tmp_path):
             assert t[0].device.type == "cpu"
             del t
             if not torch.cuda.is_available():
+                # A registered segment, but a torch without CUDA: refused, saying what is missing.
                 try:
                     seg.tensors("k", device="cuda")
                 except s.SharedSegmentError as exc:
-                    print("CUDA VIEWS:", exc)
+                    assert str(exc) == "CUDA tensor views need a torch built with CUDA and a visible GPU", exc
+                else:
+                    raise AssertionError("tensors(device='cuda') gave views without CUDA in torch")
         seg.close()
         print("OK")
         """,
@@ -79,6 +82,8 @@ def test_no_device_means_the_upstream_capability_error(tmp_path):
                                     host_register=True)
         except s.SharedSegmentError as exc:
             print("ERROR:", exc)
+        else:
+            print("CREATED")
         """,
         tmp_path,
         devices="0",

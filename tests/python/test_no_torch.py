@@ -48,6 +48,8 @@ def test_import_probe_create_and_buffers_work_without_torch():
             seg.tensors("k")
         except s.SharedSegmentError as exc:
             print("TENSORS:", exc)
+        else:
+            raise AssertionError("tensors() without torch did not raise")
         del bufs
         seg.close()
         print("OK")
