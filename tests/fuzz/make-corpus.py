@@ -7,7 +7,7 @@ group's blobs, as tests/fuzz/fuzz-complete.c reads them.  The owner that made
 them is gone by the time the fuzzer runs, so a seed that passes every check
 ends in the "owner is gone" path; the mutations explore the rest.
 
-    PYTHONPATH=bindings/python /usr/bin/python3 tests/fuzz/make-corpus.py tests/fuzz/corpus
+    make fuzz-corpus    (in a build tree; tests/fuzz/run.sh does it)
 """
 
 import sys

@@ -10,6 +10,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The headers configure found (cuda.h for lib/accel-cuda.c), from the build's Makefile.
 read -r -a accel_cppflags <<<"$(sed -n 's/^\(CUDA\|ASCEND\)_CPPFLAGS = //p' "$builddir/Makefile" | tr '\n' ' ')"
-clang -g -O1 -fsanitize=thread -I"$builddir" -I"$top/lib" "${accel_cppflags[@]}" "$top"/lib/*.c "$here/commit-threads.c" \
+# The library's sources this configuration compiles (no accelerator file without its headers).
+mapfile -t sources < <(make -s -C "$builddir" print-lib-sources)
+clang -g -O1 -fsanitize=thread -I"$builddir" -I"$top/lib" "${accel_cppflags[@]}" "${sources[@]}" "$here/commit-threads.c" \
 	-lnuma -lpthread -o "$work/commit-threads"
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$work/commit-threads"

@@ -89,7 +89,7 @@ static struct mooncake_segment *create_rank(struct group_rank *self, uint8_t *bl
 	return seg;
 }
 
-#define NO_RANK_KILLED -1
+#define NO_RANK_KILLED (-1)
 
 /* Run the scenario: rank @killed dies of the SIGKILL it raises itself, every
  * other rank exits 0 (a rank killed by anything else, the OOM killer

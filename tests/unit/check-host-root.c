@@ -176,7 +176,7 @@ START_TEST(test_hugetlb_pool_numbers_come_from_the_host_root)
 	ck_assert_error(mooncake_segment_create("huge", needed << 21, &opt, &seg, blob), ENOMEM, expected);
 	/* The fix: the pool grows by what is missing (8 + needed - 1). */
 	snprintf(expected, sizeof(expected), "sysctl -w vm.nr_hugepages=%llu",
-		 (unsigned long long)(needed + 7));
+		 (unsigned long long)needed + 7);
 	ck_assert_msg(strstr(mooncake_segment_last_error(), expected), "%s", mooncake_segment_last_error());
 	ck_assert_ptr_null(seg);
 	host_fixture_remove();

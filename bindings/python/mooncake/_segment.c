@@ -175,8 +175,11 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	opt.hugetlb = hugetlb;
 	opt.populate_on_import = populate;
 
-	Py_BEGIN_ALLOW_THREADS ret = mooncake_segment_create(name, size, &opt, &seg, blob);
-	Py_END_ALLOW_THREADS if (ret < 0) return raise_library_error(ret);
+	Py_BEGIN_ALLOW_THREADS
+	ret = mooncake_segment_create(name, size, &opt, &seg, blob);
+	Py_END_ALLOW_THREADS
+	if (ret < 0)
+		return raise_library_error(ret);
 	obj = PyObject_New(SegmentObject, &SegmentType);
 	if (!obj) {
 		mooncake_segment_destroy(seg);
@@ -255,8 +258,10 @@ static PyObject *segment_complete(SegmentObject *self, PyObject *blobs)
 		return NULL;
 	seg = self->seg;
 	self->busy++;
-	Py_BEGIN_ALLOW_THREADS ret = mooncake_segment_complete(seg, joined, len);
-	Py_END_ALLOW_THREADS self->busy--;
+	Py_BEGIN_ALLOW_THREADS
+	ret = mooncake_segment_complete(seg, joined, len);
+	Py_END_ALLOW_THREADS
+	self->busy--;
 	PyMem_Free(joined);
 	if (ret < 0)
 		return raise_library_error(ret);
@@ -294,8 +299,10 @@ static PyObject *segment_close(SegmentObject *self, PyObject *unused)
 				    "cannot close a shared segment while another thread is "
 				    "inside create/complete on it");
 	self->seg = NULL; /* closed for every other thread before the GIL goes */
-	Py_BEGIN_ALLOW_THREADS mooncake_segment_destroy(seg);
-	Py_END_ALLOW_THREADS Py_RETURN_NONE;
+	Py_BEGIN_ALLOW_THREADS
+	mooncake_segment_destroy(seg);
+	Py_END_ALLOW_THREADS
+	Py_RETURN_NONE;
 }
 
 static PyObject *segment_enter(SegmentObject *self, PyObject *unused)

@@ -280,7 +280,7 @@ aclError aclrtMemExportToShareableHandleV2(aclrtDrvMemHandle handle, uint64_t fl
 	if (failing("aclrtMemExportToShareableHandleV2"))
 		return ACL_ERROR_INVALID_PARAM;
 	value = (uint64_t)getpid() | (uint64_t)p->fd << 32 |
-		(flags & ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION ? HANDLE_NO_PID_CHECK : 0);
+		((flags & ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION) ? HANDLE_NO_PID_CHECK : 0);
 	if (shareType == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC) {
 		aclrtMemFabricHandle *fabric = shareableHandle;
 
