@@ -181,7 +181,7 @@ static void check_cgroup(void)
 {
 	uint64_t total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
 	struct mc_memory_room room;
-	char a[32], b[32], c[32], d[32];
+	char a[32], b[32], c[32], d[32], e[32];
 
 	if (!mc_cgroup_memory_room("/proc/self/cgroup", "/sys/fs/cgroup", &room) || room.limit >= total) {
 		add("memory cgroup", OK, NULL, "no limit below RAM (%s)", format_size(total, a, sizeof(a)));
@@ -190,8 +190,9 @@ static void check_cgroup(void)
 	add("memory cgroup", room.room < total / 4 ? WARN : OK,
 	    "the owner's segment is charged to its cgroup and create refuses one that does not fit: size the "
 	    "limit for it (Docker: --memory; Kubernetes: resources.limits.memory; systemd: MemoryMax=)",
-	    "limit %s, usage %s, room for a segment %s (%s); RAM %s", format_size(room.limit, a, sizeof(a)),
-	    format_size(room.usage, b, sizeof(b)), format_size(room.room, c, sizeof(c)), room.where,
+	    "limit %s, usage %s of which %s clean page cache (reclaimed first), room for a segment %s (%s); RAM %s",
+	    format_size(room.limit, a, sizeof(a)), format_size(room.usage, b, sizeof(b)),
+	    format_size(room.cache.clean, e, sizeof(e)), format_size(room.room, c, sizeof(c)), room.where,
 	    format_size(total, d, sizeof(d)));
 }
 
