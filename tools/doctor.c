@@ -106,6 +106,24 @@ static void check_memfd(void)
 		    "memfd_create works; sealing %s", seals == 0 ? "works" : "refused");
 }
 
+/* The peer access test could not run: say which step failed and why, with the
+ * fix when it is the open-file limit (every rank holds descriptors too). */
+static void peer_access_untested(const char *step, int err)
+{
+	struct rlimit r = { 0, 0 };
+
+	getrlimit(RLIMIT_NOFILE, &r);
+	if (err == EMFILE || err == ENFILE)
+		add("peer access", FAIL,
+		    "raise the open-file limit: ulimit -n 65536 (Docker: --ulimit nofile=65536; Kubernetes: the "
+		    "runtime's LimitNOFILE; systemd: LimitNOFILE=65536)",
+		    "could not test: %s failed: %s (%s); this process may open %llu files (RLIMIT_NOFILE, ulimit "
+		    "-n), and each segment needs a few",
+		    step, strerror(err), err == EMFILE ? "EMFILE" : "ENFILE", (unsigned long long)r.rlim_cur);
+	else
+		add("peer access", FAIL, NULL, "could not test: %s failed: %s", step, strerror(err));
+}
+
 /* Fork a child holding a memfd and try both routes to it, as a peer would. */
 static void check_peer_access(void)
 {
@@ -113,24 +131,34 @@ static void check_peer_access(void)
 	char path[64], scope[16] = "";
 	pid_t child;
 
-	if (pipe(pipefd) != 0)
+	if (pipe(pipefd) != 0) {
+		peer_access_untested("pipe", errno);
 		return;
+	}
 	child = fork();
 	if (child == 0) {
+		/* The descriptor, or minus the errno of memfd_create. */
 		int mfd = memfd_create("mooncake-segment-doctor", MFD_CLOEXEC);
 
+		if (mfd < 0)
+			mfd = -errno;
 		(void)!write(pipefd[1], &mfd, sizeof(mfd));
 		pause();
 		_exit(0);
 	}
-	close(pipefd[1]);
-	if (child < 0 || read(pipefd[0], &fd, sizeof(fd)) != sizeof(fd) || fd < 0) {
+	if (child < 0) {
+		peer_access_untested("fork", errno);
 		close(pipefd[0]);
-		if (child > 0) {
-			kill(child, SIGKILL);
-			waitpid(child, NULL, 0);
-		}
-		add("peer access", FAIL, NULL, "could not start a test child");
+		close(pipefd[1]);
+		return;
+	}
+	close(pipefd[1]);
+	fd = -EIO; /* a child that died before writing */
+	if (read(pipefd[0], &fd, sizeof(fd)) != sizeof(fd) || fd < 0) {
+		close(pipefd[0]);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		peer_access_untested("the test child's memfd_create", fd < 0 ? -fd : EIO);
 		return;
 	}
 	close(pipefd[0]);
@@ -138,8 +166,15 @@ static void check_peer_access(void)
 	int opened = open(path, O_RDWR | O_CLOEXEC);
 
 	route_proc = opened >= 0;
-	if (opened >= 0)
+	if (opened >= 0) {
 		close(opened);
+	} else if (errno == EMFILE || errno == ENFILE) {
+		/* Out of descriptors is not a refusal of the route. */
+		peer_access_untested("open of /proc/PID/fd", errno);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		return;
+	}
 	pidfd = (int)syscall(SYS_pidfd_open, child, 0);
 	if (pidfd >= 0) {
 		int got = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
@@ -410,6 +445,11 @@ int cmd_doctor(int argc, char **argv)
 				PROGRAM);
 			return c == 'h' ? 0 : 2;
 		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "%s doctor: unexpected argument '%s'; usage: %s doctor [--json]\n", PROGRAM,
+			argv[optind], PROGRAM);
+		return 2;
 	}
 	check_kernel();
 	check_memfd();
