@@ -155,8 +155,9 @@ void mc_placement_query(void *addr, uint64_t len, uint64_t page_size, int *major
 
 /* -ENOMEM with the numbers when the owner's segment cannot fit.  On success
  * *@lock_fd holds the cgroup's commit lock (or -1): release it with
- * mc_commit_lock_release() once the pages are committed. */
-int mc_check_memory_room(const struct mooncake_segment *seg, int *lock_fd);
+ * mc_commit_lock_release() once the pages are committed; seg->memcg_limited
+ * says whether a memory cgroup limit applies. */
+int mc_check_memory_room(struct mooncake_segment *seg, int *lock_fd);
 /* Before committing more of @segment (a struct mooncake_segment) with
  * @committed bytes charged already: -ENOMEM with the numbers when the cgroup's
  * room no longer holds the rest. */
@@ -250,6 +251,7 @@ struct mooncake_segment {
 	uint64_t page_size;
 	uint64_t fingerprint;
 	bool is_owner;
+	bool memcg_limited; /* owner: a memory cgroup limit applies (limits.c) */
 	bool ready;
 	bool finished;
 

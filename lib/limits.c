@@ -49,7 +49,7 @@ static int cgroup_room_error(const struct mooncake_segment *seg, const struct mc
 		room_figures(room, figures, sizeof(figures)));
 }
 
-int mc_check_memory_room(const struct mooncake_segment *seg, int *lock_fd)
+int mc_check_memory_room(struct mooncake_segment *seg, int *lock_fd)
 {
 	struct mc_memory_room room;
 	uint64_t available, swap, total;
@@ -58,6 +58,7 @@ int mc_check_memory_room(const struct mooncake_segment *seg, int *lock_fd)
 	if (seg->opt.hugetlb)
 		return 0;
 	if (mc_cgroup_memory_room(CGROUP_PROC, CGROUP_ROOT, &room)) {
+		seg->memcg_limited = true; /* the commit checks again per chunk */
 		/* Every limit of ours nests in the outermost one: one lock there covers them all. */
 		*lock_fd = mc_commit_lock_acquire(room.outermost);
 		/* Read again: whoever held the lock has committed meanwhile. */
