@@ -32,7 +32,8 @@ static const char *room_figures(const struct mc_memory_room *room, char *buf, si
 		 (unsigned long long)room->limit, (unsigned long long)room->usage,
 		 (unsigned long long)room->cache.clean, (unsigned long long)room->cache.active_file,
 		 (unsigned long long)room->cache.inactive_file,
-		 (unsigned long long)(room->cache.dirty + room->cache.writeback), room->where);
+		 (unsigned long long)room->cache.dirty + (unsigned long long)room->cache.writeback,
+		 room->where);
 	return buf;
 }
 
