@@ -2,10 +2,13 @@
 /*
  * Reading the memory cgroup of a process: the room left under the tightest
  * limit of the cgroup and its ancestors, cgroup v2 (memory.max,
- * memory.current) or v1 (memory.limit_in_bytes, memory.usage_in_bytes), plus
- * the clean page cache it could reclaim (inactive_file).  Shared by the
- * library (limits.c) and the CLI's doctor, which compiles this file too; the
- * roots are parameters so that tests read fixture trees.
+ * memory.current) or v1 (memory.limit_in_bytes, memory.usage_in_bytes), less
+ * the clean page cache the kernel reclaims before it would OOM-kill anyone:
+ * active and inactive file pages that are neither dirty nor under writeback
+ * (model weights read from disk sit there by the gigabyte).  shmem, and so
+ * every segment, is on the anon lists and never counts as reclaimable.
+ * Shared by the library (limits.c) and the CLI's doctor, which compiles this
+ * file too; the roots are parameters so that tests read fixture trees.
  */
 #include "config.h"
 
@@ -33,28 +36,38 @@ static bool read_u64(const char *path, uint64_t *value)
 	return !errno && end != line;
 }
 
-static uint64_t stat_field(const char *path, const char *name)
+/* memory.stat: v1 gives hierarchical totals under "total_" names. */
+static void read_page_cache(const char *path, bool v2, struct mc_page_cache *cache)
 {
+	static const char *const v1_names[] = { "total_active_file", "total_inactive_file", "total_dirty",
+						"total_writeback" };
+	static const char *const v2_names[] = { "active_file", "inactive_file", "file_dirty",
+						"file_writeback" };
+	const char *const *names = v2 ? v2_names : v1_names;
+	uint64_t *fields[] = { &cache->active_file, &cache->inactive_file, &cache->dirty, &cache->writeback };
 	FILE *f = fopen(path, "re");
 	char key[64];
 	unsigned long long value;
-	uint64_t found = 0;
 
+	memset(cache, 0, sizeof(*cache));
 	while (f && fscanf(f, "%63s %llu", key, &value) == 2)
-		if (!strcmp(key, name)) {
-			found = value;
-			break;
-		}
+		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+			if (!strcmp(key, names[i]))
+				*fields[i] = value;
 	if (f)
 		fclose(f);
-	return found;
+	cache->clean = cache->active_file + cache->inactive_file;
+	cache->clean = cache->clean > cache->dirty + cache->writeback
+			       ? cache->clean - cache->dirty - cache->writeback
+			       : 0;
 }
 
 /* One cgroup directory: room under its limit, or UINT64_MAX when unlimited. */
-static uint64_t room_in(const char *dir, bool v2, uint64_t *limit_out, uint64_t *usage_out)
+static uint64_t room_in(const char *dir, bool v2, uint64_t *limit_out, uint64_t *usage_out,
+			struct mc_page_cache *cache)
 {
 	char path[1536];
-	uint64_t limit, usage = 0, reclaimable;
+	uint64_t limit, usage = 0, charged;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
 	if (!read_u64(path, &limit))
@@ -65,11 +78,13 @@ static uint64_t room_in(const char *dir, bool v2, uint64_t *limit_out, uint64_t 
 	snprintf(path, sizeof(path), "%s/%s", dir, v2 ? "memory.current" : "memory.usage_in_bytes");
 	read_u64(path, &usage);
 	snprintf(path, sizeof(path), "%s/memory.stat", dir);
-	reclaimable = stat_field(path, v2 ? "inactive_file" : "total_inactive_file");
+	read_page_cache(path, v2, cache);
+	if (cache->clean > usage)
+		cache->clean = usage;
 	*limit_out = limit;
 	*usage_out = usage;
-	usage = usage > reclaimable ? usage - reclaimable : 0;
-	return limit > usage ? limit - usage : 0;
+	charged = usage - cache->clean;
+	return limit > charged ? limit - charged : 0;
 }
 
 bool mc_cgroup_memory_room(const char *proc_cgroup, const char *cgroup_root, struct mc_memory_room *room)
@@ -106,14 +121,19 @@ bool mc_cgroup_memory_room(const char *proc_cgroup, const char *cgroup_root, str
 	/* The cgroup and each ancestor: the tightest limit wins. */
 	for (;;) {
 		uint64_t limit = 0, usage = 0, r;
+		struct mc_page_cache cache;
 		char *slash;
 
 		snprintf(dir, sizeof(dir), "%.200s%s%.1000s", cgroup_root, v2 ? "" : "/memory", where);
-		r = room_in(dir, v2, &limit, &usage);
+		r = room_in(dir, v2, &limit, &usage, &cache);
+		if (r != UINT64_MAX) /* walking upwards: the last one is the outermost */
+			snprintf(room->outermost, sizeof(room->outermost), "%.*s",
+				 (int)sizeof(room->outermost) - 1, dir);
 		if (r < room->room) {
 			room->room = r;
 			room->limit = limit;
 			room->usage = usage;
+			room->cache = cache;
 			snprintf(room->where, sizeof(room->where), "%.*s", (int)sizeof(room->where) - 1, dir);
 		}
 		slash = strrchr(where, '/');

@@ -225,6 +225,9 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 		.thp = (seg->info_flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) != 0,
 		.hugetlb = seg->opt.hugetlb,
 		.placement = &seg->placement,
+		/* Only under a memory cgroup limit; HugeTLB is not charged to it. */
+		.check_room = seg->memcg_limited && !seg->opt.hugetlb ? mc_check_commit_room : NULL,
+		.check_room_ctx = seg,
 	};
 	err = mc_commit_pages(&req, &seg->commit);
 	if (seg->placement.degraded)

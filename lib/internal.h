@@ -153,8 +153,22 @@ void mc_placement_query(void *addr, uint64_t len, uint64_t page_size, int *major
 
 /* --- memory room (limits.c) ----------------------------------------------- */
 
-/* -ENOMEM with the numbers when the owner's segment cannot fit. */
-int mc_check_memory_room(const struct mooncake_segment *seg);
+/* -ENOMEM with the numbers when the owner's segment cannot fit.  On success
+ * *@lock_fd holds the cgroup's commit lock (or -1): release it with
+ * mc_commit_lock_release() once the pages are committed; seg->memcg_limited
+ * says whether a memory cgroup limit applies. */
+int mc_check_memory_room(struct mooncake_segment *seg, int *lock_fd);
+/* Before committing more of @segment (a struct mooncake_segment) with
+ * @committed bytes charged already: -ENOMEM with the numbers when the cgroup's
+ * room no longer holds the rest. */
+int mc_check_commit_room(const void *segment, uint64_t committed);
+
+/* --- one create at a time per memory cgroup (commit-lock.c) -------------------- */
+
+/* Block until this process holds the commit lock of @cgroup_dir; the lock's
+ * descriptor, or -1 when no lock can be had (the caller goes on without). */
+int mc_commit_lock_acquire(const char *cgroup_dir);
+void mc_commit_lock_release(int fd);
 
 /* --- committing pages (populate.c) ------------------------------------------ */
 
@@ -168,6 +182,10 @@ struct mc_commit_request {
 	bool thp;			/* THP was advised: measure it against base pages */
 	bool hugetlb;			/* HugeTLB: the mmap reserved the pages already */
 	struct mc_placement *placement; /* HugeTLB fallocate follows the thread policy */
+	/* Called before each chunk is charged with the bytes committed so far;
+	 * non-zero stops the commit with that error.  NULL: no check. */
+	int (*check_room)(const void *ctx, uint64_t committed);
+	const void *check_room_ctx;
 };
 
 struct mc_commit_result {
@@ -233,6 +251,7 @@ struct mooncake_segment {
 	uint64_t page_size;
 	uint64_t fingerprint;
 	bool is_owner;
+	bool memcg_limited; /* owner: a memory cgroup limit applies (limits.c) */
 	bool ready;
 	bool finished;
 

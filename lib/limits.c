@@ -4,43 +4,113 @@
  * memory cgroup limit answers an oversized commit with the OOM killer, even
  * under fallocate: the only clean error is the one given before trying.
  *
- * The cgroup's room is read by cgroup.c.  HugeTLB pages are not charged to the
- * memory cgroup and come from their own pool, which mmap checks for us.
+ * The cgroup's room is read by cgroup.c (clean page cache counts as room: the
+ * kernel reclaims it first).  Two creates in one cgroup are serialised by
+ * commit-lock.c from this check to their last committed page, and the room is
+ * checked again before each chunk is committed, so that memory another
+ * program took meanwhile ends the commit with an error, not the OOM killer.
+ *
+ * HugeTLB pages are not charged to the memory cgroup and come from their own
+ * pool, which mmap checks for us.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 
 #include "internal.h"
 
-int mc_check_memory_room(const struct mooncake_segment *seg)
+/* This process's memory cgroup room, read under the host root (procfs.h). */
+static bool cgroup_room(struct mc_memory_room *room)
+{
+	char proc_cgroup[1024], cgroup_root[1024];
+
+	return mc_cgroup_memory_room(mc_host_path(proc_cgroup, sizeof(proc_cgroup), "/proc/self/cgroup"),
+				     mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup"), room);
+}
+
+/* "limit L, usage U of which C is clean page cache (active_file A + inactive_file I - dirty/writeback D), DIR" */
+static const char *room_figures(const struct mc_memory_room *room, char *buf, size_t size)
+{
+	snprintf(buf, size,
+		 "limit %llu, usage %llu of which %llu is clean page cache the kernel reclaims first "
+		 "(active_file %llu + inactive_file %llu - dirty/writeback %llu), %s",
+		 (unsigned long long)room->limit, (unsigned long long)room->usage,
+		 (unsigned long long)room->cache.clean, (unsigned long long)room->cache.active_file,
+		 (unsigned long long)room->cache.inactive_file,
+		 (unsigned long long)room->cache.dirty + (unsigned long long)room->cache.writeback,
+		 room->where);
+	return buf;
+}
+
+static int cgroup_room_error(const struct mooncake_segment *seg, const struct mc_memory_room *room)
+{
+	char figures[768];
+
+	return mc_error(
+		ENOMEM,
+		"Shared segment '%s' needs %llu bytes but its memory cgroup has room for %llu (%s); "
+		"committing would end in the OOM killer. Raise the limit (Docker: --memory; Kubernetes: "
+		"resources.limits.memory; systemd: MemoryMax=) or create a smaller segment",
+		seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)room->room,
+		room_figures(room, figures, sizeof(figures)));
+}
+
+int mc_check_memory_room(struct mooncake_segment *seg, int *lock_fd)
 {
 	struct mc_memory_room room;
 	uint64_t available, swap, total;
-	char proc_cgroup[1024], cgroup_root[1024];
 
+	*lock_fd = -1;
 	if (seg->opt.hugetlb)
 		return 0;
-	if (mc_cgroup_memory_room(mc_host_path(proc_cgroup, sizeof(proc_cgroup), "/proc/self/cgroup"),
-				  mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup"), &room) &&
-	    seg->alloc_size > room.room)
-		return mc_error(
-			ENOMEM,
-			"Shared segment '%s' needs %llu bytes but its memory cgroup has room for %llu "
-			"(limit %llu, usage %llu, %s); committing would end in the OOM killer. Raise the limit "
-			"(Docker: --memory; Kubernetes: resources.limits.memory; systemd: MemoryMax=) or create a "
-			"smaller segment",
-			seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)room.room,
-			(unsigned long long)room.limit, (unsigned long long)room.usage, room.where);
+	if (cgroup_room(&room)) {
+		seg->memcg_limited = true; /* the commit checks again per chunk */
+		/* Every limit of ours nests in the outermost one: one lock there covers them all. */
+		*lock_fd = mc_commit_lock_acquire(room.outermost);
+		/* Read again: whoever held the lock has committed meanwhile. */
+		if (*lock_fd >= 0 && !cgroup_room(&room))
+			room.room = UINT64_MAX;
+		if (seg->alloc_size > room.room) {
+			mc_commit_lock_release(*lock_fd);
+			*lock_fd = -1;
+			return cgroup_room_error(seg, &room);
+		}
+	}
 	available = mc_meminfo_field("MemAvailable");
 	swap = mc_meminfo_field("SwapFree");
 	total = available + swap;
-	if (available && seg->alloc_size > total)
+	if (available && seg->alloc_size > total) {
+		mc_commit_lock_release(*lock_fd);
+		*lock_fd = -1;
 		return mc_error(
 			ENOMEM,
 			"Shared segment '%s' needs %llu bytes but the host has %llu available "
 			"(MemAvailable %llu + SwapFree %llu); create a smaller segment or free memory",
 			seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)total,
 			(unsigned long long)available, (unsigned long long)swap);
+	}
 	return 0;
+}
+
+int mc_check_commit_room(const void *segment, uint64_t committed)
+{
+	const struct mooncake_segment *seg = segment;
+	uint64_t remaining = seg->alloc_size > committed ? seg->alloc_size - committed : 0;
+	struct mc_memory_room room;
+	char figures[768];
+
+	/* What we committed so far is in the usage already: the rest must fit. */
+	if (!cgroup_room(&room) || remaining <= room.room)
+		return 0;
+	return mc_error(
+		ENOMEM,
+		"Shared segment '%s' committed %llu of %llu bytes when its memory cgroup's room fell to "
+		"%llu (%s): another program in the cgroup allocated at the same time, and committing the "
+		"remaining %llu would end in the OOM killer. Raise the limit (Docker: --memory; Kubernetes: "
+		"resources.limits.memory; systemd: MemoryMax=), create a smaller segment, or retry when "
+		"the other program is done",
+		seg->label, (unsigned long long)committed, (unsigned long long)seg->alloc_size,
+		(unsigned long long)room.room, room_figures(&room, figures, sizeof(figures)),
+		(unsigned long long)remaining);
 }

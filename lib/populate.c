@@ -19,6 +19,10 @@
  * against a chunk of base pages committed the ordinary way: the moment THP is
  * slower (compaction, fragmentation: measured here from ~20 GB/s down to
  * 0.4 GB/s), the rest falls back to base pages instead of stalling.
+ *
+ * The request's room check runs before each chunk is charged (fallocate in
+ * chunks of ROOM_CHECK_CHUNK, each THP chunk), so that memory another program
+ * took during a long commit stops it with an error rather than the OOM killer.
  */
 #include "config.h"
 
@@ -36,6 +40,8 @@
 /* Below this much per thread, starting a thread costs more than it saves. */
 #define MIN_BYTES_PER_THREAD (UINT64_C(64) << 20)
 #define MAX_THREADS	     64
+/* The memory cgroup's room is checked again before each chunk this size is charged. */
+#define ROOM_CHECK_CHUNK (UINT64_C(64) << 20)
 /* THP is measured on chunks that start small (a slow THP costs at most
  * this much before the fall-back) and double while THP keeps up. */
 #define THP_FIRST_CHUNK (UINT64_C(8) << 20)
@@ -152,6 +158,34 @@ static int allocate_range(const struct mc_commit_request *req, uint64_t off, uin
 	return err;
 }
 
+/* The room check, when the request has one: a negative errno (message set) or 0. */
+static int check_room(const struct mc_commit_request *req, uint64_t committed)
+{
+	return req->check_room ? req->check_room(req->check_room_ctx, committed) : 0;
+}
+
+/* allocate_range() chunk by chunk, checking the room before each (fallocate
+ * charges the cgroup); @committed bytes of the request are charged already.
+ * Returns an errno of fallocate, or a negative errno from the room check. */
+static int allocate_checked(const struct mc_commit_request *req, uint64_t off, uint64_t len,
+			    uint64_t committed)
+{
+	uint64_t chunk = req->check_room ? mc_align_up(ROOM_CHECK_CHUNK, req->page_size) : len;
+
+	for (uint64_t done = 0; done < len;) {
+		uint64_t n = len - done < chunk ? len - done : chunk;
+		int err = check_room(req, committed + done);
+
+		if (err)
+			return err;
+		err = allocate_range(req, off + done, n);
+		if (err)
+			return err;
+		done += n;
+	}
+	return 0;
+}
+
 static int allocation_error(const struct mc_commit_request *req, int err)
 {
 	if (err == ENOSPC || err == ENOMEM)
@@ -167,13 +201,16 @@ static int populate_error(const struct mc_commit_request *req, int err)
 			    (unsigned long long)req->len);
 }
 
-/* Base pages: fallocate, then populate (or touch, before 5.14). */
+/* Base pages: fallocate, then populate (or touch, before 5.14); @committed
+ * bytes of the request are charged already. */
 static int commit_base_pages(const struct mc_commit_request *req, uint64_t off, uint64_t len,
-			     unsigned int threads, const char **method)
+			     uint64_t committed, unsigned int threads, const char **method)
 {
 	bool allocated = true;
-	int err = allocate_range(req, off, len);
+	int err = allocate_checked(req, off, len, committed);
 
+	if (err < 0)
+		return err; /* the room check's error */
 	if (err == EOPNOTSUPP) {
 		allocated = false; /* no fallocate on this filesystem: populating commits instead */
 	} else if (err) {
@@ -204,7 +241,7 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 		err = populate_parallel(req->addr, req->len, req->page_size, threads, POPULATE_WRITE,
 					req->cpu_node);
 		*method = "populate (THP)";
-		return err == EINVAL ? commit_base_pages(req, 0, req->len, threads, method)
+		return err == EINVAL ? commit_base_pages(req, 0, req->len, 0, threads, method)
 		       : err	     ? populate_error(req, err)
 				     : 0;
 	}
@@ -212,7 +249,8 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 	if (madvise(req->addr + req->len - base_len, base_len, MADV_NOHUGEPAGE) != 0)
 		base_len = 0;
 	t0 = mc_now_ns();
-	if (base_len && (err = commit_base_pages(req, req->len - base_len, base_len, threads, &base_method)))
+	if (base_len &&
+	    (err = commit_base_pages(req, req->len - base_len, base_len, 0, threads, &base_method)))
 		return err;
 	base_ns = mc_now_ns() - t0;
 	thp_end = req->len - base_len;
@@ -220,6 +258,8 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 	while (off < thp_end) {
 		uint64_t len = thp_end - off < chunk ? thp_end - off : chunk;
 
+		if ((err = check_room(req, base_len + off)))
+			return err;
 		t0 = mc_now_ns();
 		err = populate_parallel(req->addr + off, len, req->page_size, threads, POPULATE_WRITE,
 					req->cpu_node);
@@ -237,7 +277,7 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 	}
 	if (off < thp_end) {
 		madvise(req->addr + off, thp_end - off, MADV_NOHUGEPAGE);
-		if ((err = commit_base_pages(req, off, thp_end - off, threads, &base_method)))
+		if ((err = commit_base_pages(req, off, thp_end - off, base_len + off, threads, &base_method)))
 			return err;
 		result->thp_fallback = true;
 		*method = "THP, then base pages";
@@ -256,7 +296,7 @@ static int commit_hugetlb(const struct mc_commit_request *req, unsigned int thre
 				    req->cpu_node);
 
 	if (err == EINVAL)
-		return commit_base_pages(req, 0, req->len, threads, method); /* before 5.14 */
+		return commit_base_pages(req, 0, req->len, 0, threads, method); /* before 5.14 */
 	*method = "populate (HugeTLB)";
 	return err ? populate_error(req, err) : 0;
 }
@@ -274,7 +314,7 @@ int mc_commit_pages(const struct mc_commit_request *req, struct mc_commit_result
 	else if (req->thp)
 		err = commit_thp(req, threads, result, &method);
 	else
-		err = commit_base_pages(req, 0, req->len, threads, &method);
+		err = commit_base_pages(req, 0, req->len, 0, threads, &method);
 	if (err)
 		return err;
 	result->ns = mc_now_ns() - start;

@@ -169,6 +169,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	struct mooncake_segment *seg;
 	struct mc_blob b;
 	char sysfs[1024];
+	int commit_lock = -1;
 	int err;
 
 	mc_clear_error();
@@ -203,13 +204,15 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		seg->numa_node_requested = seg->placement.node;
 	if (seg->is_owner) {
 		seg->info_flags |= MOONCAKE_SEGMENT_INFO_OWNER;
-		/* An oversized commit ends in the OOM killer: refuse it first. */
-		err = mc_check_memory_room(seg);
+		/* An oversized commit ends in the OOM killer: refuse it first, and
+		 * hold the cgroup's commit lock until the pages are charged. */
+		err = mc_check_memory_room(seg, &commit_lock);
 		if (err)
 			goto fail;
 	}
 
 	err = seg->is_owner ? seg->backend->create_owner(seg) : seg->backend->reserve(seg);
+	mc_commit_lock_release(commit_lock);
 	if (!err && seg->is_owner && opt->host_register)
 		err = register_mapping(seg);
 	if (err)

@@ -12,8 +12,13 @@
  *   baseline   what a Python user does without us: a /dev/shm file touched
  *              page by page by one thread
  *
- * Each figure is the best of --repeat runs.  Ratios, not absolute numbers,
- * are what to compare across machines.
+ * Every method runs once per round, --repeat rounds, and each round starts
+ * one method later than the one before: the memset limit is measured between
+ * the others, not once at a moment the machine may be busy.  Each figure is
+ * the best of its runs, shown with the median and the spread (worst over best)
+ * of all of them; a ratio to the memset limit above 1 is flagged as a
+ * disturbed measurement.  Ratios, not absolute numbers, are what to compare
+ * across machines.
  */
 #include "config.h"
 
@@ -95,11 +100,22 @@ static int parallel(uint8_t *addr, size_t len, size_t page, unsigned int threads
 	return err;
 }
 
+#define MAX_RUNS 100 /* --repeat's maximum */
+
+/* Every run of one method: seconds taken, and when it started (since the bench began). */
+struct samples {
+	int n;
+	double seconds[MAX_RUNS];
+	double start[MAX_RUNS];
+};
+
 struct result {
 	const char *method;
 	unsigned int threads;
-	double seconds; /* best of the repeats; < 0: not measured */
-	char note[64];
+	double seconds; /* best of the runs; < 0: not measured */
+	double median;
+	double worst;
+	struct samples runs;
 };
 
 struct size_report {
@@ -118,18 +134,44 @@ struct bench_config {
 	int register_device; /* -1: no registration run */
 };
 
-static struct result *record(struct size_report *r, const char *method, unsigned int threads, double seconds)
-{
-	struct result *res = &r->results[r->nresults < MAX_RESULTS - 1 ? r->nresults++ : r->nresults];
+static uint64_t bench_start_ns;
 
-	*res = (struct result){ method, threads, seconds, "" };
-	return res;
+static void add_sample(struct samples *s, uint64_t started_ns, double seconds)
+{
+	if (seconds < 0 || s->n == MAX_RUNS)
+		return;
+	s->seconds[s->n] = seconds;
+	s->start[s->n] = (double)(started_ns - bench_start_ns) / 1e9;
+	s->n++;
 }
 
-static void keep_best(double *best, double seconds)
+static int compare_doubles(const void *a, const void *b)
 {
-	if (seconds >= 0 && (*best < 0 || seconds < *best))
-		*best = seconds;
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void record(struct size_report *r, const char *method, unsigned int threads,
+		   const struct samples *runs)
+{
+	struct result *res = &r->results[r->nresults < MAX_RESULTS - 1 ? r->nresults++ : r->nresults];
+	double sorted[MAX_RUNS];
+
+	*res = (struct result){ method, threads, -1, -1, -1, *runs };
+	if (!runs->n)
+		return;
+	memcpy(sorted, runs->seconds, sizeof(double) * (size_t)runs->n);
+	qsort(sorted, (size_t)runs->n, sizeof(double), compare_doubles);
+	res->seconds = sorted[0];
+	res->worst = sorted[runs->n - 1];
+	res->median = runs->n % 2 ? sorted[runs->n / 2] : (sorted[runs->n / 2 - 1] + sorted[runs->n / 2]) / 2;
+}
+
+/* (worst - best) / best, in percent; -1 when not measured. */
+static double spread_percent(const struct result *res)
+{
+	return res->seconds > 0 ? (res->worst - res->seconds) / res->seconds * 100 : -1;
 }
 
 static double seconds_since(uint64_t start)
@@ -138,7 +180,8 @@ static double seconds_since(uint64_t start)
 }
 
 /* Anonymous memory populated like ours; then memset over it (the limit). */
-static void bench_anon(size_t size, unsigned int threads, double *populate, double *memset_s)
+static void bench_anon(size_t size, unsigned int threads, double *populate, double *memset_s,
+		       uint64_t *memset_start)
 {
 	uint8_t *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	uint64_t t0;
@@ -151,7 +194,7 @@ static void bench_anon(size_t size, unsigned int threads, double *populate, doub
 	t0 = monotonic_ns();
 	if (parallel(p, size, 4096, threads, WORK_POPULATE) == 0)
 		*populate = seconds_since(t0);
-	t0 = monotonic_ns();
+	t0 = *memset_start = monotonic_ns();
 	parallel(p, size, 4096, threads, WORK_MEMSET);
 	*memset_s = seconds_since(t0);
 	munmap(p, size);
@@ -227,7 +270,7 @@ static void bench_ours(size_t size, unsigned int threads, bool hugetlb, double *
 static void bench_register(struct size_report *r, size_t size, unsigned int threads,
 			   const struct bench_config *cfg)
 {
-	double create_s = -1, register_s = -1;
+	struct samples create_runs = { 0 }, register_runs = { 0 };
 
 	for (int i = 0; i < cfg->repeat; i++) {
 		struct mooncake_segment_options opt = bench_options(0, threads, false);
@@ -243,13 +286,13 @@ static void bench_register(struct size_report *r, size_t size, unsigned int thre
 			fprintf(stderr, "%s bench: --register: %s\n", PROGRAM, mooncake_segment_last_error());
 			break;
 		}
-		keep_best(&create_s, seconds_since(t0));
+		add_sample(&create_runs, t0, seconds_since(t0));
 		if (mooncake_segment_get_info(seg, &info, sizeof(info)) == 0)
-			keep_best(&register_s, (double)info.register_ns / 1e9);
+			add_sample(&register_runs, t0, (double)info.register_ns / 1e9);
 		mooncake_segment_destroy(seg);
 	}
-	record(r, "ours+register", threads, create_s);
-	record(r, "register", threads, register_s);
+	record(r, "ours+register", threads, &create_runs);
+	record(r, "register", threads, &register_runs);
 }
 
 /* multiprocessing.shared_memory style: a /dev/shm file, first touch, one thread. */
@@ -290,70 +333,113 @@ static bool hugetlb_pool_fits(uint64_t size)
 	return page && mc_meminfo_field("HugePages_Free") * page >= size;
 }
 
+/* The methods measured in a round, in their first round's order. */
+enum step { STEP_ANON_MEMSET, STEP_RAW, STEP_OURS, STEP_BASELINE, STEP_HUGE_RAW, STEP_HUGE_OURS, NSTEPS };
+
+struct size_samples {
+	struct samples anon, memset, raw, ours, import, import_pop, baseline;
+	struct samples huge_raw, huge_ours, huge_import, huge_import_pop;
+};
+
+static void run_step(enum step step, size_t size, unsigned int threads, struct size_samples *m)
+{
+	uint64_t t0 = monotonic_ns(), memset_start = t0;
+	double a, b, c;
+
+	switch (step) {
+	case STEP_ANON_MEMSET:
+		bench_anon(size, threads, &a, &b, &memset_start);
+		add_sample(&m->anon, t0, a);
+		add_sample(&m->memset, memset_start, b);
+		break;
+	case STEP_RAW:
+		add_sample(&m->raw, t0, bench_raw_memfd(size, 4096, threads, false));
+		break;
+	case STEP_OURS:
+		bench_ours(size, threads, false, &a, &b, &c);
+		add_sample(&m->ours, t0, a);
+		add_sample(&m->import, t0, b);
+		add_sample(&m->import_pop, t0, c);
+		break;
+	case STEP_BASELINE:
+		add_sample(&m->baseline, t0, bench_baseline(size));
+		break;
+	case STEP_HUGE_RAW:
+		add_sample(&m->huge_raw, t0, bench_raw_memfd(align_2m(size), 2 << 20, threads, true));
+		break;
+	case STEP_HUGE_OURS:
+		bench_ours(size, threads, true, &a, &b, &c);
+		add_sample(&m->huge_ours, t0, a);
+		add_sample(&m->huge_import, t0, b);
+		add_sample(&m->huge_import_pop, t0, c);
+		break;
+	case NSTEPS:
+		break;
+	}
+}
+
 static void bench_size(const struct bench_config *cfg, struct size_report *r)
 {
 	const unsigned int counts[2] = { 1, cfg->threads };
 	int nthreads = cfg->threads > 1 ? 2 : 1;
 	size_t size = r->size;
+	struct samples baseline = { 0 };
 
 	for (int t = 0; t < nthreads; t++) {
 		unsigned int threads = counts[t];
-		double anon = -1, mem = -1, raw = -1, ours = -1, import = -1, import_pop = -1;
-		double huge_raw = -1, huge_ours = -1, huge_import = -1, huge_import_pop = -1;
 		bool huge = cfg->hugetlb && hugetlb_pool_fits(align_2m(size));
+		struct size_samples *m = calloc(1, sizeof(*m));
+		enum step steps[NSTEPS];
+		int nsteps = 0;
 
-		for (int i = 0; i < cfg->repeat; i++) {
-			double a, m, c, im, ip;
-
-			bench_anon(size, threads, &a, &m);
-			keep_best(&anon, a);
-			keep_best(&mem, m);
-			/* Alternate which of raw and ours runs first: on a VM the host may
-			 * take freed memory back, slowing whichever allocates next. */
-			if (i % 2)
-				keep_best(&raw, bench_raw_memfd(size, 4096, threads, false));
-			bench_ours(size, threads, false, &c, &im, &ip);
-			keep_best(&ours, c);
-			if (!(i % 2))
-				keep_best(&raw, bench_raw_memfd(size, 4096, threads, false));
-			keep_best(&import, im);
-			keep_best(&import_pop, ip);
-			if (huge) {
-				keep_best(&huge_raw, bench_raw_memfd(align_2m(size), 2 << 20, threads, true));
-				bench_ours(size, threads, true, &c, &im, &ip);
-				keep_best(&huge_ours, c);
-				keep_best(&huge_import, im);
-				keep_best(&huge_import_pop, ip);
-			}
-		}
-		record(r, "memset", threads, mem);
-		record(r, "anon", threads, anon);
-		record(r, "raw-memfd", threads, raw);
-		record(r, "ours", threads, ours);
-		record(r, "import", threads, import);
-		record(r, "import+populate", threads, import_pop);
+		if (!m)
+			return;
+		for (enum step st = 0; st < NSTEPS; st++)
+			/* The baseline is one thread by definition: measured with the 1-thread round. */
+			if ((st != STEP_BASELINE || t == 0) &&
+			    ((st != STEP_HUGE_RAW && st != STEP_HUGE_OURS) || huge))
+				steps[nsteps++] = st;
+		/* Each round starts one method later: every method, the memset limit
+		 * included, runs before and after each other one across the rounds (on a
+		 * VM the host may also take freed memory back, slowing whichever
+		 * allocates next). */
+		for (int i = 0; i < cfg->repeat; i++)
+			for (int k = 0; k < nsteps; k++)
+				run_step(steps[(i + k) % nsteps], size, threads, m);
+		record(r, "memset", threads, &m->memset);
+		record(r, "anon", threads, &m->anon);
+		record(r, "raw-memfd", threads, &m->raw);
+		record(r, "ours", threads, &m->ours);
+		record(r, "import", threads, &m->import);
+		record(r, "import+populate", threads, &m->import_pop);
 		if (cfg->register_device >= 0)
 			bench_register(r, size, threads, cfg);
 		if (huge) {
-			record(r, "raw-memfd-hugetlb", threads, huge_raw);
-			record(r, "ours-hugetlb", threads, huge_ours);
-			record(r, "import-hugetlb", threads, huge_import);
-			record(r, "import+populate-hugetlb", threads, huge_import_pop);
+			record(r, "raw-memfd-hugetlb", threads, &m->huge_raw);
+			record(r, "ours-hugetlb", threads, &m->huge_ours);
+			record(r, "import-hugetlb", threads, &m->huge_import);
+			record(r, "import+populate-hugetlb", threads, &m->huge_import_pop);
 		}
+		if (t == 0)
+			baseline = m->baseline;
+		free(m);
 	}
-	double base = -1;
+	record(r, "baseline-devshm", 1, &baseline);
+}
 
-	for (int i = 0; i < cfg->repeat; i++)
-		keep_best(&base, bench_baseline(size));
-	record(r, "baseline-devshm", 1, base);
+static const struct result *find_result(const struct size_report *r, const char *method, unsigned int threads)
+{
+	for (int i = 0; i < r->nresults; i++)
+		if (!strcmp(r->results[i].method, method) && r->results[i].threads == threads)
+			return &r->results[i];
+	return NULL;
 }
 
 static double find(const struct size_report *r, const char *method, unsigned int threads)
 {
-	for (int i = 0; i < r->nresults; i++)
-		if (!strcmp(r->results[i].method, method) && r->results[i].threads == threads)
-			return r->results[i].seconds;
-	return -1;
+	const struct result *res = find_result(r, method, threads);
+
+	return res ? res->seconds : -1;
 }
 
 /* Throughput of @a relative to @b (both times): b / a, or -1. */
@@ -367,6 +453,16 @@ struct ratio_line {
 	double value;
 	const char *target;
 };
+
+/* Nothing commits memory faster than memset writes it: above 1 (with 5% for
+ * timer noise), the limit was measured while the machine was busy. */
+#define LIMIT_SLACK 1.05
+
+/* Above the memset limit: that limit's runs were disturbed, not we faster. */
+static bool limit_disturbed(const struct ratio_line *line)
+{
+	return strstr(line->name, "memset limit") && line->value > LIMIT_SLACK;
+}
 
 static int ratios(const struct size_report *r, unsigned int threads, struct ratio_line *out)
 {
@@ -398,30 +494,39 @@ static void print_text(const struct bench_config *cfg, const struct size_report 
 {
 	char a[32];
 
-	printf("%s bench (%s): best of %d, threads 1 and %u\n", PROGRAM, mooncake_segment_version(),
-	       cfg->repeat, cfg->threads);
+	printf("%s bench (%s): %d interleaved rounds, threads 1 and %u; best, median and spread "
+	       "(worst/best - 1) of the runs\n",
+	       PROGRAM, mooncake_segment_version(), cfg->repeat, cfg->threads);
 	for (int i = 0; i < cfg->nsizes; i++) {
 		const struct size_report *r = &reports[i];
 		struct ratio_line lines[8];
 
-		printf("\n== %s ==\n%-26s %7s %10s %9s\n", format_size(r->size, a, sizeof(a)), "method",
-		       "threads", "ms", "GB/s");
+		printf("\n== %s ==\n%-26s %7s %10s %9s %10s %7s %4s\n", format_size(r->size, a, sizeof(a)),
+		       "method", "threads", "best ms", "GB/s", "median ms", "spread", "runs");
 		for (int j = 0; j < r->nresults; j++) {
 			const struct result *res = &r->results[j];
 
 			if (res->seconds < 0)
 				printf("%-26s %7u %10s %9s\n", res->method, res->threads, "-", "failed");
 			else
-				printf("%-26s %7u %10.3f %9.2f\n", res->method, res->threads,
-				       res->seconds * 1e3, (double)r->size / res->seconds / 1e9);
+				printf("%-26s %7u %10.3f %9.2f %10.3f %6.0f%% %4d\n", res->method,
+				       res->threads, res->seconds * 1e3, (double)r->size / res->seconds / 1e9,
+				       res->median * 1e3, spread_percent(res), res->runs.n);
 		}
 		for (unsigned int t = 1; t <= cfg->threads; t = t == cfg->threads ? t + 1 : cfg->threads) {
+			const struct result *limit = find_result(r, "memset", t);
 			int n = ratios(r, t, lines);
 
 			printf("ratios at %u thread%s:\n", t, t == 1 ? "" : "s");
-			for (int k = 0; k < n; k++)
+			for (int k = 0; k < n; k++) {
 				printf("  %-44s %6.2f  (target %s)\n", lines[k].name, lines[k].value,
 				       lines[k].target);
+				if (limit_disturbed(&lines[k]) && limit)
+					printf("    above 1: the memset limit was measured while the machine was busy "
+					       "(its %d runs spread %.0f%%); rerun on an idle machine or with more "
+					       "--repeat\n",
+					       limit->runs.n, spread_percent(limit));
+			}
 		}
 		printf("time until a peer can read: %.1f ms (owner create + peer import, %u threads)\n",
 		       (find(r, "ours", cfg->threads) + find(r, "import", cfg->threads)) * 1e3, cfg->threads);
@@ -440,9 +545,16 @@ static void print_json(const struct bench_config *cfg, const struct size_report 
 		for (int j = 0; j < r->nresults; j++) {
 			const struct result *res = &r->results[j];
 
-			printf("%s{\"method\": \"%s\", \"threads\": %u, \"seconds\": %.6f, \"gbps\": %.3f}",
+			printf("%s{\"method\": \"%s\", \"threads\": %u, \"seconds\": %.9f, \"gbps\": %.3f, "
+			       "\"median\": %.9f, \"worst\": %.9f, \"spread_percent\": %.1f, \"runs\": [",
 			       j ? ", " : "", res->method, res->threads, res->seconds,
-			       res->seconds > 0 ? (double)r->size / res->seconds / 1e9 : -1.0);
+			       res->seconds > 0 ? (double)r->size / res->seconds / 1e9 : -1.0, res->median,
+			       res->worst, spread_percent(res));
+			/* Each run with its start (seconds since the bench began): the interleaving shows. */
+			for (int k = 0; k < res->runs.n; k++)
+				printf("%s{\"start\": %.6f, \"seconds\": %.9f}", k ? ", " : "",
+				       res->runs.start[k], res->runs.seconds[k]);
+			printf("]}");
 		}
 		printf("], \"ratios\": [");
 		for (unsigned int t = 1, first = 1; t <= cfg->threads;
@@ -452,7 +564,8 @@ static void print_json(const struct bench_config *cfg, const struct size_report 
 			for (int k = 0; k < n; k++, first = 0) {
 				printf("%s{\"threads\": %u, \"name\": ", first ? "" : ", ", t);
 				json_string(stdout, lines[k].name);
-				printf(", \"value\": %.3f}", lines[k].value);
+				printf(", \"value\": %.3f, \"limit_disturbed\": %s}", lines[k].value,
+				       limit_disturbed(&lines[k]) ? "true" : "false");
 			}
 		}
 		printf("]}");
@@ -481,7 +594,7 @@ static void bench_usage(FILE *out)
 		"against anonymous memory and memset in the same run.\n\n"
 		"  --sizes LIST   comma-separated sizes, default 256M,1G,4G (each >= 1M)\n"
 		"  --threads N    the multi-threaded runs (default: CPUs allowed, at most 64)\n"
-		"  --repeat N     best of N runs (default 3)\n"
+		"  --repeat N     N interleaved rounds of every method; best, median and spread (default 3)\n"
 		"  --hugetlb      also measure hugetlb=true where the pool can hold the size\n"
 		"  --register DEV also measure create with host_register=true on device DEV\n"
 		"  --json         machine-readable output\n",
@@ -503,6 +616,7 @@ int cmd_bench(int argc, char **argv)
 	uint64_t v, available = mc_meminfo_field("MemAvailable");
 	int c;
 
+	bench_start_ns = monotonic_ns();
 	cfg.threads = cpus > MAX_THREADS ? MAX_THREADS : cpus > 0 ? (unsigned int)cpus : 1;
 	parse_sizes(default_sizes, &cfg);
 	/* And larger where memory allows (a run holds about twice the size). */
@@ -520,9 +634,9 @@ int cmd_bench(int argc, char **argv)
 			break;
 		case 't':
 		case 'r':
-			if (!parse_uint(optarg, 1, c == 't' ? MAX_THREADS : 100, &v)) {
+			if (!parse_uint(optarg, 1, c == 't' ? MAX_THREADS : MAX_RUNS, &v)) {
 				fprintf(stderr, "%s bench: --%s must be 1..%d\n", PROGRAM,
-					c == 't' ? "threads" : "repeat", c == 't' ? MAX_THREADS : 100);
+					c == 't' ? "threads" : "repeat", c == 't' ? MAX_THREADS : MAX_RUNS);
 				return 2;
 			}
 			if (c == 't')
@@ -550,6 +664,19 @@ int cmd_bench(int argc, char **argv)
 			bench_usage(stderr);
 			return 2;
 		}
+	}
+	if (optind != argc) {
+		uint64_t size;
+
+		/* `bench 256M` meant --sizes: say so rather than run the defaults for minutes. */
+		if (parse_size(argv[optind], &size))
+			fprintf(stderr,
+				"%s bench: unexpected argument '%s': sizes go in --sizes (e.g. %s bench --sizes %s)\n",
+				PROGRAM, argv[optind], PROGRAM, argv[optind]);
+		else
+			fprintf(stderr, "%s bench: unexpected argument '%s'; see %s bench --help\n", PROGRAM,
+				argv[optind], PROGRAM);
+		return 2;
 	}
 	/* Fail once, before minutes of measurements, instead of once per size. */
 	if (cfg.register_device >= 0 && !mooncake_segment_supported(true, true, false)) {

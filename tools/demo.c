@@ -38,6 +38,7 @@ struct rank_report {
 	uint32_t peers_ok;     /* this rank saw the owner's pattern */
 	uint32_t writeback_ok; /* owner: every peer's write-back arrived */
 	uint64_t page_size;
+	uint64_t alloc_size; /* the size the pages take: ratios are against it, not the request */
 	uint64_t huge_bytes;
 	uint64_t commit_ns;
 	uint32_t commit_threads;
@@ -131,7 +132,7 @@ static int demo_rank(struct group_rank *self, void *arg)
 	/* Measure only once every rank has touched every page. */
 	if (group_barrier(self) != 0)
 		return lost_group(self);
-	mapping_usage(base, &usage);
+	mapping_usage(base, mooncake_segment_alloc_size(seg), &usage);
 	mooncake_segment_get_info(seg, &info, sizeof(info));
 	mine.base = (uint64_t)(uintptr_t)base;
 	mine.rss = usage.rss;
@@ -139,6 +140,7 @@ static int demo_rank(struct group_rank *self, void *arg)
 	mine.hugetlb = usage.hugetlb;
 	mine.pid = (uint32_t)getpid();
 	mine.page_size = info.page_size;
+	mine.alloc_size = info.alloc_size;
 	mine.huge_bytes = info.huge_bytes;
 	mine.commit_ns = info.commit_ns;
 	mine.commit_threads = info.commit_threads;
@@ -151,11 +153,15 @@ static int demo_rank(struct group_rank *self, void *arg)
 	if (self->rank == 0) {
 		uint64_t total = 0;
 		bool ok = true;
-		char a[32], b[32], c[32];
+		char a[32], b[32], c[32], d[32];
 
-		printf("%s demo: %u ranks share one %s segment (owner rank %u, %s, %s pages)\n\n", PROGRAM,
+		printf("%s demo: %u ranks share one %s segment (owner rank %u, %s, %s pages", PROGRAM,
 		       self->world_size, format_size(cfg->size, a, sizeof(a)), cfg->owner, all[0].backend,
 		       format_size(all[0].page_size, b, sizeof(b)));
+		if (all[0].alloc_size != cfg->size)
+			printf(", %llu bytes rounded up to %s", (unsigned long long)cfg->size,
+			       format_size(all[0].alloc_size, c, sizeof(c)));
+		printf(")\n\n");
 		printf("%-5s %-8s %-18s %12s %12s  %s\n", "rank", "pid", "base", "rss", "pss", "check");
 		for (uint32_t r = 0; r < self->world_size; r++) {
 			const char *check;
@@ -185,9 +191,11 @@ static int demo_rank(struct group_rank *self, void *arg)
 		} else {
 			printf("\ntotal PSS %s", format_size(total, a, sizeof(a)));
 		}
-		printf(" = %.2f x the segment size; %u private copies would be %s (%u.00 x)\n",
-		       (double)total / (double)cfg->size, self->world_size,
-		       format_size(cfg->size * self->world_size, c, sizeof(c)), self->world_size);
+		/* Against what the pages take (the size rounded up to whole pages). */
+		printf(" = %.2f x the segment's %s; %u private copies would be %s (%u.00 x)\n",
+		       (double)total / (double)all[0].alloc_size,
+		       format_size(all[0].alloc_size, d, sizeof(d)), self->world_size,
+		       format_size(all[0].alloc_size * self->world_size, c, sizeof(c)), self->world_size);
 		printf("%s\n", ok ? "every rank saw the same bytes: one physical copy" : "FAILED");
 		{
 			const struct rank_report *o = &all[cfg->owner];

@@ -106,6 +106,24 @@ static void check_memfd(void)
 		    "memfd_create works; sealing %s", seals == 0 ? "works" : "refused");
 }
 
+/* The peer access test could not run: say which step failed and why, with the
+ * fix when it is the open-file limit (every rank holds descriptors too). */
+static void peer_access_untested(const char *step, int err)
+{
+	struct rlimit r = { 0, 0 };
+
+	getrlimit(RLIMIT_NOFILE, &r);
+	if (err == EMFILE || err == ENFILE)
+		add("peer access", FAIL,
+		    "raise the open-file limit: ulimit -n 65536 (Docker: --ulimit nofile=65536; Kubernetes: the "
+		    "runtime's LimitNOFILE; systemd: LimitNOFILE=65536)",
+		    "could not test: %s failed: %s (%s); this process may open %llu files (RLIMIT_NOFILE, ulimit "
+		    "-n), and each segment needs a few",
+		    step, strerror(err), err == EMFILE ? "EMFILE" : "ENFILE", (unsigned long long)r.rlim_cur);
+	else
+		add("peer access", FAIL, NULL, "could not test: %s failed: %s", step, strerror(err));
+}
+
 /* Fork a child holding a memfd and try both routes to it, as a peer would. */
 static void check_peer_access(void)
 {
@@ -113,24 +131,34 @@ static void check_peer_access(void)
 	char path[64], scope[16] = "";
 	pid_t child;
 
-	if (pipe(pipefd) != 0)
+	if (pipe(pipefd) != 0) {
+		peer_access_untested("pipe", errno);
 		return;
+	}
 	child = fork();
 	if (child == 0) {
+		/* The descriptor, or minus the errno of memfd_create. */
 		int mfd = memfd_create("mooncake-segment-doctor", MFD_CLOEXEC);
 
+		if (mfd < 0)
+			mfd = -errno;
 		(void)!write(pipefd[1], &mfd, sizeof(mfd));
 		pause();
 		_exit(0);
 	}
-	close(pipefd[1]);
-	if (child < 0 || read(pipefd[0], &fd, sizeof(fd)) != sizeof(fd) || fd < 0) {
+	if (child < 0) {
+		peer_access_untested("fork", errno);
 		close(pipefd[0]);
-		if (child > 0) {
-			kill(child, SIGKILL);
-			waitpid(child, NULL, 0);
-		}
-		add("peer access", FAIL, NULL, "could not start a test child");
+		close(pipefd[1]);
+		return;
+	}
+	close(pipefd[1]);
+	fd = -EIO; /* a child that died before writing */
+	if (read(pipefd[0], &fd, sizeof(fd)) != sizeof(fd) || fd < 0) {
+		close(pipefd[0]);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		peer_access_untested("the test child's memfd_create", fd < 0 ? -fd : EIO);
 		return;
 	}
 	close(pipefd[0]);
@@ -138,8 +166,15 @@ static void check_peer_access(void)
 	int opened = open(path, O_RDWR | O_CLOEXEC);
 
 	route_proc = opened >= 0;
-	if (opened >= 0)
+	if (opened >= 0) {
 		close(opened);
+	} else if (errno == EMFILE || errno == ENFILE) {
+		/* Out of descriptors is not a refusal of the route. */
+		peer_access_untested("open of /proc/PID/fd", errno);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		return;
+	}
 	pidfd = (int)syscall(SYS_pidfd_open, child, 0);
 	if (pidfd >= 0) {
 		int got = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
@@ -181,7 +216,7 @@ static void check_cgroup(void)
 {
 	uint64_t total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
 	struct mc_memory_room room;
-	char a[32], b[32], c[32], d[32];
+	char a[32], b[32], c[32], d[32], e[32];
 
 	if (!mc_cgroup_memory_room("/proc/self/cgroup", "/sys/fs/cgroup", &room) || room.limit >= total) {
 		add("memory cgroup", OK, NULL, "no limit below RAM (%s)", format_size(total, a, sizeof(a)));
@@ -190,8 +225,9 @@ static void check_cgroup(void)
 	add("memory cgroup", room.room < total / 4 ? WARN : OK,
 	    "the owner's segment is charged to its cgroup and create refuses one that does not fit: size the "
 	    "limit for it (Docker: --memory; Kubernetes: resources.limits.memory; systemd: MemoryMax=)",
-	    "limit %s, usage %s, room for a segment %s (%s); RAM %s", format_size(room.limit, a, sizeof(a)),
-	    format_size(room.usage, b, sizeof(b)), format_size(room.room, c, sizeof(c)), room.where,
+	    "limit %s, usage %s of which %s clean page cache (reclaimed first), room for a segment %s (%s); RAM %s",
+	    format_size(room.limit, a, sizeof(a)), format_size(room.usage, b, sizeof(b)),
+	    format_size(room.cache.clean, e, sizeof(e)), format_size(room.room, c, sizeof(c)), room.where,
 	    format_size(total, d, sizeof(d)));
 }
 
@@ -410,6 +446,11 @@ int cmd_doctor(int argc, char **argv)
 				PROGRAM);
 			return c == 'h' ? 0 : 2;
 		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "%s doctor: unexpected argument '%s'; usage: %s doctor [--json]\n", PROGRAM,
+			argv[optind], PROGRAM);
+		return 2;
 	}
 	check_kernel();
 	check_memfd();

@@ -18,6 +18,7 @@ int cmd_info(int argc, char **argv)
 						 { NULL, 0, NULL, 0 } };
 	bool json = false, mmap_ok, hugetlb_ok, register_ok, vmm_ok;
 	char shmem[128] = "unknown", pmd[32] = "unknown", boot[64] = "unknown";
+	uint64_t pmd_bytes;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "jh", options, NULL)) != -1) {
@@ -27,6 +28,11 @@ int cmd_info(int argc, char **argv)
 			fprintf(c == 'h' ? stdout : stderr, "Usage: %s info [--json]\n", PROGRAM);
 			return c == 'h' ? 0 : 2;
 		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "%s info: unexpected argument '%s'; usage: %s info [--json]\n", PROGRAM,
+			argv[optind], PROGRAM);
+		return 2;
 	}
 	mmap_ok = mooncake_segment_supported(true, false, false);
 	hugetlb_ok = mooncake_segment_supported(true, false, true);
@@ -44,7 +50,11 @@ int cmd_info(int argc, char **argv)
 		       HAVE_ASCEND ? "true" : "false", HAVE_ASCEND_VMM ? "true" : "false",
 		       mmap_ok ? "true" : "false", hugetlb_ok ? "true" : "false",
 		       register_ok ? "true" : "false", vmm_ok ? "true" : "false", sysconf(_SC_PAGESIZE));
-		json_string(stdout, pmd);
+		/* A number, as page_size is; null when the kernel does not say. */
+		if (parse_uint(pmd, 1, UINT64_MAX, &pmd_bytes))
+			printf("%llu", (unsigned long long)pmd_bytes);
+		else
+			printf("null");
 		printf(", \"shmem_enabled\": ");
 		json_string(stdout, shmem);
 		printf(", \"hugetlb_default_size\": %llu, \"boot_id\": ",

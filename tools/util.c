@@ -72,9 +72,10 @@ const char *format_size(uint64_t bytes, char *buf, size_t size)
 	return buf;
 }
 
-bool mapping_usage(const void *base, struct mapping_usage *usage)
+bool mapping_usage(const void *base, uint64_t len, struct mapping_usage *usage)
 {
 	FILE *f = fopen("/proc/self/smaps", "re");
+	unsigned long long start = (unsigned long long)(uintptr_t)base, end = start + len;
 	char line[256];
 	unsigned long long lo, hi, kb;
 	bool inside = false, found = false;
@@ -84,8 +85,9 @@ bool mapping_usage(const void *base, struct mapping_usage *usage)
 		return false;
 	while (fgets(line, sizeof(line), f)) {
 		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-			inside = lo == (unsigned long long)(uintptr_t)base;
-			found = found || inside;
+			/* A range split by madvise (THP then base pages) is several VMAs: count each. */
+			inside = lo >= start && hi <= end;
+			found = found || (inside && lo == start);
 		} else if (inside && sscanf(line, "Rss: %llu kB", &kb) == 1) {
 			usage->rss += kb << 10;
 		} else if (inside && sscanf(line, "Pss: %llu kB", &kb) == 1) {

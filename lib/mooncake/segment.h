@@ -99,6 +99,11 @@ void mooncake_segment_options_init(struct mooncake_segment_options *opt);
  * device_id (the owner here, the others in complete), in chunks of
  * register_chunk_size, rolled back in reverse on failure.
  *
+ * In a memory cgroup with a limit, the owner's room check and commit run
+ * under a lock shared by the owners of that cgroup (per network namespace):
+ * a concurrent create waits for it, then fits or gets -ENOMEM; clean page
+ * cache counts as room, since the kernel reclaims it first.
+ *
  * @name is a logical name: it is only folded into the fingerprint (so ranks
  * that disagree on it cannot form a group) and shown in /proc/PID/maps.
  *

@@ -1,26 +1,38 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A real memory cgroup limit: the test process moves into a fresh child of
- * its memory cgroup limited to 64 MiB.  A 256 MiB segment is refused by
- * create with the numbers (it would otherwise end in the OOM killer) and a
- * 16 MiB one fits.
+ * Real memory cgroup limits (v1 or v2, whichever this host runs): each test
+ * makes a transient child of this process's memory cgroup, moves forked
+ * owners into it and removes it after.
+ *  - A 256 MiB segment in 64 MiB is refused by create with the numbers (it
+ *    would otherwise end in the OOM killer) and a 16 MiB one fits.
+ *  - Two 320 MiB creates started together in 512 MiB: exactly one gets the
+ *    memory, the other a clean ENOMEM with the numbers, and nobody is
+ *    OOM-killed (the cgroup's oom_kill count stays put), several times.
+ *  - Usage that is mostly clean page cache (a 400 MiB file read twice in the
+ *    cgroup) still leaves room for 480 MiB in 512 MiB: the kernel reclaims it.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
 #include "internal.h"
 #include "privileged.h"
 
-#define LIMIT (UINT64_C(64) << 20)
+#define MiB (UINT64_C(1) << 20)
 
-static char cgroup_dir[768];
+static char parent_dir[512];
 static bool v2;
+static pid_t main_pid; /* names the cgroups, so that main can remove what a failed test left */
 
 static bool write_file(const char *dir, const char *name, const char *value)
 {
@@ -62,25 +74,280 @@ static bool own_memory_cgroup(char *dir, size_t size)
 	return found;
 }
 
+/* A fresh child cgroup of ours limited to @limit bytes into @dir; false if it cannot be made. */
+static bool make_cgroup(char *dir, size_t size, const char *tag, uint64_t limit)
+{
+	char value[32];
+
+	snprintf(dir, size, "%s/mooncake-segment-%s-%d", parent_dir, tag, (int)main_pid);
+	if (mkdir(dir, 0755) != 0)
+		return false;
+	snprintf(value, sizeof(value), "%llu", (unsigned long long)limit);
+	if (!write_file(dir, v2 ? "memory.max" : "memory.limit_in_bytes", value)) {
+		rmdir(dir);
+		return false;
+	}
+	return true;
+}
+
+static void remove_cgroup(const char *dir)
+{
+	/* The members have been reaped; v1 may take a moment to let go of the css. */
+	for (int i = 0; i < 100 && rmdir(dir) != 0 && errno == EBUSY; i++)
+		usleep(10000);
+}
+
+static void join_cgroup(const char *dir)
+{
+	char pid[32];
+
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	if (!write_file(dir, "cgroup.procs", pid)) {
+		fprintf(stderr, "cannot join %s\n", dir);
+		_exit(2);
+	}
+}
+
+/* The cgroup's count of OOM kills: memory.events (v2) or memory.oom_control (v1). */
+static long oom_kills(const char *dir)
+{
+	char path[1024], key[64];
+	long long value;
+	long found = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, v2 ? "memory.events" : "memory.oom_control");
+	f = fopen(path, "re");
+	while (f && fscanf(f, "%63s %lld", key, &value) == 2)
+		if (!strcmp(key, "oom_kill"))
+			found = (long)value;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+static void read_byte(int fd)
+{
+	char c;
+
+	while (read(fd, &c, 1) < 0 && errno == EINTR)
+		;
+}
+
 START_TEST(test_segment_larger_than_the_cgroup_room_is_refused_with_numbers)
 {
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
 	struct mooncake_segment *seg = NULL;
 	struct mooncake_segment_info info;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
-	char pid[32];
+	char dir[768];
+	int status;
+	pid_t pid;
 
-	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	ck_assert(write_file(cgroup_dir, "cgroup.procs", pid));
-	ck_assert_error(mooncake_segment_create("capped", UINT64_C(256) << 20, &opt, &seg, blob), ENOMEM,
-			"memory cgroup has room for");
-	ck_assert_msg(strstr(mooncake_segment_last_error(), "limit 67108864"), "%s",
-		      mooncake_segment_last_error());
-	ck_assert_ptr_null(seg);
-	ck_assert_int_eq(mooncake_segment_create("capped", UINT64_C(16) << 20, &opt, &seg, blob), 0);
-	ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
-	ck_assert_uint_eq(info.resident_bytes, info.alloc_size);
-	mooncake_segment_destroy(seg);
+	ck_assert(make_cgroup(dir, sizeof(dir), "capped", 64 * MiB));
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		join_cgroup(dir);
+		ck_assert_error(mooncake_segment_create("capped", 256 * MiB, &opt, &seg, blob), ENOMEM,
+				"memory cgroup has room for");
+		/* The figures the estimate used, page cache included. */
+		ck_assert_msg(strstr(mooncake_segment_last_error(), "limit 67108864") &&
+				      strstr(mooncake_segment_last_error(), "clean page cache") &&
+				      strstr(mooncake_segment_last_error(), "active_file"),
+			      "%s", mooncake_segment_last_error());
+		ck_assert_ptr_null(seg);
+		ck_assert_int_eq(mooncake_segment_create("capped", 16 * MiB, &opt, &seg, blob), 0);
+		ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
+		ck_assert_uint_eq(info.resident_bytes, info.alloc_size);
+		mooncake_segment_destroy(seg);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	remove_cgroup(dir);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "owner status 0x%x", status);
+}
+END_TEST
+
+#define RACE_LIMIT  (512 * MiB)
+#define RACE_SIZE   (320 * MiB)
+#define RACE_ROUNDS 4
+
+struct race_outcome {
+	int rc;
+	char message[1024];
+};
+
+/* A racing owner: join, say so, wait for the start, create, report, hold the
+ * segment until released (so the other cannot find the memory freed). */
+static void racing_owner(const char *dir, int ready_fd, int start_fd, int result_fd, int release_fd)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct race_outcome out;
+
+	join_cgroup(dir);
+	if (write(ready_fd, "r", 1) != 1)
+		_exit(2);
+	read_byte(start_fd);
+	out.rc = mooncake_segment_create("racer", RACE_SIZE, &opt, &seg, blob);
+	snprintf(out.message, sizeof(out.message), "%s", out.rc ? mooncake_segment_last_error() : "");
+	if (write(result_fd, &out, sizeof(out)) != (ssize_t)sizeof(out))
+		_exit(2);
+	read_byte(release_fd);
+	if (seg)
+		mooncake_segment_destroy(seg);
+	_exit(0);
+}
+
+START_TEST(test_concurrent_creates_never_overcommit_the_cgroup)
+{
+	char dir[768];
+
+	ck_assert(make_cgroup(dir, sizeof(dir), "race", RACE_LIMIT));
+	for (int round = 0; round < RACE_ROUNDS; round++) {
+		int ready[2], start[2], release[2], result[2][2], status[2], ok = 0, refused = 0;
+		long kills_before = oom_kills(dir);
+		struct race_outcome out[2];
+		pid_t pid[2];
+
+		ck_assert(pipe(ready) == 0 && pipe(start) == 0 && pipe(release) == 0);
+		for (int i = 0; i < 2; i++) {
+			ck_assert(pipe(result[i]) == 0);
+			pid[i] = fork();
+			ck_assert_int_ge(pid[i], 0);
+			if (pid[i] == 0) {
+				close(release[1]);
+				close(start[1]);
+				racing_owner(dir, ready[1], start[0], result[i][1], release[0]);
+			}
+			close(result[i][1]);
+		}
+		read_byte(ready[0]);
+		read_byte(ready[0]);
+		ck_assert_int_eq(write(start[1], "gg", 2), 2); /* both wake at once */
+		for (int i = 0; i < 2; i++) {
+			ssize_t n = read(result[i][0], &out[i], sizeof(out[i]));
+
+			/* No result: the owner died (the OOM killer) before reporting. */
+			if (n != (ssize_t)sizeof(out[i]))
+				out[i].rc = 1, snprintf(out[i].message, sizeof(out[i].message), "(died)");
+		}
+		close(release[1]); /* both exit now */
+		for (int i = 0; i < 2; i++) {
+			ck_assert_int_eq(waitpid(pid[i], &status[i], 0), pid[i]);
+			close(result[i][0]);
+		}
+		close(ready[0]);
+		close(ready[1]);
+		close(start[0]);
+		close(start[1]);
+		close(release[0]);
+		for (int i = 0; i < 2; i++) {
+			ck_assert_msg(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0,
+				      "round %d: owner %d ended with status 0x%x (signal %d), result %d: %s",
+				      round, i, status[i], WIFSIGNALED(status[i]) ? WTERMSIG(status[i]) : 0,
+				      out[i].rc, out[i].message);
+			if (out[i].rc == 0) {
+				ok++;
+			} else {
+				ck_assert_msg(out[i].rc == -ENOMEM, "round %d: owner %d got %d: %s", round, i,
+					      out[i].rc, out[i].message);
+				ck_assert_msg(strstr(out[i].message, "room for") &&
+						      strstr(out[i].message, "limit 536870912"),
+					      "round %d: no numbers in '%s'", round, out[i].message);
+				refused++;
+			}
+		}
+		ck_assert_msg(ok == 1 && refused == 1, "round %d: %d created, %d refused (%s | %s)", round,
+			      ok, refused, out[0].message, out[1].message);
+		ck_assert_int_eq(oom_kills(dir), kills_before);
+	}
+	remove_cgroup(dir);
+}
+END_TEST
+
+#define CACHE_LIMIT	(512 * MiB)
+#define CACHE_FILE_SIZE (400 * MiB)
+#define CACHE_SEGMENT	(480 * MiB)
+
+static bool write_file_of(int fd, uint64_t size)
+{
+	static char chunk[1 << 20];
+
+	memset(chunk, 0x5a, sizeof(chunk));
+	for (uint64_t done = 0; done < size; done += sizeof(chunk))
+		if (write(fd, chunk, sizeof(chunk)) != (ssize_t)sizeof(chunk))
+			return false;
+	return fsync(fd) == 0;
+}
+
+static void read_whole(int fd)
+{
+	static char chunk[1 << 20];
+
+	lseek(fd, 0, SEEK_SET);
+	while (read(fd, chunk, sizeof(chunk)) > 0)
+		;
+}
+
+START_TEST(test_clean_page_cache_leaves_room_for_a_segment)
+{
+	char dir[768], path[] = "/var/tmp/mooncake-segment-cache-XXXXXX";
+	struct statfs fs;
+	long kills_before;
+	int fd, status;
+	pid_t pid;
+
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	ck_assert_int_eq(fstatfs(fd, &fs), 0);
+	if (fs.f_type == TMPFS_MAGIC) {
+		/* tmpfs pages are shmem, not reclaimable page cache: nothing to show here. */
+		close(fd);
+		fprintf(stderr, "# /var/tmp is tmpfs: page cache case not exercised\n");
+		return;
+	}
+	/* Written and dropped outside the cgroup: the reads below charge it. */
+	ck_assert(write_file_of(fd, CACHE_FILE_SIZE));
+	ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	ck_assert(make_cgroup(dir, sizeof(dir), "cache", CACHE_LIMIT));
+	kills_before = oom_kills(dir);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct mooncake_segment_options opt = test_options(1, 0, 0);
+		struct mooncake_segment *seg = NULL;
+		struct mooncake_segment_info info;
+		uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+		struct mc_memory_room room;
+
+		join_cgroup(dir);
+		read_whole(fd);
+		read_whole(fd); /* twice: active, as model weights are */
+		ck_assert(mc_cgroup_memory_room("/proc/self/cgroup", "/sys/fs/cgroup", &room));
+		/* The state the issue describes: most of the usage is clean cache. */
+		ck_assert_msg(room.usage >= CACHE_FILE_SIZE * 9 / 10 &&
+				      room.cache.active_file + room.cache.inactive_file >=
+					      CACHE_FILE_SIZE * 9 / 10,
+			      "usage %llu, active_file %llu, inactive_file %llu",
+			      (unsigned long long)room.usage, (unsigned long long)room.cache.active_file,
+			      (unsigned long long)room.cache.inactive_file);
+		ck_assert_msg(room.cache.active_file > 0, "active_file 0: the second read did not activate");
+		ck_assert_msg(mooncake_segment_create("cache", CACHE_SEGMENT, &opt, &seg, blob) == 0, "%s",
+			      mooncake_segment_last_error());
+		ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
+		ck_assert_uint_eq(info.resident_bytes, info.alloc_size);
+		mooncake_segment_destroy(seg);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	close(fd);
+	ck_assert_int_eq(oom_kills(dir), kills_before);
+	remove_cgroup(dir);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "owner status 0x%x", status);
 }
 END_TEST
 
@@ -88,23 +355,29 @@ int main(void)
 {
 	Suite *s = suite_create("cgroup");
 	TCase *tc = tcase_create("limit");
-	char parent[512], limit[32];
+	static const char *const tags[] = { "capped", "race", "cache" };
+	char probe[768];
 	int ret;
 
-	require_privileged_stage("a memory cgroup, created and removed under /sys/fs/cgroup");
-	if (!own_memory_cgroup(parent, sizeof(parent)))
+	main_pid = getpid();
+	require_privileged_stage("memory cgroups, created and removed under /sys/fs/cgroup");
+	if (!own_memory_cgroup(parent_dir, sizeof(parent_dir)))
 		skip_all("no memory cgroup controller for this process");
-	snprintf(cgroup_dir, sizeof(cgroup_dir), "%s/mooncake-segment-test-%d", parent, (int)getpid());
-	if (mkdir(cgroup_dir, 0755) != 0)
-		skip_all("cannot create a child memory cgroup (read-only cgroupfs or no delegation)");
-	snprintf(limit, sizeof(limit), "%llu", (unsigned long long)LIMIT);
-	if (!write_file(cgroup_dir, v2 ? "memory.max" : "memory.limit_in_bytes", limit)) {
-		rmdir(cgroup_dir);
-		skip_all("cannot set a memory limit on a child cgroup");
-	}
+	if (!make_cgroup(probe, sizeof(probe), "probe", 64 * MiB))
+		skip_all("cannot create a limited child memory cgroup (read-only cgroupfs, no delegation, or "
+			 "no memory controller enabled in the parent's cgroup.subtree_control)");
+	remove_cgroup(probe);
+	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_segment_larger_than_the_cgroup_room_is_refused_with_numbers);
+	tcase_add_test(tc, test_concurrent_creates_never_overcommit_the_cgroup);
+	tcase_add_test(tc, test_clean_page_cache_leaves_room_for_a_segment);
 	suite_add_tcase(s, tc);
-	ret = run_suite(s); /* the forked test exited, so the cgroup is empty again */
-	rmdir(cgroup_dir);
+	ret = run_suite(s);
+	/* The forked tests have exited, and with them every owner they started. */
+	for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++) {
+		snprintf(probe, sizeof(probe), "%s/mooncake-segment-%s-%d", parent_dir, tags[i],
+			 (int)main_pid);
+		rmdir(probe);
+	}
 	return ret;
 }

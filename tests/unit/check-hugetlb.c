@@ -75,7 +75,7 @@ static int hugetlb_rank(struct group_rank *self, void *arg)
 	if (group_barrier(self))
 		return 1;
 	mine.free_during = free_pages();
-	mapping_usage(base, &usage);
+	mapping_usage(base, mooncake_segment_alloc_size(seg), &usage);
 	mine.mapped_hugetlb = usage.hugetlb;
 	if (group_allgather(self, &mine, sizeof(mine), all) || group_barrier(self))
 		return 1;

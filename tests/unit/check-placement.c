@@ -95,7 +95,7 @@ START_TEST(test_interleave_on_one_node_is_the_default_policy)
 }
 END_TEST
 
-START_TEST(test_cgroup_v2_room_is_limit_minus_unreclaimable_usage)
+START_TEST(test_cgroup_v2_room_counts_clean_page_cache_as_reclaimable)
 {
 	struct mc_memory_room room;
 	char proc[300];
@@ -105,13 +105,40 @@ START_TEST(test_cgroup_v2_room_is_limit_minus_unreclaimable_usage)
 	put("kubepods/memory.max", "max\n");
 	put("kubepods/pod1/memory.max", "1073741824\n");
 	put("kubepods/pod1/memory.current", "629145600\n");
-	put("kubepods/pod1/memory.stat", "anon 400000000\nfile 229145600\ninactive_file 104857600\n");
+	/* shmem (our segments) is anon: only the file lists, less dirty and writeback, are reclaimable. */
+	put("kubepods/pod1/memory.stat", "anon 100000000\nfile 529145600\nshmem 50000000\n"
+					 "active_file 314572800\ninactive_file 104857600\nfile_dirty 4096\n"
+					 "file_writeback 8192\n");
 	snprintf(proc, sizeof(proc), "%s/proc-cgroup", root);
 	ck_assert(mc_cgroup_memory_room(proc, root, &room));
 	ck_assert_uint_eq(room.limit, 1073741824);
 	ck_assert_uint_eq(room.usage, 629145600);
-	ck_assert_uint_eq(room.room, 1073741824 - (629145600 - 104857600));
+	ck_assert_uint_eq(room.cache.active_file, 314572800);
+	ck_assert_uint_eq(room.cache.inactive_file, 104857600);
+	ck_assert_uint_eq(room.cache.dirty + room.cache.writeback, 12288);
+	ck_assert_uint_eq(room.cache.clean, 314572800 + 104857600 - 12288);
+	ck_assert_uint_eq(room.room, 1073741824 - (629145600 - (314572800 + 104857600 - 12288)));
 	ck_assert_msg(strstr(room.where, "kubepods/pod1"), "%s", room.where);
+	ck_assert_str_eq(room.outermost, room.where);
+	remove_root();
+}
+END_TEST
+
+START_TEST(test_cgroup_clean_cache_never_exceeds_usage)
+{
+	struct mc_memory_room room;
+	char proc[300];
+
+	make_root();
+	/* memory.stat and memory.current are not read atomically: the cache may read larger. */
+	put("proc-cgroup", "0::/c\n");
+	put("c/memory.max", "1000000000\n");
+	put("c/memory.current", "100000000\n");
+	put("c/memory.stat", "active_file 150000000\ninactive_file 0\n");
+	snprintf(proc, sizeof(proc), "%s/proc-cgroup", root);
+	ck_assert(mc_cgroup_memory_room(proc, root, &room));
+	ck_assert_uint_eq(room.cache.clean, 100000000);
+	ck_assert_uint_eq(room.room, 1000000000);
 	remove_root();
 }
 END_TEST
@@ -135,6 +162,28 @@ START_TEST(test_cgroup_ancestor_with_less_room_wins)
 }
 END_TEST
 
+START_TEST(test_cgroup_outermost_limit_keys_the_commit_lock)
+{
+	struct mc_memory_room room;
+	char proc[300];
+
+	make_root();
+	/* The leaf binds, but a sibling's create is charged to "pod" too: the lock is taken there. */
+	put("proc-cgroup", "0::/pod/engine/worker\n");
+	put("pod/memory.max", "8589934592\n");
+	put("pod/memory.current", "1073741824\n");
+	put("pod/engine/memory.max", "max\n");
+	put("pod/engine/worker/memory.max", "2147483648\n");
+	put("pod/engine/worker/memory.current", "1073741824\n");
+	snprintf(proc, sizeof(proc), "%s/proc-cgroup", root);
+	ck_assert(mc_cgroup_memory_room(proc, root, &room));
+	ck_assert_msg(strstr(room.where, "/pod/engine/worker"), "%s", room.where);
+	ck_assert_msg(strstr(room.outermost, "/pod") && !strstr(room.outermost, "/pod/"), "%s",
+		      room.outermost);
+	remove_root();
+}
+END_TEST
+
 START_TEST(test_cgroup_v1_and_hybrid_hierarchies)
 {
 	struct mc_memory_room room;
@@ -144,12 +193,19 @@ START_TEST(test_cgroup_v1_and_hybrid_hierarchies)
 	/* Hybrid: the v1 memory controller holds the limit, not the v2 line. */
 	put("proc-cgroup", "12:pids:/\n4:memory:/docker/abc\n0::/\n");
 	put("memory/docker/abc/memory.limit_in_bytes", "268435456\n");
-	put("memory/docker/abc/memory.usage_in_bytes", "67108864\n");
-	put("memory/docker/abc/memory.stat", "cache 0\ntotal_inactive_file 16777216\n");
+	put("memory/docker/abc/memory.usage_in_bytes", "201326592\n");
+	/* v1: the hierarchical "total_" figures count; the local ones (here smaller) do not. */
+	put("memory/docker/abc/memory.stat",
+	    "cache 150994944\nactive_file 1\ninactive_file 1\ndirty 1\n"
+	    "total_cache 150994944\ntotal_active_file 100663296\n"
+	    "total_inactive_file 50331648\ntotal_dirty 4096\ntotal_writeback 4096\n");
 	put("memory/docker/memory.limit_in_bytes", "9223372036854771712\n"); /* v1's "unlimited" */
 	snprintf(proc, sizeof(proc), "%s/proc-cgroup", root);
 	ck_assert(mc_cgroup_memory_room(proc, root, &room));
-	ck_assert_uint_eq(room.room, 268435456 - (67108864 - 16777216));
+	ck_assert_uint_eq(room.cache.active_file, 100663296);
+	ck_assert_uint_eq(room.cache.inactive_file, 50331648);
+	ck_assert_uint_eq(room.cache.clean, 100663296 + 50331648 - 8192);
+	ck_assert_uint_eq(room.room, 268435456 - (201326592 - (100663296 + 50331648 - 8192)));
 	remove_root();
 }
 END_TEST
@@ -236,8 +292,10 @@ Suite *suite_placement(void)
 	tcase_add_test(fixtures, test_node_lists);
 	tcase_add_test(fixtures, test_topology_of_a_two_socket_fixture);
 	tcase_add_test(fixtures, test_interleave_on_one_node_is_the_default_policy);
-	tcase_add_test(fixtures, test_cgroup_v2_room_is_limit_minus_unreclaimable_usage);
+	tcase_add_test(fixtures, test_cgroup_v2_room_counts_clean_page_cache_as_reclaimable);
+	tcase_add_test(fixtures, test_cgroup_clean_cache_never_exceeds_usage);
 	tcase_add_test(fixtures, test_cgroup_ancestor_with_less_room_wins);
+	tcase_add_test(fixtures, test_cgroup_outermost_limit_keys_the_commit_lock);
 	tcase_add_test(fixtures, test_cgroup_v1_and_hybrid_hierarchies);
 	tcase_add_test(fixtures, test_no_limit_means_no_room_check);
 	tcase_add_test(host, test_explicit_node_zero_is_applied_and_reported);

@@ -11,12 +11,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"
+
+/* Lines of /proc/self/maps that lie inside [@base, @base+@len). */
+static int count_vmas_in(const void *base, uint64_t len)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	unsigned long long lo, hi, start = (unsigned long long)(uintptr_t)base;
+	char line[512];
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%llx-%llx", &lo, &hi) == 2 && lo >= start && hi <= start + len)
+			n++;
+	if (f)
+		fclose(f);
+	return n;
+}
 
 START_TEST(test_single_rank_round_trip)
 {
@@ -227,7 +244,7 @@ static int sharing_rank(struct group_rank *self, void *arg)
 		RANK_CHECK(check_pattern(base + r * slice, slice, r + 1));
 	/* Once every rank has touched every page, the group's PSS is one copy. */
 	RANK_CHECK(group_barrier(self) == 0);
-	RANK_CHECK(mapping_usage(base, &usage));
+	RANK_CHECK(mapping_usage(base, mooncake_segment_alloc_size(seg), &usage));
 	pss = usage.pss;
 	RANK_CHECK(group_allgather(self, &pss, sizeof(pss), all_pss) == 0);
 	if (self->rank == 0) {
@@ -288,6 +305,30 @@ static int gone_owner_rank(struct group_rank *self, void *arg)
 	return 0;
 }
 
+/* The THP fall-back advises part of the mapping MADV_NOHUGEPAGE, which splits
+ * it into several VMAs: the demo's RSS/PSS must count all of them. */
+START_TEST(test_mapping_usage_counts_every_vma_of_a_split_mapping)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mapping_usage usage;
+	uint64_t page = mc_host_base_page_size(), len = 64 * page;
+	uint8_t *base;
+
+	ck_assert_int_eq(mooncake_segment_create("split", len, &opt, &seg, blob), 0);
+	ck_assert_int_eq(mooncake_segment_complete(seg, blob, sizeof(blob)), 0);
+	base = mooncake_segment_base(seg);
+	ck_assert_int_eq(madvise(base + len / 4, len / 4, MADV_NOHUGEPAGE), 0);
+	ck_assert_int_eq(madvise(base + len / 2, len / 2, MADV_HUGEPAGE), 0);
+	ck_assert_int_ge(count_vmas_in(base, len), 3);
+	ck_assert(mapping_usage(base, len, &usage));
+	ck_assert_uint_eq(usage.rss, len);
+	ck_assert_uint_eq(usage.pss, len);
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
 START_TEST(test_owner_gone_before_import_is_esrch)
 {
 	int codes[2];
@@ -311,6 +352,7 @@ Suite *suite_sharing(void)
 	tcase_add_test(one, test_peer_after_finish_gets_esrch);
 	tcase_add_test(one, test_memfd_is_sealed_against_resizing);
 	tcase_add_test(one, test_log_callback_is_silent_by_default_and_routes_lines);
+	tcase_add_test(one, test_mapping_usage_counts_every_vma_of_a_split_mapping);
 	tcase_add_test(many, test_four_processes_share_one_copy_owner_0);
 	tcase_add_test(many, test_four_processes_share_one_copy_owner_2);
 	tcase_add_test(many, test_owner_gone_before_import_is_esrch);

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * One create at a time per memory cgroup: the owner holds this lock from its
+ * room check until its last page is committed, so that two creates in one
+ * cgroup cannot both pass the check and together overrun the limit (which
+ * the kernel answers with the OOM killer, not an error).
+ *
+ * The lock is an abstract unix socket named after the cgroup directory's
+ * device and inode, bound and listening while held:
+ *  - its scope is the network namespace, which every process of a
+ *    Kubernetes pod or a Docker container shares (the "two engines in one
+ *    pod" case), with no file to create: it works on read-only root file
+ *    systems, without /run/lock or /dev/shm, and across uids (no
+ *    protected_regular refusals, no stale files);
+ *  - the kernel drops it when its holder exits or is killed, like flock;
+ *  - a waiter connects to it, learns the holder's pid (SO_PEERCRED) to log
+ *    it, and sleeps in poll() until the holder closes, which resets the
+ *    connection: no busy polling.
+ * Processes of one cgroup in different network namespaces do not exclude each
+ * other; doc/guarantees.md says so.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* How often a waiter says whom it waits for. */
+#define WAIT_LOG_MS 10000
+
+static socklen_t lock_address(const char *cgroup_dir, struct sockaddr_un *addr)
+{
+	struct stat st;
+	int len;
+
+	if (stat(cgroup_dir, &st) != 0)
+		return 0;
+	memset(addr, 0, sizeof(*addr));
+	addr->sun_family = AF_UNIX;
+	/* sun_path[0] == '\0': the abstract namespace. */
+	len = snprintf(addr->sun_path + 1, sizeof(addr->sun_path) - 1, "mooncake-segment/memcg/%llx:%llx",
+		       (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Wait until the holder of @addr lets go (or a short while when it cannot be reached). */
+static void wait_for_holder(const struct sockaddr_un *addr, socklen_t len, const char *cgroup_dir,
+			    uint64_t started_ns)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	struct pollfd p = { fd, POLLIN, 0 };
+	struct ucred peer = { 0 };
+	socklen_t peer_len = sizeof(peer);
+
+	/* Refused or full backlog: the holder is binding or releasing right now. */
+	if (fd < 0 || connect(fd, (const struct sockaddr *)addr, len) != 0) {
+		if (fd >= 0)
+			close(fd);
+		sleep_ms(2);
+		return;
+	}
+	getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len);
+	/* The holder never accepts nor writes: the connection ends when it closes. */
+	while (poll(&p, 1, WAIT_LOG_MS) == 0)
+		mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
+		       "Shared segment create has waited %llu s for pid %d, which is committing a segment in "
+		       "the same memory cgroup (%s)",
+		       (unsigned long long)((mc_now_ns() - started_ns) / 1000000000u), (int)peer.pid,
+		       cgroup_dir);
+	close(fd);
+}
+
+int mc_commit_lock_acquire(const char *cgroup_dir)
+{
+	struct sockaddr_un addr;
+	socklen_t len = lock_address(cgroup_dir, &addr);
+	uint64_t started = mc_now_ns();
+
+	if (!len)
+		return -1;
+	for (;;) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		if (fd < 0)
+			return -1;
+		if (bind(fd, (const struct sockaddr *)&addr, len) == 0 && listen(fd, 64) == 0)
+			return fd;
+		close(fd);
+		if (errno != EADDRINUSE)
+			return -1; /* no lock to be had (seccomp, no AF_UNIX): the per-chunk re-check remains */
+		wait_for_holder(&addr, len, cgroup_dir, started);
+	}
+}
+
+void mc_commit_lock_release(int fd)
+{
+	if (fd >= 0)
+		close(fd);
+}
