@@ -527,7 +527,19 @@ class SharedSegment:
 
     Views (:meth:`tensors`, :meth:`buffers`) and everything derived from them
     keep the mapping alive; :meth:`close` releases it deterministically once
-    no view remains (BufferError otherwise).
+    no view remains (BufferError otherwise).  Use :meth:`tensors`; two ways
+    around it lose that protection:
+
+    - ``t.share_memory_()`` (torch.multiprocessing queues call it) moves ``t``
+      to new storage: its writes no longer reach the segment.  Send workers
+      (block, index) and call :meth:`tensors` there.
+    - ``torch.frombuffer(seg.buffers(block)[i])`` then ``release()`` of that
+      memoryview: nothing holds the mapping any more, so :meth:`close` unmaps
+      it under the tensor.  Never release a memoryview a tensor is built on.
+
+    One segment is not for concurrent use: while a thread is inside a call
+    that releases the GIL (the native complete() during creation, :meth:`info`), calls from other threads
+    that would race with it raise RuntimeError naming that call.
     """
 
     def __init__(
@@ -560,7 +572,12 @@ class SharedSegment:
         return [base + i * self._stride for i in range(spec.count)]
 
     def buffers(self, block: str) -> List[memoryview]:
-        """The block's entries as writable memoryviews of ``nbytes`` each (no torch needed)."""
+        """The block's entries as writable memoryviews of ``nbytes`` each (no torch needed).
+
+        Each holds the mapping until it is dropped or released; a tensor built
+        on one with ``torch.frombuffer`` does not survive its ``release()``:
+        prefer :meth:`tensors`.
+        """
         spec = self._spec(block)
         return [self._native.view(offset, spec.nbytes) for offset in self._entry_offsets(block)]
 
@@ -572,7 +589,9 @@ class SharedSegment:
         so ``non_blocking=True`` copies are asynchronous.  ``device="cuda"``
         gives CUDA tensors over the registered pages' device address instead.
         New views on every call; each keeps the segment mapped for as long as
-        it, or any tensor derived from it, is alive.
+        it, or any tensor derived from it, is alive (not a copy made by
+        ``share_memory_()``, which no longer writes to the segment).  The cost
+        does not depend on the segment's size: nothing is read from the kernel.
         """
         spec = self._spec(block)
         if torch is None:
