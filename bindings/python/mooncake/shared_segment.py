@@ -384,7 +384,7 @@ def _declaration_failures(declarations: List[Optional[_Declaration]]) -> List[Tu
         return []
     reference = max(known, key=lambda d: (known.count(d), -declarations.index(d)))
     reference_rank = declarations.index(reference)
-    failures = []
+    failures: List[Tuple[int, str, Optional[int]]] = []
     for rank, declaration in enumerate(declarations):
         if declaration is not None and declaration != reference:
             detail = ", ".join(_differences(declaration, rank, reference, reference_rank))
