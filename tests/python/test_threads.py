@@ -42,7 +42,7 @@ def run_with_fake_driver(body, **env_extra):
 
 @needs_fake
 def test_other_calls_during_complete_get_a_clear_error_not_a_race():
-    # The peer's complete() registers its mapping; the fake driver takes 1.5 s to do it.
+    # The peer's complete() registers its mapping; the fake driver takes 3 s to do it (a margin for slow runs).
     result = run_with_fake_driver(
         """
         import json, threading, time
@@ -81,7 +81,7 @@ def test_other_calls_during_complete_get_a_clear_error_not_a_race():
         peer.close()
         owner.close()
         """,
-        FAKE_CUDA_REGISTER_DELAY_MS="1500",
+        FAKE_CUDA_REGISTER_DELAY_MS="3000",
     )
     assert result["seen_busy"] == "complete" and result["still_busy"] == "complete", result
     for name, error in result["errors"].items():
