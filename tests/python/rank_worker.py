@@ -66,7 +66,12 @@ def expect_error(rank, world, group, **kwargs):
     start = time.monotonic()
     try:
         seg = create_shared_segment(
-            "kv", kwargs.pop("blocks", BLOCKS), world, kwargs.pop("rank_id", rank), comm_group=group, **kwargs
+            kwargs.pop("name", "kv"),
+            kwargs.pop("blocks", BLOCKS),
+            kwargs.pop("world_size", world),
+            kwargs.pop("rank_id", rank),
+            comm_group=group,
+            **kwargs,
         )
     except SharedSegmentError as exc:
         return {"error": str(exc), "seconds": time.monotonic() - start, "errno": exc.errno}
@@ -79,6 +84,32 @@ def mismatch(rank, world, group, params):
     if rank == params["odd_rank"]:
         blocks["k"] = {"count": 8, "shape": (256, 65), "dtype": torch.bfloat16}
     return expect_error(rank, world, group, blocks=blocks)
+
+
+def declaration(rank, world, group, params):
+    """Rank params["odd_rank"] declares one field differently: params["field"]."""
+    blocks, name = {k: dict(v) for k, v in BLOCKS.items()}, "kv"
+    if rank == params["odd_rank"]:
+        field = params["field"]
+        if field == "count":
+            blocks["v"]["count"] = 7
+        elif field == "shape":
+            blocks["k"]["shape"] = (256, 65)
+        elif field == "dtype":
+            blocks["v"]["dtype"] = torch.bfloat16
+        elif field == "missing":
+            del blocks["v"]
+        elif field == "extra":
+            blocks["a"] = {"count": 1, "shape": (8,), "dtype": torch.uint8}
+        elif field == "name":
+            name = "kv2"
+    return expect_error(rank, world, group, blocks=blocks, name=name)
+
+
+def world_size_one(rank, world, group, params):
+    """The ranks in params["ranks"] pass world_size=params["value"] (default 1) with the whole group."""
+    world_size = params.get("value", 1) if rank in params["ranks"] else world
+    return expect_error(rank, world, group, world_size=world_size)
 
 
 def local_raise(rank, world, group, params):
@@ -144,7 +175,10 @@ def vmm(rank, world, group, params):
     return {"saw_owner": saw_owner, "npu_error": npu_error, "backend": info["backend"], "same_address": same_address}
 
 
-SCENARIOS = {f.__name__: f for f in (share, mismatch, local_raise, bad_int, wrong_rank_id, alias, killed, vmm)}
+SCENARIOS = {
+    f.__name__: f
+    for f in (share, mismatch, declaration, world_size_one, local_raise, bad_int, wrong_rank_id, alias, killed, vmm)
+}
 
 
 def main():

@@ -39,9 +39,52 @@ def assert_same_error_everywhere(results, *needles):
 
 def test_a_rank_declaring_another_shape_makes_every_rank_raise_the_same_error():
     results = run_ranks("mismatch", WORLD, odd_rank=1)
-    message = assert_same_error_everywhere(results, "Shared segment complete failed", "differs from the local one")
-    # The odd rank sees every other blob differ, the others see its blob differ.
-    assert "rank 1:" in message and "rank 0:" in message
+    message = assert_same_error_everywhere(
+        results,
+        "Shared segment create failed: rank 1: Shared segment declaration of rank 1 differs from the local one: ",
+        "block 'k' shape (256, 65) on rank 1, (256, 64) on rank 0",
+    )
+    # Only the odd rank is named: the others agree with each other.
+    assert message.count("rank 1:") == 1 and "rank 2:" not in message and "rank 0:" not in message
+
+
+@pytest.mark.parametrize(
+    "field, odd_rank, needle",
+    [
+        ("count", 2, "block 'v' count 7 on rank 2, 8 on rank 0"),
+        ("dtype", 3, "block 'v' dtype bfloat16 on rank 3, float16 on rank 0"),
+        ("missing", 1, "block 'v' is declared on rank 0, not on rank 1"),
+        ("extra", 2, "block 'a' is declared on rank 2, not on rank 0"),
+        ("name", 1, "name 'kv2' on rank 1, 'kv' on rank 0"),
+        # The odd one out is found even when it is rank 0.
+        ("shape", 0, "block 'k' shape (256, 65) on rank 0, (256, 64) on rank 1"),
+    ],
+)
+def test_a_declaration_mismatch_names_the_block_the_field_and_both_values_on_every_rank(field, odd_rank, needle):
+    results = run_ranks("declaration", WORLD, odd_rank=odd_rank, field=field, group_timeout=10)
+    message = assert_same_error_everywhere(
+        results, f"rank {odd_rank}: Shared segment declaration of rank {odd_rank} differs from the local one: "
+    )
+    assert needle in message, message
+    assert all(r["seconds"] < 10 for r in results)
+
+
+@pytest.mark.parametrize("ranks", [[0, 1, 2], [1]], ids=["every-rank", "one-rank"])
+def test_world_size_one_with_a_larger_group_fails_on_every_rank_within_seconds(ranks):
+    # Before: every rank owned a private copy (all ranks), or the others waited out the group timeout (one rank).
+    results = run_ranks("world_size_one", 3, ranks=ranks, group_timeout=30)
+    message = assert_same_error_everywhere(results, "Shared segment create failed: ")
+    for rank in ranks:
+        assert f"rank {rank}: world_size is 1 but comm_group has 3 ranks; pass world_size=group size" in message
+    assert message.count("world_size is 1") == len(ranks)
+    assert all(r["seconds"] < 10 for r in results), [r["seconds"] for r in results]
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_world_size_below_one_with_a_group_has_its_own_message_on_every_rank(value):
+    results = run_ranks("world_size_one", 3, ranks=[2], value=value, group_timeout=30)
+    assert_same_error_everywhere(results, "rank 2: world_size must be at least 1 (the number of ranks", f"got {value}")
+    assert all(r["seconds"] < 10 for r in results)
 
 
 def test_a_local_block_error_does_not_hang_the_others():

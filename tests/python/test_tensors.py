@@ -105,3 +105,26 @@ def test_unknown_block_error_before_torch_is_needed():
     with pytest.raises(SharedSegmentError, match="Unknown shared segment block"):
         seg.tensors("nope")
     seg.close()
+
+
+def test_the_two_documented_ways_around_the_lifetime_rules_behave_as_documented():
+    # README, doc/guarantees.md, SharedSegment's docstring: tensors() is the path to use, because
+    seg = create_shared_segment("kv", BLOCKS, 1, 0)
+    # share_memory_() moves the tensor to new storage: its writes no longer reach the segment;
+    moved = seg.tensors("v")[1]
+    moved.share_memory_()
+    moved.fill_(5.0)
+    assert seg.tensors("v")[1][0, 0].item() == 0.0
+    # a tensor on a released memoryview holds nothing: close() would unmap under it;
+    buffer = seg.buffers("v")[0]
+    on_buffer = torch.frombuffer(buffer, dtype=torch.float32)
+    buffer.release()
+    assert seg._native.exports == 0
+    # while a tensors() view always holds the mapping.
+    view = seg.tensors("v")[0]
+    assert seg._native.exports == 1
+    with pytest.raises(BufferError):
+        seg.close()
+    del view, on_buffer, moved
+    gc.collect()
+    seg.close()

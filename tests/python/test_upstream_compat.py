@@ -74,6 +74,9 @@ class FakeNative:
     def size(self):
         return 24576
 
+    def facts(self):
+        return {"device_addr": 0, "accelerator": ""}
+
 
 @pytest.fixture
 def fake(monkeypatch):
@@ -150,7 +153,7 @@ def test_failed_completion_releases_native_segment(fake):
         ({"a": {"count": 1, "shape": (), "dtype": "int8"}}, "Block 'a' needs a positive shape"),
         ({"a": {"count": 1, "shape": (2, 0), "dtype": "int8"}}, "Block 'a' needs a positive shape"),
         ({"a": {"count": "x", "shape": (2,), "dtype": "int8"}}, "Block 'a' needs integer count"),
-        ({"a": {"count": 1, "shape": (2,), "dtype": "float128"}}, "unknown dtype"),
+        ({"a": {"count": 1, "shape": (2,), "dtype": "float128"}}, "unsupported dtype 'float128'"),
         ({"a|b": {"count": 1, "shape": (2,), "dtype": "int8"}}, "must be a non-empty str without"),
     ],
 )

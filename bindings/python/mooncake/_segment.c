@@ -8,14 +8,23 @@
  * is alive, and the pages are unmapped only when the object is closed or
  * collected with no export left: no use-after-unmap is possible from Python.
  *
- * create, complete and close release the GIL; a `busy` count taken with the
- * GIL held keeps another thread from closing the segment under them.
+ * Threads (segment.h: nothing may run concurrently with a call that changes
+ * the segment; the const getters may run together): create, complete, close
+ * and info release the GIL.  Every method that touches the C segment first
+ * checks, with the GIL held, that no other thread is inside complete()
+ * (`busy`), and complete, finish and close also that none is inside info()
+ * (`readers`); otherwise it raises RuntimeError naming the call in progress.
+ *
+ * What the segment knows once complete (backend, accelerator, page size,
+ * device address) is cached by complete() and read by facts() for free;
+ * info() alone reads the residency from /proc/self/smaps, without the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <mooncake/segment.h>
@@ -25,7 +34,11 @@ static PyObject *segment_error; /* mooncake._segment.SegmentError(RuntimeError) 
 typedef struct {
 	PyObject_HEAD struct mooncake_segment *seg; /* NULL once closed */
 	Py_ssize_t exports;			    /* live buffer exports */
-	int busy;				    /* calls running without the GIL */
+	const char *busy;			    /* the changing call running without the GIL, or NULL */
+	int readers;				    /* info() calls running without the GIL */
+	int has_facts;				    /* facts holds what complete() found */
+	struct mooncake_segment_info facts;	    /* its residency fields are not used */
+	uint64_t facts_device_addr;
 } SegmentObject;
 
 static PyTypeObject SegmentType;
@@ -94,6 +107,31 @@ static SegmentObject *check_open(SegmentObject *self)
 {
 	if (!self->seg) {
 		PyErr_SetString(PyExc_ValueError, "operation on a closed shared segment");
+		return NULL;
+	}
+	return self;
+}
+
+/*
+ * The segment, if this call may touch it now: open, no other thread inside
+ * complete(), and for a call that changes it (@exclusive) none inside info().
+ */
+static SegmentObject *check_usable(SegmentObject *self, const char *call, int exclusive)
+{
+	if (!check_open(self))
+		return NULL;
+	if (self->busy) {
+		PyErr_Format(PyExc_RuntimeError,
+			     "%s: another thread is inside %s() on this shared segment; a segment "
+			     "is not for concurrent use, wait for that call to return",
+			     call, self->busy);
+		return NULL;
+	}
+	if (exclusive && self->readers > 0) {
+		PyErr_Format(PyExc_RuntimeError,
+			     "%s: another thread is inside info() on this shared segment; wait for it "
+			     "to return",
+			     call);
 		return NULL;
 	}
 	return self;
@@ -187,7 +225,11 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	}
 	obj->seg = seg;
 	obj->exports = 0;
-	obj->busy = 0;
+	obj->busy = NULL;
+	obj->readers = 0;
+	obj->has_facts = 0;
+	memset(&obj->facts, 0, sizeof(obj->facts));
+	obj->facts_device_addr = 0;
 	result = Py_BuildValue("(Ny#)", (PyObject *)obj, (const char *)blob, (Py_ssize_t)sizeof(blob));
 	return result;
 }
@@ -202,6 +244,42 @@ static PyObject *segment_supported(PyObject *cls, PyObject *args, PyObject *kwar
 					 &host_register, &hugetlb))
 		return NULL;
 	return PyBool_FromLong(mooncake_segment_supported(use_mmap, host_register, hugetlb));
+}
+
+/*
+ * Why a segment of this kind cannot be made here, in the C library's words
+ * (reason and fix), or "" when it can: supported() sets no message, so a
+ * one-page, one-rank create is tried, and destroyed if it succeeds.
+ */
+static PyObject *segment_why_unsupported(PyObject *cls, PyObject *args, PyObject *kwargs)
+{
+	static const char *const keywords[] = { "mmap", "host_register", "hugetlb", "device_id", NULL };
+	int use_mmap = 1, host_register = 0, hugetlb = 0, device_id = 0, ret;
+	struct mooncake_segment_options opt;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *seg = NULL;
+	char reason[1024];
+
+	(void)cls;
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pppi:why_unsupported", (char **)keywords, &use_mmap,
+					 &host_register, &hugetlb, &device_id))
+		return NULL;
+	if (mooncake_segment_supported(use_mmap, host_register, hugetlb))
+		return PyUnicode_FromString("");
+	mooncake_segment_options_init(&opt);
+	opt.mmap = use_mmap;
+	opt.host_register = host_register;
+	opt.hugetlb = hugetlb;
+	opt.device_id = device_id;
+	reason[0] = '\0';
+	Py_BEGIN_ALLOW_THREADS
+	ret = mooncake_segment_create("capability-probe", 1, &opt, &seg, blob);
+	if (ret < 0)
+		snprintf(reason, sizeof(reason), "%s", mooncake_segment_last_error());
+	else
+		mooncake_segment_destroy(seg);
+	Py_END_ALLOW_THREADS
+	return PyUnicode_FromString(reason);
 }
 
 /* Join the blobs (a sequence of bytes-like objects, one per rank) back to back. */
@@ -249,22 +327,34 @@ fail:
 
 static PyObject *segment_complete(SegmentObject *self, PyObject *blobs)
 {
+	struct mooncake_segment_info facts;
 	struct mooncake_segment *seg;
+	uint64_t device_addr = 0;
 	uint8_t *joined;
 	size_t len;
 	int ret;
 
-	if (!check_open(self) || join_blobs(blobs, &joined, &len) < 0)
+	if (!check_usable(self, "complete", 1) || join_blobs(blobs, &joined, &len) < 0)
 		return NULL;
 	seg = self->seg;
-	self->busy++;
+	self->busy = "complete";
 	Py_BEGIN_ALLOW_THREADS
 	ret = mooncake_segment_complete(seg, joined, len);
+	/* Learn once, here, what later calls would otherwise ask get_info() for. */
+	if (ret == 0 && mooncake_segment_get_info(seg, &facts, sizeof(facts)) == 0)
+		device_addr = mooncake_segment_device_addr(seg);
+	else
+		facts.size = 0;
 	Py_END_ALLOW_THREADS
-	self->busy--;
+	self->busy = NULL;
 	PyMem_Free(joined);
 	if (ret < 0)
 		return raise_library_error(ret);
+	if (facts.size) {
+		self->facts = facts;
+		self->facts_device_addr = device_addr;
+		self->has_facts = 1;
+	}
 	Py_RETURN_NONE;
 }
 
@@ -273,7 +363,7 @@ static PyObject *segment_finish(SegmentObject *self, PyObject *unused)
 	int ret;
 
 	(void)unused;
-	if (!check_open(self))
+	if (!check_usable(self, "finish", 1))
 		return NULL;
 	ret = mooncake_segment_finish(self->seg);
 	if (ret < 0)
@@ -294,10 +384,8 @@ static PyObject *segment_close(SegmentObject *self, PyObject *unused)
 			"cannot close a shared segment while %zd exported buffer(s) "
 			"(memoryviews, arrays or tensors over its pages) are alive; drop them first",
 			self->exports);
-	if (self->busy > 0)
-		return PyErr_Format(PyExc_RuntimeError,
-				    "cannot close a shared segment while another thread is "
-				    "inside create/complete on it");
+	if (!check_usable(self, "close", 1))
+		return NULL;
 	self->seg = NULL; /* closed for every other thread before the GIL goes */
 	Py_BEGIN_ALLOW_THREADS
 	mooncake_segment_destroy(seg);
@@ -316,12 +404,19 @@ static PyObject *segment_enter(SegmentObject *self, PyObject *unused)
 
 static PyObject *segment_exit(SegmentObject *self, PyObject *args)
 {
-	PyObject *ret;
+	PyObject *ret, *exc_type = Py_None, *exc_value = Py_None, *traceback = Py_None;
 
-	(void)args;
-	ret = segment_close(self, NULL);
-	if (!ret)
+	if (!PyArg_UnpackTuple(args, "__exit__", 0, 3, &exc_type, &exc_value, &traceback))
 		return NULL;
+	ret = segment_close(self, NULL);
+	if (!ret) {
+		/* Leaving on an exception with views still alive: the caller's error is the one to see. */
+		if (exc_type != Py_None && PyErr_ExceptionMatches(PyExc_BufferError)) {
+			PyErr_Clear();
+			Py_RETURN_FALSE;
+		}
+		return NULL;
+	}
 	Py_DECREF(ret);
 	Py_RETURN_FALSE;
 }
@@ -329,7 +424,11 @@ static PyObject *segment_exit(SegmentObject *self, PyObject *args)
 static PyObject *segment_ready(SegmentObject *self, PyObject *unused)
 {
 	(void)unused;
-	return PyBool_FromLong(self->seg && mooncake_segment_ready(self->seg));
+	if (!self->seg)
+		Py_RETURN_FALSE;
+	if (!check_usable(self, "ready", 0))
+		return NULL;
+	return PyBool_FromLong(mooncake_segment_ready(self->seg));
 }
 
 static PyObject *segment_closed(SegmentObject *self, void *closure)
@@ -341,7 +440,7 @@ static PyObject *segment_closed(SegmentObject *self, void *closure)
 static PyObject *segment_base_addr(SegmentObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (!check_open(self))
+	if (!check_usable(self, "base_addr", 0))
 		return NULL;
 	return PyLong_FromVoidPtr(mooncake_segment_base(self->seg));
 }
@@ -349,7 +448,7 @@ static PyObject *segment_base_addr(SegmentObject *self, PyObject *unused)
 static PyObject *segment_device_addr(SegmentObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (!check_open(self))
+	if (!check_usable(self, "device_addr", 0))
 		return NULL;
 	return PyLong_FromUnsignedLongLong(mooncake_segment_device_addr(self->seg));
 }
@@ -357,7 +456,7 @@ static PyObject *segment_device_addr(SegmentObject *self, PyObject *unused)
 static PyObject *segment_size(SegmentObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (!check_open(self))
+	if (!check_usable(self, "size", 0))
 		return NULL;
 	return PyLong_FromUnsignedLongLong(mooncake_segment_size(self->seg));
 }
@@ -365,7 +464,7 @@ static PyObject *segment_size(SegmentObject *self, PyObject *unused)
 static PyObject *segment_alloc_size(SegmentObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (!check_open(self))
+	if (!check_usable(self, "alloc_size", 0))
 		return NULL;
 	return PyLong_FromUnsignedLongLong(mooncake_segment_alloc_size(self->seg));
 }
@@ -373,12 +472,19 @@ static PyObject *segment_alloc_size(SegmentObject *self, PyObject *unused)
 static PyObject *segment_info(SegmentObject *self, PyObject *unused)
 {
 	struct mooncake_segment_info info;
+	struct mooncake_segment *seg;
 	int ret;
 
 	(void)unused;
-	if (!check_open(self))
+	if (!check_usable(self, "info", 0))
 		return NULL;
-	ret = mooncake_segment_get_info(self->seg, &info, sizeof(info));
+	/* It walks /proc/self/smaps: time proportional to the segment, so without the GIL. */
+	seg = self->seg;
+	self->readers++;
+	Py_BEGIN_ALLOW_THREADS
+	ret = mooncake_segment_get_info(seg, &info, sizeof(info));
+	Py_END_ALLOW_THREADS
+	self->readers--;
 	if (ret < 0)
 		return raise_library_error(ret);
 	return Py_BuildValue(
@@ -399,6 +505,29 @@ static PyObject *segment_info(SegmentObject *self, PyObject *unused)
 		(info.flags & MOONCAKE_SEGMENT_INFO_REGISTERED) ? Py_True : Py_False);
 }
 
+/* What complete() learned: no system call, no walk of the page tables. */
+static PyObject *segment_facts(SegmentObject *self, PyObject *unused)
+{
+	const struct mooncake_segment_info *f = &self->facts;
+
+	(void)unused;
+	if (!check_open(self))
+		return NULL;
+	if (!self->has_facts) {
+		PyErr_SetString(PyExc_ValueError,
+				"facts(): the segment is not complete yet: call complete() first");
+		return NULL;
+	}
+	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:s,s:s,s:O,s:O,s:O}", "size", (unsigned long long)f->size,
+			     "alloc_size", (unsigned long long)f->alloc_size, "page_size",
+			     (unsigned long long)f->page_size, "device_addr",
+			     (unsigned long long)self->facts_device_addr, "backend", f->backend,
+			     "accelerator", f->accelerator, "owner",
+			     (f->flags & MOONCAKE_SEGMENT_INFO_OWNER) ? Py_True : Py_False, "hugetlb",
+			     (f->flags & MOONCAKE_SEGMENT_INFO_HUGETLB) ? Py_True : Py_False, "registered",
+			     (f->flags & MOONCAKE_SEGMENT_INFO_REGISTERED) ? Py_True : Py_False);
+}
+
 /* A memoryview of [offset, offset+nbytes): a slice of a view of the whole, so it holds an export. */
 static PyObject *segment_view(SegmentObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -409,7 +538,7 @@ static PyObject *segment_view(SegmentObject *self, PyObject *args, PyObject *kwa
 	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:view", (char **)keywords, &offset_obj,
 					 &nbytes_obj))
 		return NULL;
-	if (!check_open(self))
+	if (!check_usable(self, "view", 0))
 		return NULL;
 	size = mooncake_segment_size(self->seg);
 	if (offset_obj && int_argument(offset_obj, "offset", 0, size, &offset, NULL) < 0)
@@ -439,6 +568,12 @@ static int segment_getbuffer(SegmentObject *self, Py_buffer *view, int flags)
 {
 	if (!self->seg) {
 		PyErr_SetString(PyExc_BufferError, "the shared segment is closed");
+		view->obj = NULL;
+		return -1;
+	}
+	if (self->busy) {
+		PyErr_Format(PyExc_BufferError, "another thread is inside %s() on this shared segment",
+			     self->busy);
 		view->obj = NULL;
 		return -1;
 	}
@@ -474,6 +609,8 @@ static PyObject *segment_repr(SegmentObject *self)
 {
 	if (!self->seg)
 		return PyUnicode_FromString("<mooncake._segment.SharedSegment closed>");
+	if (self->busy)
+		return PyUnicode_FromFormat("<mooncake._segment.SharedSegment inside %s()>", self->busy);
 	return PyUnicode_FromFormat("<mooncake._segment.SharedSegment size=%llu ready=%s exports=%zd>",
 				    (unsigned long long)mooncake_segment_size(self->seg),
 				    mooncake_segment_ready(self->seg) ? "True" : "False", self->exports);
@@ -485,6 +622,16 @@ static PyObject *segment_exports(SegmentObject *self, void *closure)
 	return PyLong_FromSsize_t(self->exports);
 }
 
+static PyObject *segment_busy(SegmentObject *self, void *closure)
+{
+	(void)closure;
+	if (self->busy)
+		return PyUnicode_FromString(self->busy);
+	if (self->readers > 0)
+		return PyUnicode_FromString("info");
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef segment_methods[] = {
 	{ "create", (PyCFunction)(void (*)(void))segment_create, METH_VARARGS | METH_KEYWORDS | METH_STATIC,
 	  "create(name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=True, host_register=False,\n"
@@ -493,6 +640,10 @@ static PyMethodDef segment_methods[] = {
 	{ "supported", (PyCFunction)(void (*)(void))segment_supported,
 	  METH_VARARGS | METH_KEYWORDS | METH_STATIC,
 	  "supported(mmap=True, host_register=False, hugetlb=False) -> bool" },
+	{ "why_unsupported", (PyCFunction)(void (*)(void))segment_why_unsupported,
+	  METH_VARARGS | METH_KEYWORDS | METH_STATIC,
+	  "why_unsupported(mmap=True, host_register=False, hugetlb=False, device_id=0) -> str\n\n"
+	  "The C library's reason and fix when supported() is False, else ''." },
 	{ "complete", (PyCFunction)segment_complete, METH_O,
 	  "complete(blobs)\n\nPhase two; blobs are indexed by rank." },
 	{ "finish", (PyCFunction)segment_finish, METH_NOARGS,
@@ -507,7 +658,11 @@ static PyMethodDef segment_methods[] = {
 	{ "size", (PyCFunction)segment_size, METH_NOARGS, "size() -> int: the requested size" },
 	{ "alloc_size", (PyCFunction)segment_alloc_size, METH_NOARGS,
 	  "alloc_size() -> int: the mapped size" },
-	{ "info", (PyCFunction)segment_info, METH_NOARGS, "info() -> dict: what the segment actually got" },
+	{ "info", (PyCFunction)segment_info, METH_NOARGS,
+	  "info() -> dict: what the segment actually got, residency included (reads /proc/self/smaps)" },
+	{ "facts", (PyCFunction)segment_facts, METH_NOARGS,
+	  "facts() -> dict: size, alloc_size, page_size, device_addr, backend, accelerator, owner,\n"
+	  "hugetlb, registered, as complete() found them; costs nothing" },
 	{ "view", (PyCFunction)(void (*)(void))segment_view, METH_VARARGS | METH_KEYWORDS,
 	  "view(offset=0, nbytes=None) -> memoryview over [offset, offset+nbytes)" },
 	{ "__enter__", (PyCFunction)segment_enter, METH_NOARGS, NULL },
@@ -518,6 +673,8 @@ static PyMethodDef segment_methods[] = {
 static PyGetSetDef segment_getset[] = {
 	{ "closed", (getter)segment_closed, NULL, "True once close() ran", NULL },
 	{ "exports", (getter)segment_exports, NULL, "live buffer exports", NULL },
+	{ "busy", (getter)segment_busy, NULL, "the call another thread is inside without the GIL, or None",
+	  NULL },
 	{ NULL, NULL, NULL, NULL, NULL },
 };
 

@@ -27,6 +27,7 @@ because another one raised.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -92,6 +93,8 @@ _DTYPE_ALIASES: Dict[str, str] = {
     "bool_": "bool",
 }
 _NAME_SEPARATORS = (":", ";", "|")
+# The C library's largest segment (64 TiB), read once: the layout checks against it.
+_MAX_SIZE: int = _native.MAX_SIZE
 
 
 class SharedSegmentError(RuntimeError):
@@ -112,30 +115,73 @@ class _BlockSpec:
     dtype: Any
     nbytes: int
     dtype_name: str = ""
+    torch_dtype: Any = None  # the installed torch's dtype, None without torch
 
 
-def _dtype_name_and_size(name: str, dtype: Any) -> Tuple[str, int]:
-    """Torch's name of @dtype (a torch dtype, a numpy dtype or a name) and its element size."""
+def _accepted_dtypes() -> str:
+    return ", ".join(sorted(_DTYPE_SIZES))
+
+
+def _dtype_name(name: str, dtype: Any) -> str:
+    """Torch's name of @dtype: a torch dtype, a native-endian numpy dtype or a name."""
+    if dtype is None:
+        raise SharedSegmentError(
+            f"Block {name!r} has dtype None: name one (a torch dtype, a numpy dtype or one of " f"{_accepted_dtypes()})"
+        )
     if torch is not None and isinstance(dtype, torch.dtype):
-        return str(dtype)[len("torch.") :], torch.empty(0, dtype=dtype).element_size()
+        return str(dtype)[len("torch.") :]
     if isinstance(dtype, str):
-        text = dtype[len("torch.") :] if dtype.startswith("torch.") else dtype
-    else:
-        try:
-            import numpy
-        except ModuleNotFoundError:
-            numpy = None  # type: ignore[assignment]  # numpy dtypes are optional too
-        try:
-            text = numpy.dtype(dtype).name if numpy is not None else str(dtype)
-        except TypeError:
-            text = str(dtype)
+        return dtype[len("torch.") :] if dtype.startswith("torch.") else dtype
+    try:
+        import numpy
+    except ModuleNotFoundError:
+        return str(dtype)  # numpy dtypes are optional too
+    try:
+        described = numpy.dtype(dtype)
+    except TypeError:
+        return str(dtype)
+    if not described.isnative:
+        raise SharedSegmentError(
+            f"Block {name!r} has the byte-swapped numpy dtype {described.str!r}: the pages are read in "
+            f"this machine's byte order, so declare {described.newbyteorder('=').name} and swap the bytes "
+            "where they are produced"
+        )
+    return described.name
+
+
+def _resolve_dtype(name: str, dtype: Any) -> Tuple[str, int, Any]:
+    """@dtype's name in the layout table, its element size and the installed torch's dtype."""
+    text = _dtype_name(name, dtype)
     text = _DTYPE_ALIASES.get(text, text)
     if text not in _DTYPE_SIZES:
+        why = ""
+        if text.startswith("qu") or text.startswith("qint"):
+            why = " (a quantized tensor needs a quantizer that a view of raw pages cannot carry)"
         raise SharedSegmentError(
-            f"Block {name!r} has an unknown dtype {dtype!r}: use a torch dtype, a numpy dtype "
-            f"or one of {', '.join(sorted(_DTYPE_SIZES))}"
+            f"Block {name!r} has an unsupported dtype {dtype!r}{why}: use a torch dtype, a numpy dtype "
+            f"or a name, one of {_accepted_dtypes()}"
         )
-    return text, _DTYPE_SIZES[text]
+    torch_dtype = None
+    if torch is not None:
+        torch_dtype = getattr(torch, text, None)
+        if not isinstance(torch_dtype, torch.dtype):
+            raise SharedSegmentError(
+                f"Block {name!r} has dtype {text}, which the installed torch {torch.__version__} does not "
+                f"have, so tensors() could not view it: upgrade torch, or declare the block as uint8"
+                + (f" with a last dimension {_DTYPE_SIZES[text]} times longer" if _DTYPE_SIZES[text] > 1 else "")
+                + " and reinterpret the bytes"
+            )
+    return text, _DTYPE_SIZES[text], torch_dtype
+
+
+def _an_int(value: Any) -> Optional[int]:
+    """@value as an int if it is one (an int, a numpy or torch integer), else None; never a bool."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _parse_block(name: Any, spec: Mapping[str, Any]) -> _BlockSpec:
@@ -145,19 +191,33 @@ def _parse_block(name: Any, spec: Mapping[str, Any]) -> _BlockSpec:
             "(they separate the fields of the layout tag)"
         )
     try:
-        count = int(spec["count"])
-        shape = tuple(int(d) for d in spec["shape"])
-        dtype = spec["dtype"]
+        count_value, shape_value, dtype = spec["count"], spec["shape"], spec["dtype"]
+        dims = list(shape_value)
     except (KeyError, TypeError):
         raise SharedSegmentError(f"Block {name!r} needs count, shape and dtype") from None
-    except ValueError as exc:
-        raise SharedSegmentError(f"Block {name!r} needs integer count and shape: {exc}") from None
+    # Refuse what int() would silently coerce: 1.5 -> 1, "12" -> (1, 2), (2.7, 3) -> (2, 3).
+    count = _an_int(count_value)
+    if count is None:
+        raise SharedSegmentError(f"Block {name!r} needs integer count and shape: count is {count_value!r}")
+    shape_ints = [_an_int(d) for d in dims]
+    if isinstance(shape_value, (str, bytes)) or any(d is None for d in shape_ints):
+        raise SharedSegmentError(
+            f"Block {name!r} needs integer count and shape: shape is {shape_value!r}, "
+            "pass a tuple of ints such as (1024, 576)"
+        )
+    shape = tuple(int(d) for d in shape_ints)  # type: ignore[arg-type]  # checked above
     if count <= 0:
         raise SharedSegmentError(f"Block {name!r} needs a positive count")
     if not shape or any(d <= 0 for d in shape):
         raise SharedSegmentError(f"Block {name!r} needs a positive shape")
-    dtype_name, element_size = _dtype_name_and_size(name, dtype)
-    return _BlockSpec(count, shape, dtype, element_size * math.prod(shape), dtype_name)
+    dtype_name, element_size, torch_dtype = _resolve_dtype(name, dtype)
+    nbytes = element_size * math.prod(shape)
+    if nbytes > _MAX_SIZE:
+        raise SharedSegmentError(
+            f"Block {name!r} entries are {nbytes} bytes each, above the largest segment "
+            f"({_MAX_SIZE} bytes): lower its shape"
+        )
+    return _BlockSpec(count, shape, dtype, nbytes, dtype_name, torch_dtype)
 
 
 def _align_up(value: int, align: int) -> int:
@@ -180,7 +240,13 @@ def _build_layout(
         offsets[name] = offset
         offset += _align_up(spec.nbytes, alignment)
     stride = offset
-    total = stride * max(spec.count for spec in specs.values())
+    largest = max(specs, key=lambda name: specs[name].count)
+    total = stride * specs[largest].count
+    if total > _MAX_SIZE:
+        raise SharedSegmentError(
+            f"Block {largest!r} has count {specs[largest].count}, which makes the segment {total} bytes "
+            f"({stride} bytes per entry), above the largest segment ({_MAX_SIZE} bytes): lower its count"
+        )
     tag = ";".join(
         f"{name}:{spec.count}:{'x'.join(str(d) for d in spec.shape)}:torch.{spec.dtype_name}:{spec.nbytes}"
         for name, spec in specs.items()
@@ -278,6 +344,60 @@ def _release(native: Any) -> None:
             pass
 
 
+# A declaration as ranks compare it: the name and, per block, (count, shape, dtype name).
+_Declaration = Tuple[str, Tuple[Tuple[str, int, Tuple[int, ...], str], ...]]
+_MAX_LISTED_DIFFERENCES = 10
+
+
+def _declaration(name: str, specs: Mapping[str, _BlockSpec]) -> _Declaration:
+    return name, tuple((block, s.count, s.shape, s.dtype_name) for block, s in specs.items())
+
+
+def _differences(mine: _Declaration, rank: int, theirs: _Declaration, their_rank: int) -> List[str]:
+    """What rank @rank declares differently from rank @their_rank, field by field."""
+    found = []
+    if mine[0] != theirs[0]:
+        found.append(f"name {mine[0]!r} on rank {rank}, {theirs[0]!r} on rank {their_rank}")
+    my_blocks = {block: fields for block, *fields in mine[1]}
+    their_blocks = {block: fields for block, *fields in theirs[1]}
+    for block in sorted(set(my_blocks) | set(their_blocks)):
+        if block not in their_blocks:
+            found.append(f"block {block!r} is declared on rank {rank}, not on rank {their_rank}")
+        elif block not in my_blocks:
+            found.append(f"block {block!r} is declared on rank {their_rank}, not on rank {rank}")
+        else:
+            for field, a, b in zip(("count", "shape", "dtype"), my_blocks[block], their_blocks[block]):
+                if a != b:
+                    found.append(f"block {block!r} {field} {a} on rank {rank}, {b} on rank {their_rank}")
+    if not found:  # same fields; only the layout order can differ
+        order = [[b for b, *_ in d[1]] for d in (mine, theirs)]
+        found.append(f"block order {order[0]} on rank {rank}, {order[1]} on rank {their_rank}")
+    if len(found) > _MAX_LISTED_DIFFERENCES:
+        found[_MAX_LISTED_DIFFERENCES:] = [f"and {len(found) - _MAX_LISTED_DIFFERENCES} more"]
+    return found
+
+
+def _declaration_failures(declarations: List[Optional[_Declaration]]) -> List[Tuple[int, str, Optional[int]]]:
+    """Every rank whose declaration differs from the most common one (the lowest rank's on a tie)."""
+    known = [d for d in declarations if d is not None]
+    if not known:
+        return []
+    reference = max(known, key=lambda d: (known.count(d), -declarations.index(d)))
+    reference_rank = declarations.index(reference)
+    failures: List[Tuple[int, str, Optional[int]]] = []
+    for rank, declaration in enumerate(declarations):
+        if declaration is not None and declaration != reference:
+            detail = ", ".join(_differences(declaration, rank, reference, reference_rank))
+            failures.append(
+                (
+                    rank,
+                    f"Shared segment declaration of rank {rank} differs from the local one: {detail}",
+                    None,
+                )
+            )
+    return failures
+
+
 class _Group:
     """The ranks of one create_shared_segment call: local errors become everyone's."""
 
@@ -286,16 +406,29 @@ class _Group:
         self.rank_id = rank_id
         self.collective = collective
 
-    def consensus(self, phase: str, error: Optional[BaseException], native: Any) -> None:
-        """Raise on every rank if any rank failed @phase; releases @native first."""
+    def consensus(
+        self,
+        phase: str,
+        error: Optional[BaseException],
+        native: Any,
+        declaration: Optional[_Declaration] = None,
+    ) -> None:
+        """Raise on every rank if any rank failed @phase or declared differently; releases @native first.
+
+        Every rank computes the message from the same gathered entries, so
+        every rank raises the same text.  Ranks are named by their place in
+        comm_group, which is rank_id once the group check passed.
+        """
         if self.collective is None:
             if error is not None:
                 _release(native)
                 raise SharedSegmentError(_describe(error), _errno_of(error)) from error
             return
-        contribution = None if error is None else (self.rank_id, _describe(error), _errno_of(error))
-        entries = self.exchange(phase, contribution, native)
-        failures = [entry for entry in entries if entry is not None]
+        failed = None if error is None else (_describe(error), _errno_of(error))
+        entries = self.exchange(phase, (failed, declaration), native)
+        failures = [(rank, entry[0][0], entry[0][1]) for rank, entry in enumerate(entries) if entry[0]]
+        if not failures:
+            failures = _declaration_failures([entry[1] for entry in entries])
         if failures:
             _release(native)
             message = "; ".join(f"rank {rank}: {text}" for rank, text, _ in failures)
@@ -314,7 +447,29 @@ class _Group:
             ) from exc
 
 
+def _check_world_size(world_size: Any) -> None:
+    if _an_int(world_size) is None:
+        raise SharedSegmentError(f"world_size must be an int (the number of ranks), got {world_size!r}")
+    if world_size < 1:
+        raise SharedSegmentError(
+            f"world_size must be at least 1 (the number of ranks sharing the segment, comm_group's size), "
+            f"got {world_size}"
+        )
+
+
+def _check_arguments(name: Any, rank_id: Any, flags: Mapping[str, Any]) -> None:
+    """Refuse what the native call would silently coerce: None names, 'no' as a flag."""
+    if not isinstance(name, str):
+        raise SharedSegmentError(f"name must be a str (it names the segment in its fingerprint), got {name!r}")
+    if _an_int(rank_id) is None:
+        raise SharedSegmentError(f"rank_id must be an int (this rank's place in comm_group), got {rank_id!r}")
+    for flag, value in flags.items():
+        if not isinstance(value, bool) and type(value).__name__ != "bool_":  # numpy.bool_ is a bool too
+            raise SharedSegmentError(f"{flag} must be True or False, got {value!r}")
+
+
 def _check_group(collective: _Collective, world_size: int, rank_id: int) -> None:
+    """Before any collective: the group is the one world_size and rank_id describe."""
     size, rank = collective.size(), collective.rank()
     if size != world_size:
         raise SharedSegmentError(
@@ -327,16 +482,25 @@ def _check_group(collective: _Collective, world_size: int, rank_id: int) -> None
         )
 
 
-def _capability_error(mmap: bool, host_register: bool, hugetlb: bool) -> Optional[str]:
+def _capability_error(mmap: bool, host_register: bool, hugetlb: bool, device_id: Optional[int]) -> Optional[str]:
+    """Upstream's message when this kind of segment is unsupported, then the C library's reason and fix."""
     if shared_segment_supported(mmap=mmap, host_register=host_register, hugetlb=hugetlb):
         return None
     if not mmap:
-        return "This mooncake build has no VMM backend for shared segments"
-    if host_register:
-        return "This mooncake build cannot HostRegister shared-segment pages"
-    if hugetlb:
-        return "This host cannot back shared segments with HugeTLB pages (no hugetlbfs memfd support)"
-    return "This mooncake build has no mmap shared-segment backend"
+        message = "This mooncake build has no VMM backend for shared segments"
+    elif host_register:
+        message = "This mooncake build cannot HostRegister shared-segment pages"
+    elif hugetlb:
+        message = "This host cannot back shared segments with HugeTLB pages (no hugetlbfs memfd support)"
+    else:
+        message = "This mooncake build has no mmap shared-segment backend"
+    why_unsupported = getattr(_native.SharedSegment, "why_unsupported", None)
+    if why_unsupported is not None:
+        device = _default_device_id() if device_id is None else device_id
+        reason = why_unsupported(mmap, host_register, hugetlb, device if _an_int(device) is not None else 0)
+        if reason:
+            message = f"{message}: {reason}"
+    return message
 
 
 def shared_segment_supported(mmap: bool = True, host_register: bool = False, hugetlb: bool = False) -> bool:
@@ -363,7 +527,19 @@ class SharedSegment:
 
     Views (:meth:`tensors`, :meth:`buffers`) and everything derived from them
     keep the mapping alive; :meth:`close` releases it deterministically once
-    no view remains (BufferError otherwise).
+    no view remains (BufferError otherwise).  Use :meth:`tensors`; two ways
+    around it lose that protection:
+
+    - ``t.share_memory_()`` (torch.multiprocessing queues call it) moves ``t``
+      to new storage: its writes no longer reach the segment.  Send workers
+      (block, index) and call :meth:`tensors` there.
+    - ``torch.frombuffer(seg.buffers(block)[i])`` then ``release()`` of that
+      memoryview: nothing holds the mapping any more, so :meth:`close` unmaps
+      it under the tensor.  Never release a memoryview a tensor is built on.
+
+    One segment is not for concurrent use: while a thread is inside a call
+    that releases the GIL (the native complete() during creation, :meth:`info`), calls from other threads
+    that would race with it raise RuntimeError naming that call.
     """
 
     def __init__(
@@ -379,7 +555,11 @@ class SharedSegment:
         self._offsets = dict(offsets)
         self._stride = stride
         self._device_id = device_id
-        self.device_base = int(native.device_addr()) or None
+        # What the segment got at create, read once: tensors() must not ask info(), which reads
+        # the residency from /proc/self/smaps in time proportional to the segment.
+        facts = native.facts()
+        self.device_base = int(facts["device_addr"]) or None
+        self._accelerator = str(facts["accelerator"]) if self.device_base is not None else ""
 
     def _spec(self, block: str) -> _BlockSpec:
         spec = self._specs.get(block)
@@ -392,7 +572,12 @@ class SharedSegment:
         return [base + i * self._stride for i in range(spec.count)]
 
     def buffers(self, block: str) -> List[memoryview]:
-        """The block's entries as writable memoryviews of ``nbytes`` each (no torch needed)."""
+        """The block's entries as writable memoryviews of ``nbytes`` each (no torch needed).
+
+        Each holds the mapping until it is dropped or released; a tensor built
+        on one with ``torch.frombuffer`` does not survive its ``release()``:
+        prefer :meth:`tensors`.
+        """
         spec = self._spec(block)
         return [self._native.view(offset, spec.nbytes) for offset in self._entry_offsets(block)]
 
@@ -404,17 +589,18 @@ class SharedSegment:
         so ``non_blocking=True`` copies are asynchronous.  ``device="cuda"``
         gives CUDA tensors over the registered pages' device address instead.
         New views on every call; each keeps the segment mapped for as long as
-        it, or any tensor derived from it, is alive.
+        it, or any tensor derived from it, is alive (not a copy made by
+        ``share_memory_()``, which no longer writes to the segment).  The cost
+        does not depend on the segment's size: nothing is read from the kernel.
         """
         spec = self._spec(block)
         if torch is None:
             raise SharedSegmentError(
                 f"PyTorch is required to create shared-segment tensor views; {_TORCH_PACKAGE_HINT}"
             )
-        dtype = spec.dtype if isinstance(spec.dtype, torch.dtype) else getattr(torch, spec.dtype_name)
-        accelerator = self._native.info().get("accelerator") if self.device_base is not None else ""
+        dtype = spec.torch_dtype if spec.torch_dtype is not None else getattr(torch, spec.dtype_name)
         # As upstream: the views of a segment registered with Ascend are NPU tensors.
-        if (device is None and accelerator == "ascend") or (device is not None and str(device).startswith("npu")):
+        if (device is None and self._accelerator == "ascend") or (device is not None and str(device).startswith("npu")):
             return self._npu_tensors(spec, dtype, self._entry_offsets(block))
         if device is not None and str(device).startswith("cuda"):
             return self._cuda_tensors(spec, dtype, str(device), self._entry_offsets(block))
@@ -430,7 +616,7 @@ class SharedSegment:
         return views
 
     def _npu_tensors(self, spec: _BlockSpec, dtype: Any, offsets: List[int]) -> List["torch.Tensor"]:
-        if self.device_base is None or self._native.info().get("accelerator") != "ascend":
+        if self.device_base is None or self._accelerator != "ascend":
             raise SharedSegmentError(
                 "NPU tensor views need a segment registered with Ascend: create it with host_register=True"
             )
@@ -456,7 +642,7 @@ class SharedSegment:
         return views
 
     def _cuda_tensors(self, spec: _BlockSpec, dtype: Any, device: str, offsets: List[int]) -> List["torch.Tensor"]:
-        if self.device_base is None or self._native.info().get("accelerator") != "cuda":
+        if self.device_base is None or self._accelerator != "cuda":
             raise SharedSegmentError(
                 "CUDA tensor views need a segment registered with CUDA: create it with host_register=True"
             )
@@ -487,6 +673,8 @@ class SharedSegment:
     def offset(self, block: str, index: int = 0) -> int:
         """Byte offset of entry @index of @block from the base (the same on every rank)."""
         spec = self._spec(block)
+        if _an_int(index) is None:
+            raise SharedSegmentError(f"offset({block!r}, {index!r}): the index must be an int")
         if not 0 <= index < spec.count:
             raise SharedSegmentError(f"Block {block!r} has {spec.count} entries, no index {index}")
         return self._offsets[block] + index * self._stride
@@ -500,7 +688,11 @@ class SharedSegment:
         return int(self._native.size())
 
     def info(self) -> Dict[str, Any]:
-        """What the segment actually got: page size, residency, huge pages, NUMA, commit."""
+        """What the segment actually got: page size, residency, huge pages, NUMA, commit.
+
+        The residency is read from /proc/self/smaps, in time proportional to
+        the segment (tens of ms per GiB), without holding the GIL.
+        """
         return dict(self._native.info())
 
     def close(self) -> None:
@@ -510,8 +702,16 @@ class SharedSegment:
     def __enter__(self) -> "SharedSegment":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
+        if exc is None:
+            self.close()
+            return
+        # Leaving on an exception: that exception is the one to see, even if views are still alive.
+        try:
+            self.close()
+        except (BufferError, RuntimeError) as not_closed:
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(f"The shared segment stayed open: {not_closed}")
 
 
 def create_shared_segment(
@@ -546,15 +746,18 @@ def create_shared_segment(
     Raises SharedSegmentError on every rank when any rank fails.
     """
     group_obj, alias_error = _select_comm_group(comm_group, tp_group)
-    if world_size != 1 and group_obj is None:
-        raise SharedSegmentError("comm_group is required when world_size > 1")
+    if group_obj is None:
+        # No group to share an error with: this rank raises alone.
+        _check_world_size(world_size)
+        if world_size != 1:
+            raise SharedSegmentError("comm_group is required when world_size > 1")
 
-    collective: Optional[_Collective] = None
-    if world_size != 1:
-        collective = _Collective(group_obj)
+    # With a group, even for world_size=1: its ranks must agree that they are one group.
+    collective = _Collective(group_obj) if group_obj is not None else None
     group = _Group(world_size, rank_id, collective)
 
     native = blob = None
+    declaration: Optional[_Declaration] = None
     specs: Dict[str, _BlockSpec] = {}
     offsets: Dict[str, int] = {}
     stride = 0
@@ -563,15 +766,19 @@ def create_shared_segment(
     try:
         if alias_error:
             raise SharedSegmentError(alias_error)
+        if collective is not None:
+            # Local checks, before the first collective: every rank then joins the consensus.
+            _check_world_size(world_size)
+            _check_group(collective, world_size, rank_id)
+        _check_arguments(name, rank_id, {"mmap": mmap, "host_register": host_register, "hugetlb": hugetlb})
         if host_register and not mmap:
             raise SharedSegmentError("host_register requires mmap=True")
-        capability = _capability_error(mmap, host_register, hugetlb)
+        capability = _capability_error(mmap, host_register, hugetlb, device_id)
         if capability:
             raise SharedSegmentError(capability)
         specs, offsets, stride, total, tag = _build_layout(blocks)
+        declaration = _declaration(name, specs)
         device = _default_device_id() if device_id is None else device_id
-        if collective is not None:
-            _check_group(collective, world_size, rank_id)
         native, blob = _native.SharedSegment.create(
             f"{name}|{tag}",
             total,
@@ -586,7 +793,7 @@ def create_shared_segment(
         )
     except Exception as exc:  # every local failure joins the consensus
         error = exc
-    group.consensus("create", error, native)
+    group.consensus("create", error, native, declaration)
     if native is None:
         raise SharedSegmentError("Shared segment create returned no segment")
 

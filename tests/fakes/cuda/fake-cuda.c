@@ -11,6 +11,7 @@
  *   FAKE_CUDA_DEVICES=N              devices (default 2)
  *   FAKE_CUDA_FAIL_REGISTER_AT=N     the Nth cuMemHostRegister fails (out of memory)
  *   FAKE_CUDA_NO_UVA=1               device pointers are not the host addresses
+ *   FAKE_CUDA_REGISTER_DELAY_MS=N    each cuMemHostRegister takes N ms (a slow driver)
  *   FAKE_CUDA_LOG=PATH               one line per call, appended
  */
 #include <cuda.h>
@@ -127,6 +128,8 @@ CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
 	uintptr_t a = (uintptr_t)p;
 
 	register_calls++;
+	if (fake_env_int("FAKE_CUDA_REGISTER_DELAY_MS", 0) > 0)
+		usleep((useconds_t)fake_env_int("FAKE_CUDA_REGISTER_DELAY_MS", 0) * 1000);
 	if (!pushed) {
 		note("ERROR register without a current context");
 		return CUDA_ERROR_INVALID_CONTEXT;
