@@ -151,10 +151,10 @@ static void advise_after_map(struct mooncake_segment *seg)
 			       "4 KiB pages",
 			       seg->label, strerror(errno));
 	}
-	/* A child of a rank must not inherit (and keep alive) the pages. */
-	if (madvise(seg->base, seg->alloc_size, MADV_DONTFORK) != 0)
-		mc_log(MOONCAKE_SEGMENT_LOG_WARNING, "Shared segment '%s': MADV_DONTFORK failed (%s)",
-		       seg->label, strerror(errno));
+	/* No MADV_DONTFORK: a MAP_SHARED mapping has no copy-on-write, so a forked
+	 * child shares the very pages (registered or pinned ones too) and may read
+	 * them; hiding them would turn that read into SIGSEGV and let the child's
+	 * own allocations land in the range (fork.c keeps the descriptors out). */
 }
 
 static int map_over_window(struct mooncake_segment *seg, int fd)
@@ -179,7 +179,9 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	if (seg->opt.hugetlb)
 		flags |= MFD_HUGETLB | hugetlb_size_flag(seg->page_size);
 	snprintf(name, sizeof(name), "mooncake-segment:%s", seg->label);
+	mc_fd_track_begin();
 	seg->fd = memfd_create(name, flags);
+	mc_fd_track_end(&seg->fd_tracking, &seg->fd);
 	if (seg->fd < 0) {
 		err = errno;
 		if (seg->opt.hugetlb && err == EINVAL)
@@ -417,6 +419,7 @@ static void memfd_unimport(struct mooncake_segment *seg)
 static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owner)
 {
 	struct memfd_handle h;
+	struct mc_tracked_fd tracking;
 	uint64_t own_ns = mc_host_pid_namespace();
 	int fd, err;
 
@@ -434,7 +437,10 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 			seg->opt.rank_id, (unsigned long long)own_ns,
 			(unsigned long long)owner->pid_namespace, h.pid);
 
+	/* Opened under the fork registry: a child forked meanwhile never holds it. */
+	mc_fd_track_begin();
 	fd = open_owner_file(seg, owner, &h);
+	mc_fd_track_end(&tracking, &fd);
 	if (fd < 0)
 		return fd;
 	err = check_owner_file(seg, fd, &h);
@@ -446,7 +452,7 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 					   "%llu bytes",
 					   seg->opt.rank_id, (unsigned long long)seg->alloc_size);
 	}
-	close(fd);
+	mc_fd_close(&tracking);
 	if (err)
 		return err;
 
@@ -464,10 +470,7 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 
 static void memfd_finish(struct mooncake_segment *seg)
 {
-	if (seg->fd >= 0) {
-		close(seg->fd);
-		seg->fd = -1;
-	}
+	mc_fd_close(&seg->fd_tracking);
 }
 
 static void memfd_release(struct mooncake_segment *seg)

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "mooncake/segment.h"
 #include "accel.h"
@@ -184,6 +185,23 @@ int mc_commit_pages(const struct mc_commit_request *req, struct mc_commit_result
 /* Map every page table entry of a mapping of existing pages (peers). */
 int mc_populate_mapping(void *addr, uint64_t len, uint64_t page_size, unsigned int threads);
 
+/* --- descriptors and fork() (fork.c) ------------------------------------------ */
+
+/* A descriptor that no forked child keeps: a pthread_atfork child handler
+ * closes it in the child and sets *fd to -1 there. */
+struct mc_tracked_fd {
+	int *fd;
+	struct mc_tracked_fd *next;
+};
+
+/* Create the descriptor between these two calls (no fork() can come
+ * between): begin takes the registry lock, end tracks *@fd when it is >= 0 and
+ * drops the lock.  @fd must stay valid until mc_fd_close(). */
+void mc_fd_track_begin(void);
+void mc_fd_track_end(struct mc_tracked_fd *t, int *fd);
+/* Untrack, close *t->fd and set it to -1; a never-tracked @t (zeroed) is fine. */
+void mc_fd_close(struct mc_tracked_fd *t);
+
 /* --- address windows (window.c) ---------------------------------------------- */
 
 /* Reserve @len bytes of address space aligned to @align (PROT_NONE); NULL on failure (errno set). */
@@ -236,9 +254,11 @@ struct mooncake_segment {
 	bool ready;
 	bool finished;
 
-	void *base;  /* this rank's mapping or reservation */
-	bool mapped; /* base holds the shared pages (not just a reservation) */
-	int fd;	     /* owner: the memfd kept for importers; -1 otherwise */
+	void *base;			  /* this rank's mapping or reservation */
+	bool mapped;			  /* base holds the shared pages (not just a reservation) */
+	int fd;				  /* owner: the memfd kept for importers; -1 otherwise */
+	struct mc_tracked_fd fd_tracking; /* closes fd in a forked child */
+	pid_t creator;			  /* the process that created it: only it releases anything */
 	uint64_t file_dev, file_ino;
 	void *physical; /* VMM: the runtime's physical memory handle (owner: allocated, peer: imported) */
 	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages */

@@ -162,6 +162,12 @@ static void fill_blob(const struct mooncake_segment *seg, struct mc_blob *b)
 	memcpy(b->handle, seg->handle, seg->handle_bytes);
 }
 
+/* Is this a forked child's copy of another process's segment? */
+static bool inherited(const struct mooncake_segment *seg)
+{
+	return seg->creator != getpid();
+}
+
 MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 				      const struct mooncake_segment_options *opt,
 				      struct mooncake_segment **out, void *blob)
@@ -179,6 +185,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	seg->opt = *opt;
 	seg->fd = -1;
+	seg->creator = getpid();
 	seg->size = size;
 	seg->is_owner = opt->rank_id == opt->owner_rank;
 	seg->numa_node_requested = opt->numa_node;
@@ -312,6 +319,13 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 	if (!seg || !blobs)
 		return mc_error(EINVAL,
 				"Shared segment complete needs a segment returned by create and the blobs");
+	if (inherited(seg))
+		return mc_error(
+			EINVAL,
+			"Shared segment complete: this segment was created by process %d, and this is "
+			"a forked child of it; a child may use the mapping it inherited but cannot "
+			"complete the parent's segment (create a segment in the child instead)",
+			(int)seg->creator);
 	if (seg->ready)
 		return mc_error(EALREADY, "Shared segment complete has already been called on this segment");
 	expected = (size_t)seg->opt.world_size * MOONCAKE_SEGMENT_BLOB_SIZE;
@@ -355,7 +369,8 @@ MC_EXPORT int mooncake_segment_finish(struct mooncake_segment *seg)
 	mc_clear_error();
 	if (!seg || !seg->ready)
 		return mc_error(EINVAL, "Shared segment finish needs a segment on which complete succeeded");
-	if (seg->is_owner && !seg->finished)
+	/* A forked child holds no descriptor (fork.c): nothing of the parent's to drop. */
+	if (seg->is_owner && !seg->finished && !inherited(seg))
 		seg->backend->finish(seg);
 	seg->finished = true;
 	return 0;
@@ -367,8 +382,12 @@ MC_EXPORT void mooncake_segment_destroy(struct mooncake_segment *seg)
 
 	if (!seg)
 		return;
-	unregister_mapping(seg);
-	seg->backend->release(seg);
+	/* A forked child's copy: the mapping, registration and runtime handles are
+	 * the parent's, and the range may by now hold the child's own memory. */
+	if (!inherited(seg)) {
+		unregister_mapping(seg);
+		seg->backend->release(seg);
+	}
 	free(seg);
 	errno = saved_errno;
 }

@@ -60,21 +60,8 @@ static int peer_complete(const struct scenario *sc, struct mooncake_segment *seg
 		if (become_stranger() != 0)
 			return 10;
 		break;
-	case IN_NEW_PID_NAMESPACE: {
-		pid_t child;
-		int status;
-
-		/* A new PID namespace takes effect for children: complete in one. */
-		if (unshare(CLONE_NEWPID) != 0)
-			return 11;
-		child = fork();
-		if (child < 0)
-			return 12;
-		if (child > 0)
-			return waitpid(child, &status, 0) == child && WIFEXITED(status) ? WEXITSTATUS(status)
-											: 13;
+	case IN_NEW_PID_NAMESPACE: /* entered before create: see isolation_rank */
 		break;
-	}
 	case WITH_PROC_HIDDEN:
 		/* This rank's own /proc, empty: the owner cannot be found there. */
 		if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
@@ -100,6 +87,21 @@ static int isolation_rank(struct group_rank *self, void *arg)
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[BLOB], blobs[2 * BLOB], *base;
 
+	/* A new PID namespace takes effect for children: the peer runs in one, from
+	 * create on (a forked child cannot complete its parent's segment). */
+	if (self->rank == 1 && sc->setup == IN_NEW_PID_NAMESPACE) {
+		pid_t child;
+		int status;
+
+		if (unshare(CLONE_NEWPID) != 0)
+			return 11;
+		child = fork();
+		if (child < 0)
+			return 12;
+		if (child > 0)
+			return waitpid(child, &status, 0) == child && WIFEXITED(status) ? WEXITSTATUS(status)
+											: 13;
+	}
 	if (self->rank == 0 && sc->owner_as_stranger) {
 		RANK_CHECK(become_stranger() == 0);
 		/* setuid made the owner non-dumpable; put it back unless the scenario wants it off. */

@@ -80,5 +80,6 @@ Suite *suite_complete(void);
 Suite *suite_host(void);
 Suite *suite_placement(void);
 Suite *suite_hardening(void);
+Suite *suite_fork(void);
 
 #endif
