@@ -190,6 +190,10 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 		return mc_error_sys(mc_fold_errno(err), err, "Shared segment memfd_create failed%s",
 				    err == EPERM ? " (a seccomp filter may block memfd_create)" : "");
 	}
+	/* Above RLIMIT_FSIZE, ftruncate (and fallocate) would raise SIGXFSZ and kill us. */
+	err = mc_check_file_size_limit(seg);
+	if (err)
+		return err;
 	if (ftruncate(seg->fd, (off_t)seg->alloc_size) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno,
 				    "Shared segment ftruncate to %llu bytes failed",
@@ -200,9 +204,7 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 
 	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
 	if (!seg->base)
-		return mc_error_sys(ENOMEM, errno,
-				    "Shared segment cannot reserve %llu bytes of address space",
-				    (unsigned long long)seg->alloc_size);
+		return mc_address_space_error(seg, errno);
 	err = map_over_window(seg, seg->fd);
 	if (err) {
 		/* HugeTLB reserves the pool at mmap: ENOMEM means the pool is short. */
@@ -257,9 +259,7 @@ static int memfd_reserve(struct mooncake_segment *seg)
 {
 	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
 	if (!seg->base)
-		return mc_error_sys(ENOMEM, errno,
-				    "Shared segment cannot reserve %llu bytes of address space",
-				    (unsigned long long)seg->alloc_size);
+		return mc_address_space_error(seg, errno);
 	return 0;
 }
 

@@ -156,6 +156,10 @@ void mc_placement_query(void *addr, uint64_t len, uint64_t page_size, int *major
 
 /* -ENOMEM with the numbers when the owner's segment cannot fit. */
 int mc_check_memory_room(const struct mooncake_segment *seg);
+/* -EFBIG naming ulimit -f when the memfd would exceed RLIMIT_FSIZE (SIGXFSZ otherwise). */
+int mc_check_file_size_limit(const struct mooncake_segment *seg);
+/* The -ENOMEM for a failed address-space reservation, naming RLIMIT_AS when one is set. */
+int mc_address_space_error(const struct mooncake_segment *seg, int sys_errno);
 
 /* --- committing pages (populate.c) ------------------------------------------ */
 

@@ -120,6 +120,8 @@ void mooncake_segment_options_init(struct mooncake_segment_options *opt);
  *           HugeTLB, an accelerator runtime)
  *  -ENOMEM  not enough memory, address space, memory cgroup room or HugeTLB pages
  *  -ENOSPC  the backing filesystem is full
+ *  -EFBIG   the segment is larger than the file size limit (RLIMIT_FSIZE,
+ *           ulimit -f), checked before the kernel could raise SIGXFSZ
  *  -EMFILE  the process is out of file descriptors
  *  -EPERM   the kernel refused (for example a seccomp filter on memfd_create)
  *  -EIO     any other failure of the system or of a runtime
