@@ -301,21 +301,81 @@ static int owner_gone_error(const struct mooncake_segment *seg, const struct mem
 		seg->opt.rank_id, h->pid, h->fd);
 }
 
-static int access_denied_error(const struct mooncake_segment *seg, const struct mc_blob *owner,
-			       const char *path, int open_errno, int getfd_errno)
+/* The whole of a small /proc file into @buf; false when unreadable. */
+static bool read_small_file(const char *path, char *buf, size_t size)
 {
-	char scope[16] = "", cause[320];
+	FILE *f = fopen(path, "re");
+	size_t n;
 
-	if (open_errno == ENOENT)
+	if (!f)
+		return false;
+	n = fread(buf, 1, size - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return n > 0;
+}
+
+/* Whether @pid is in another user namespace than this process.  A uid_map
+ * reads the same from here for two processes of one namespace, and differs
+ * otherwise (the map is shown relative to the reader's namespace, one's own
+ * relative to its parent).  Readable by anyone, unlike /proc/PID/ns/user. */
+static bool in_another_user_namespace(uint32_t pid)
+{
+	char path[64], mine[512], theirs[512];
+
+	snprintf(path, sizeof(path), "/proc/%u/uid_map", pid);
+	return read_small_file("/proc/self/uid_map", mine, sizeof(mine)) &&
+	       read_small_file(path, theirs, sizeof(theirs)) && strcmp(mine, theirs) != 0;
+}
+
+/* The owner's real uid as this rank's user namespace sees it (the blob holds
+ * the owner's own view); the blob's when /proc/PID/status is hidden. */
+static uint32_t owner_uid_here(const struct mc_blob *owner, uint32_t pid)
+{
+	char path[64], line[128];
+	unsigned int uid;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%u/status", pid);
+	f = fopen(path, "re");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Uid: %u", &uid) == 1) {
+			fclose(f);
+			return uid;
+		}
+	if (f)
+		fclose(f);
+	return owner->uid;
+}
+
+static int access_denied_error(const struct mooncake_segment *seg, const struct mc_blob *owner,
+			       const struct memfd_handle *h, const char *path, int open_errno,
+			       int getfd_errno)
+{
+	char scope[16] = "", cause[512];
+	uint32_t owner_uid = owner_uid_here(owner, h->pid);
+	struct stat ns;
+
+	/* First the causes that hold whatever this /proc shows: namespace, then user. */
+	if (in_another_user_namespace(h->pid))
+		snprintf(
+			cause, sizeof(cause),
+			"this rank runs in another user namespace than the owner (user:[%llu] here), and the "
+			"kernel lets a process take another's descriptor only from the owner's user namespace "
+			"(or with CAP_SYS_PTRACE over it), even for the same real user; start every rank in one "
+			"user namespace (no unshare -U or per-rank --userns; Docker/Podman: the same --userns "
+			"for every container of the group)",
+			stat("/proc/self/ns/user", &ns) == 0 ? (unsigned long long)ns.st_ino : 0ULL);
+	else if (owner_uid != (uint32_t)getuid())
+		snprintf(cause, sizeof(cause),
+			 "the owner runs as uid %u and this rank as uid %u; run every rank "
+			 "as the same user",
+			 owner_uid, (unsigned int)getuid());
+	else if (open_errno == ENOENT)
 		snprintf(
 			cause, sizeof(cause),
 			"this rank's /proc does not show the live owner (mounted with hidepid=, or the /proc of "
 			"another PID namespace); mount /proc without hidepid and run the ranks in one PID namespace");
-	else if (owner->uid != (uint32_t)getuid())
-		snprintf(cause, sizeof(cause),
-			 "the owner runs as uid %u and this rank as uid %u; run every rank "
-			 "as the same user",
-			 owner->uid, (unsigned int)getuid());
 	else if (mc_read_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) &&
 		 strtol(scope, NULL, 10) >= 2)
 		snprintf(cause, sizeof(cause),
@@ -386,7 +446,7 @@ static int open_owner_file(struct mooncake_segment *seg, const struct mc_blob *o
 	/* No second route, but /proc shows the owner: its descriptor is just gone. */
 	if (open_errno == ENOENT && proc_shows(h->pid))
 		return owner_gone_error(seg, h);
-	return access_denied_error(seg, owner, path, open_errno, getfd_errno);
+	return access_denied_error(seg, owner, h, path, open_errno, getfd_errno);
 }
 
 /* The file we opened must be the sealed memfd the owner published. */
