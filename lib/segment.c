@@ -11,6 +11,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,7 +42,11 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 				"Shared segment create needs a name, options, an output pointer and a "
 				"blob buffer (got NULL)");
 	if (opt->world_size == 0)
-		return mc_error(EINVAL, "Shared segment world_size must not be zero");
+		return mc_error(
+			EINVAL,
+			"Shared segment world_size must not be zero: fill the options with "
+			"mooncake_segment_options_init() before setting fields (a zeroed struct is not "
+			"the defaults)");
 	if (opt->rank_id >= opt->world_size || opt->owner_rank >= opt->world_size)
 		return mc_error(
 			EINVAL,
@@ -63,6 +68,27 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 				"(interleave), got %d",
 				opt->numa_node);
 	return 0;
+}
+
+/* Fields that mooncake_segment_options_init() never leaves at zero all are:
+ * the struct was most likely zeroed instead of initialised. */
+static bool zeroed_defaults(const struct mooncake_segment_options *opt)
+{
+	return !opt->mmap && opt->device_id == 0 && opt->numa_node == 0;
+}
+
+/* A VMM refusal for options that were zeroed, not initialised: say so. */
+static int hint_zeroed_options(const struct mooncake_segment_options *opt, int err)
+{
+	char message[768];
+
+	if (err != -ENOTSUP || opt->mmap || !zeroed_defaults(opt))
+		return err;
+	snprintf(message, sizeof(message), "%s", mooncake_segment_last_error());
+	return mc_error(ENOTSUP,
+			"%s (mmap is false, as in an options struct that mooncake_segment_options_init() "
+			"did not fill: call it first, then set the fields)",
+			message);
 }
 
 /* The backend for these options, or NULL with the error recorded. */
@@ -194,12 +220,14 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 
 	seg->backend = pick_backend(opt);
 	if (!seg->backend) {
-		err = -ENOTSUP;
+		err = hint_zeroed_options(opt, -ENOTSUP);
 		goto fail;
 	}
 	err = seg->backend->granularity(opt, &seg->page_size);
-	if (err)
+	if (err) {
+		err = hint_zeroed_options(opt, err);
 		goto fail;
+	}
 	seg->alloc_size = mc_align_up(size, seg->page_size);
 	err = mc_placement_resolve(opt, "/sys", &seg->placement);
 	if (err)
