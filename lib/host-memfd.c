@@ -6,9 +6,13 @@
  * The owner creates, sizes and seals the memfd (no rank can shrink it and
  * make the others SIGBUS), maps it into an aligned window, advises THP before
  * the first touch, commits every page and keeps the descriptor open until
- * finish().  A peer opens the owner's /proc/PID/fd/N (or, when that is
+ * finish() (tracked by fork.c, so that no forked child keeps it); the size
+ * is checked against RLIMIT_FSIZE first, past which the kernel would answer
+ * with SIGXFSZ.  A peer opens the owner's /proc/PID/fd/N (or, when that is
  * refused, pidfd_open + pidfd_getfd), checks that it reached the very file the
- * owner published (device and inode), and maps it over its reservation.
+ * owner published (device and inode), and maps it over its reservation.  When
+ * both are refused, the error names the first cause that holds: another user
+ * namespace, another user, a /proc that hides the owner, Yama, dumpability.
  */
 #include "config.h"
 

@@ -254,7 +254,7 @@ static int rank_forking_before_finish(struct group_rank *self, void *arg)
 	struct mooncake_segment_options opt = test_options(2, self->rank, 0);
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[BLOB], blobs[2 * BLOB];
-	int report[2], release[2], memfds = -1;
+	int report[2] = { -1, -1 }, release[2] = { -1, -1 }, memfds = -1;
 	uint64_t dev = 0, ino = 0;
 	struct stat st;
 	pid_t child = -1;
@@ -300,6 +300,8 @@ static int rank_forking_before_finish(struct group_rank *self, void *arg)
 		RANK_CHECK(kill(child, 0) == 0);
 		close(release[1]);
 		RANK_CHECK(waitpid(child, NULL, 0) == child);
+		close(report[0]);
+		close(report[1]);
 	}
 	return 0;
 }
