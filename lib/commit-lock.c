@@ -86,30 +86,37 @@ static void wait_for_holder(const struct sockaddr_un *addr, socklen_t len, const
 	close(fd);
 }
 
-int mc_commit_lock_acquire(const char *cgroup_dir)
+bool mc_commit_lock_acquire(const char *cgroup_dir, struct mc_commit_lock *lock)
 {
 	struct sockaddr_un addr;
 	socklen_t len = lock_address(cgroup_dir, &addr);
 	uint64_t started = mc_now_ns();
+	int bound, err;
 
+	lock->fd = -1;
 	if (!len)
-		return -1;
+		return false;
 	for (;;) {
-		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-		if (fd < 0)
-			return -1;
-		if (bind(fd, (const struct sockaddr *)&addr, len) == 0 && listen(fd, 64) == 0)
-			return fd;
-		close(fd);
-		if (errno != EADDRINUSE)
-			return -1; /* no lock to be had (seccomp, no AF_UNIX): the per-chunk re-check remains */
+		/* Tracked (fork.c): a child forked by another thread must not hold the lock. */
+		mc_fd_track_begin();
+		lock->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		bound = lock->fd >= 0 && bind(lock->fd, (const struct sockaddr *)&addr, len) == 0 &&
+			listen(lock->fd, 64) == 0;
+		err = errno;
+		if (!bound && lock->fd >= 0) {
+			close(lock->fd);
+			lock->fd = -1;
+		}
+		mc_fd_track_end(&lock->tracking, &lock->fd);
+		if (bound)
+			return true;
+		if (err != EADDRINUSE)
+			return false; /* no lock to be had (seccomp, no AF_UNIX): the per-chunk re-check remains */
 		wait_for_holder(&addr, len, cgroup_dir, started);
 	}
 }
 
-void mc_commit_lock_release(int fd)
+void mc_commit_lock_release(struct mc_commit_lock *lock)
 {
-	if (fd >= 0)
-		close(fd);
+	mc_fd_close(&lock->tracking);
 }

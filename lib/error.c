@@ -119,6 +119,7 @@ int mc_fold_errno(int sys_errno)
 	case EPERM:
 	case EINVAL:
 	case ENOTSUP:
+	case EFBIG:
 		return sys_errno;
 	case ENFILE:
 		return EMFILE;

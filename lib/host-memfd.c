@@ -6,9 +6,13 @@
  * The owner creates, sizes and seals the memfd (no rank can shrink it and
  * make the others SIGBUS), maps it into an aligned window, advises THP before
  * the first touch, commits every page and keeps the descriptor open until
- * finish().  A peer opens the owner's /proc/PID/fd/N (or, when that is
+ * finish() (tracked by fork.c, so that no forked child keeps it); the size
+ * is checked against RLIMIT_FSIZE first, past which the kernel would answer
+ * with SIGXFSZ.  A peer opens the owner's /proc/PID/fd/N (or, when that is
  * refused, pidfd_open + pidfd_getfd), checks that it reached the very file the
- * owner published (device and inode), and maps it over its reservation.
+ * owner published (device and inode), and maps it over its reservation.  When
+ * both are refused, the error names the first cause that holds: another user
+ * namespace, another user, a /proc that hides the owner, Yama, dumpability.
  */
 #include "config.h"
 
@@ -151,10 +155,10 @@ static void advise_after_map(struct mooncake_segment *seg)
 			       "4 KiB pages",
 			       seg->label, strerror(errno));
 	}
-	/* A child of a rank must not inherit (and keep alive) the pages. */
-	if (madvise(seg->base, seg->alloc_size, MADV_DONTFORK) != 0)
-		mc_log(MOONCAKE_SEGMENT_LOG_WARNING, "Shared segment '%s': MADV_DONTFORK failed (%s)",
-		       seg->label, strerror(errno));
+	/* No MADV_DONTFORK: a MAP_SHARED mapping has no copy-on-write, so a forked
+	 * child shares the very pages (registered or pinned ones too) and may read
+	 * them; hiding them would turn that read into SIGSEGV and let the child's
+	 * own allocations land in the range (fork.c keeps the descriptors out). */
 }
 
 static int map_over_window(struct mooncake_segment *seg, int fd)
@@ -179,7 +183,9 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	if (seg->opt.hugetlb)
 		flags |= MFD_HUGETLB | hugetlb_size_flag(seg->page_size);
 	snprintf(name, sizeof(name), "mooncake-segment:%s", seg->label);
+	mc_fd_track_begin();
 	seg->fd = memfd_create(name, flags);
+	mc_fd_track_end(&seg->fd_tracking, &seg->fd);
 	if (seg->fd < 0) {
 		err = errno;
 		if (seg->opt.hugetlb && err == EINVAL)
@@ -188,6 +194,10 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 		return mc_error_sys(mc_fold_errno(err), err, "Shared segment memfd_create failed%s",
 				    err == EPERM ? " (a seccomp filter may block memfd_create)" : "");
 	}
+	/* Above RLIMIT_FSIZE, ftruncate (and fallocate) would raise SIGXFSZ and kill us. */
+	err = mc_check_file_size_limit(seg);
+	if (err)
+		return err;
 	if (ftruncate(seg->fd, (off_t)seg->alloc_size) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno,
 				    "Shared segment ftruncate to %llu bytes failed",
@@ -198,9 +208,7 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 
 	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
 	if (!seg->base)
-		return mc_error_sys(ENOMEM, errno,
-				    "Shared segment cannot reserve %llu bytes of address space",
-				    (unsigned long long)seg->alloc_size);
+		return mc_address_space_error(seg, errno);
 	err = map_over_window(seg, seg->fd);
 	if (err) {
 		/* HugeTLB reserves the pool at mmap: ENOMEM means the pool is short. */
@@ -258,9 +266,7 @@ static int memfd_reserve(struct mooncake_segment *seg)
 {
 	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
 	if (!seg->base)
-		return mc_error_sys(ENOMEM, errno,
-				    "Shared segment cannot reserve %llu bytes of address space",
-				    (unsigned long long)seg->alloc_size);
+		return mc_address_space_error(seg, errno);
 	return 0;
 }
 
@@ -302,21 +308,81 @@ static int owner_gone_error(const struct mooncake_segment *seg, const struct mem
 		seg->opt.rank_id, h->pid, h->fd);
 }
 
-static int access_denied_error(const struct mooncake_segment *seg, const struct mc_blob *owner,
-			       const char *path, int open_errno, int getfd_errno)
+/* The whole of a small /proc file into @buf; false when unreadable. */
+static bool read_small_file(const char *path, char *buf, size_t size)
 {
-	char scope[16] = "", cause[320];
+	FILE *f = fopen(path, "re");
+	size_t n;
 
-	if (open_errno == ENOENT)
+	if (!f)
+		return false;
+	n = fread(buf, 1, size - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return n > 0;
+}
+
+/* Whether @pid is in another user namespace than this process.  A uid_map
+ * reads the same from here for two processes of one namespace, and differs
+ * otherwise (the map is shown relative to the reader's namespace, one's own
+ * relative to its parent).  Readable by anyone, unlike /proc/PID/ns/user. */
+static bool in_another_user_namespace(uint32_t pid)
+{
+	char path[64], mine[512], theirs[512];
+
+	snprintf(path, sizeof(path), "/proc/%u/uid_map", pid);
+	return read_small_file("/proc/self/uid_map", mine, sizeof(mine)) &&
+	       read_small_file(path, theirs, sizeof(theirs)) && strcmp(mine, theirs) != 0;
+}
+
+/* The owner's real uid as this rank's user namespace sees it (the blob holds
+ * the owner's own view); the blob's when /proc/PID/status is hidden. */
+static uint32_t owner_uid_here(const struct mc_blob *owner, uint32_t pid)
+{
+	char path[64], line[128];
+	unsigned int uid;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%u/status", pid);
+	f = fopen(path, "re");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Uid: %u", &uid) == 1) {
+			fclose(f);
+			return uid;
+		}
+	if (f)
+		fclose(f);
+	return owner->uid;
+}
+
+static int access_denied_error(const struct mooncake_segment *seg, const struct mc_blob *owner,
+			       const struct memfd_handle *h, const char *path, int open_errno,
+			       int getfd_errno)
+{
+	char scope[16] = "", cause[512];
+	uint32_t owner_uid = owner_uid_here(owner, h->pid);
+	struct stat ns;
+
+	/* First the causes that hold whatever this /proc shows: namespace, then user. */
+	if (in_another_user_namespace(h->pid))
+		snprintf(
+			cause, sizeof(cause),
+			"this rank runs in another user namespace than the owner (user:[%llu] here), and the "
+			"kernel lets a process take another's descriptor only from the owner's user namespace "
+			"(or with CAP_SYS_PTRACE over it), even for the same real user; start every rank in one "
+			"user namespace (no unshare -U or per-rank --userns; Docker/Podman: the same --userns "
+			"for every container of the group)",
+			stat("/proc/self/ns/user", &ns) == 0 ? (unsigned long long)ns.st_ino : 0ULL);
+	else if (owner_uid != (uint32_t)getuid())
+		snprintf(cause, sizeof(cause),
+			 "the owner runs as uid %u and this rank as uid %u; run every rank "
+			 "as the same user",
+			 owner_uid, (unsigned int)getuid());
+	else if (open_errno == ENOENT)
 		snprintf(
 			cause, sizeof(cause),
 			"this rank's /proc does not show the live owner (mounted with hidepid=, or the /proc of "
 			"another PID namespace); mount /proc without hidepid and run the ranks in one PID namespace");
-	else if (owner->uid != (uint32_t)getuid())
-		snprintf(cause, sizeof(cause),
-			 "the owner runs as uid %u and this rank as uid %u; run every rank "
-			 "as the same user",
-			 owner->uid, (unsigned int)getuid());
 	else if (mc_read_host_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) &&
 		 strtol(scope, NULL, 10) >= 2)
 		snprintf(cause, sizeof(cause),
@@ -387,7 +453,7 @@ static int open_owner_file(struct mooncake_segment *seg, const struct mc_blob *o
 	/* No second route, but /proc shows the owner: its descriptor is just gone. */
 	if (open_errno == ENOENT && proc_shows(h->pid))
 		return owner_gone_error(seg, h);
-	return access_denied_error(seg, owner, path, open_errno, getfd_errno);
+	return access_denied_error(seg, owner, h, path, open_errno, getfd_errno);
 }
 
 /* The file we opened must be the sealed memfd the owner published. */
@@ -420,6 +486,7 @@ static void memfd_unimport(struct mooncake_segment *seg)
 static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owner)
 {
 	struct memfd_handle h;
+	struct mc_tracked_fd tracking;
 	uint64_t own_ns = mc_host_pid_namespace();
 	int fd, err;
 
@@ -437,7 +504,10 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 			seg->opt.rank_id, (unsigned long long)own_ns,
 			(unsigned long long)owner->pid_namespace, h.pid);
 
+	/* Opened under the fork registry: a child forked meanwhile never holds it. */
+	mc_fd_track_begin();
 	fd = open_owner_file(seg, owner, &h);
+	mc_fd_track_end(&tracking, &fd);
 	if (fd < 0)
 		return fd;
 	err = check_owner_file(seg, fd, &h);
@@ -449,7 +519,7 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 					   "%llu bytes",
 					   seg->opt.rank_id, (unsigned long long)seg->alloc_size);
 	}
-	close(fd);
+	mc_fd_close(&tracking);
 	if (err)
 		return err;
 
@@ -467,10 +537,7 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 
 static void memfd_finish(struct mooncake_segment *seg)
 {
-	if (seg->fd >= 0) {
-		close(seg->fd);
-		seg->fd = -1;
-	}
+	mc_fd_close(&seg->fd_tracking);
 }
 
 static void memfd_release(struct mooncake_segment *seg)

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "mooncake/segment.h"
 #include "accel.h"
@@ -153,22 +154,20 @@ void mc_placement_query(void *addr, uint64_t len, uint64_t page_size, int *major
 
 /* --- memory room (limits.c) ----------------------------------------------- */
 
+struct mc_commit_lock;
 /* -ENOMEM with the numbers when the owner's segment cannot fit.  On success
- * *@lock_fd holds the cgroup's commit lock (or -1): release it with
+ * @lock holds the cgroup's commit lock (or none): release it with
  * mc_commit_lock_release() once the pages are committed; seg->memcg_limited
  * says whether a memory cgroup limit applies. */
-int mc_check_memory_room(struct mooncake_segment *seg, int *lock_fd);
+int mc_check_memory_room(struct mooncake_segment *seg, struct mc_commit_lock *lock);
 /* Before committing more of @segment (a struct mooncake_segment) with
  * @committed bytes charged already: -ENOMEM with the numbers when the cgroup's
  * room no longer holds the rest. */
 int mc_check_commit_room(const void *segment, uint64_t committed);
-
-/* --- one create at a time per memory cgroup (commit-lock.c) -------------------- */
-
-/* Block until this process holds the commit lock of @cgroup_dir; the lock's
- * descriptor, or -1 when no lock can be had (the caller goes on without). */
-int mc_commit_lock_acquire(const char *cgroup_dir);
-void mc_commit_lock_release(int fd);
+/* -EFBIG naming ulimit -f when the memfd would exceed RLIMIT_FSIZE (SIGXFSZ otherwise). */
+int mc_check_file_size_limit(const struct mooncake_segment *seg);
+/* The -ENOMEM for a failed address-space reservation, naming RLIMIT_AS when one is set. */
+int mc_address_space_error(const struct mooncake_segment *seg, int sys_errno);
 
 /* --- committing pages (populate.c) ------------------------------------------ */
 
@@ -201,6 +200,44 @@ struct mc_commit_result {
 int mc_commit_pages(const struct mc_commit_request *req, struct mc_commit_result *result);
 /* Map every page table entry of a mapping of existing pages (peers). */
 int mc_populate_mapping(void *addr, uint64_t len, uint64_t page_size, unsigned int threads);
+
+/* --- descriptors and fork() (fork.c) ------------------------------------------ */
+
+/* A descriptor that no forked child keeps: a pthread_atfork child handler
+ * closes it in the child and sets *fd to -1 there. */
+struct mc_tracked_fd {
+	int *fd;
+	struct mc_tracked_fd *next;
+};
+
+/* Create the descriptor between these two calls (no fork() can come
+ * between): begin takes the registry lock, end tracks *@fd when it is >= 0 and
+ * drops the lock.  @fd must stay valid until mc_fd_close(). */
+void mc_fd_track_begin(void);
+void mc_fd_track_end(struct mc_tracked_fd *t, int *fd);
+/* Untrack, close *t->fd and set it to -1; a never-tracked @t (zeroed) is fine. */
+void mc_fd_close(struct mc_tracked_fd *t);
+
+/* --- one create at a time per memory cgroup (commit-lock.c) -------------------- */
+
+/* A held lock: its socket (-1: none), closed in a forked child (fork.c). */
+struct mc_commit_lock {
+	int fd;
+	struct mc_tracked_fd tracking;
+};
+#define MC_COMMIT_LOCK_NONE        \
+	{                          \
+		-1,                \
+		{                  \
+			NULL, NULL \
+		}                  \
+	}
+
+/* Block until this process holds the commit lock of @cgroup_dir; false when
+ * no lock can be had (the caller goes on without). */
+bool mc_commit_lock_acquire(const char *cgroup_dir, struct mc_commit_lock *lock);
+/* Let go of @lock (NONE is fine). */
+void mc_commit_lock_release(struct mc_commit_lock *lock);
 
 /* --- address windows (window.c) ---------------------------------------------- */
 
@@ -255,9 +292,11 @@ struct mooncake_segment {
 	bool ready;
 	bool finished;
 
-	void *base;  /* this rank's mapping or reservation */
-	bool mapped; /* base holds the shared pages (not just a reservation) */
-	int fd;	     /* owner: the memfd kept for importers; -1 otherwise */
+	void *base;			  /* this rank's mapping or reservation */
+	bool mapped;			  /* base holds the shared pages (not just a reservation) */
+	int fd;				  /* owner: the memfd kept for importers; -1 otherwise */
+	struct mc_tracked_fd fd_tracking; /* closes fd in a forked child */
+	pid_t creator;			  /* the process that created it: only it releases anything */
 	uint64_t file_dev, file_ino;
 	void *physical; /* VMM: the runtime's physical memory handle (owner: allocated, peer: imported) */
 	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages */

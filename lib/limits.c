@@ -12,11 +12,16 @@
  *
  * HugeTLB pages are not charged to the memory cgroup and come from their own
  * pool, which mmap checks for us.
+ *
+ * Process resource limits, too: RLIMIT_FSIZE (ulimit -f), which the kernel
+ * enforces on the memfd with SIGXFSZ, is checked before the file is sized;
+ * RLIMIT_AS (ulimit -v) is named when address space runs out.
  */
 #include "config.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/resource.h>
 
 #include "internal.h"
 
@@ -56,24 +61,22 @@ static int cgroup_room_error(const struct mooncake_segment *seg, const struct mc
 		room_figures(room, figures, sizeof(figures)));
 }
 
-int mc_check_memory_room(struct mooncake_segment *seg, int *lock_fd)
+int mc_check_memory_room(struct mooncake_segment *seg, struct mc_commit_lock *lock)
 {
 	struct mc_memory_room room;
 	uint64_t available, swap, total;
 
-	*lock_fd = -1;
 	if (seg->opt.hugetlb)
 		return 0;
 	if (cgroup_room(&room)) {
 		seg->memcg_limited = true; /* the commit checks again per chunk */
 		/* Every limit of ours nests in the outermost one: one lock there covers them all. */
-		*lock_fd = mc_commit_lock_acquire(room.outermost);
+		mc_commit_lock_acquire(room.outermost, lock);
 		/* Read again: whoever held the lock has committed meanwhile. */
-		if (*lock_fd >= 0 && !cgroup_room(&room))
+		if (lock->fd >= 0 && !cgroup_room(&room))
 			room.room = UINT64_MAX;
 		if (seg->alloc_size > room.room) {
-			mc_commit_lock_release(*lock_fd);
-			*lock_fd = -1;
+			mc_commit_lock_release(lock);
 			return cgroup_room_error(seg, &room);
 		}
 	}
@@ -81,8 +84,7 @@ int mc_check_memory_room(struct mooncake_segment *seg, int *lock_fd)
 	swap = mc_meminfo_field("SwapFree");
 	total = available + swap;
 	if (available && seg->alloc_size > total) {
-		mc_commit_lock_release(*lock_fd);
-		*lock_fd = -1;
+		mc_commit_lock_release(lock);
 		return mc_error(
 			ENOMEM,
 			"Shared segment '%s' needs %llu bytes but the host has %llu available "
@@ -113,4 +115,52 @@ int mc_check_commit_room(const void *segment, uint64_t committed)
 		seg->label, (unsigned long long)committed, (unsigned long long)seg->alloc_size,
 		(unsigned long long)room.room, room_figures(&room, figures, sizeof(figures)),
 		(unsigned long long)remaining);
+}
+
+int mc_check_file_size_limit(const struct mooncake_segment *seg)
+{
+	struct rlimit r;
+
+	if (getrlimit(RLIMIT_FSIZE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || seg->alloc_size <= r.rlim_cur)
+		return 0;
+	return mc_error(
+		EFBIG,
+		"Shared segment '%s' needs a memfd of %llu bytes but this process's file size limit "
+		"(RLIMIT_FSIZE, ulimit -f) is %llu bytes, and sizing the file past it would kill the "
+		"process with SIGXFSZ; raise it before starting the ranks (ulimit -f unlimited; systemd: "
+		"LimitFSIZE=infinity; a batch scheduler's file size limit) or create a smaller segment",
+		seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)r.rlim_cur);
+}
+
+/* VmSize of this process in bytes, 0 when unknown. */
+static uint64_t address_space_in_use(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[128];
+	unsigned long long kb = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmSize: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kb << 10;
+}
+
+int mc_address_space_error(const struct mooncake_segment *seg, int sys_errno)
+{
+	struct rlimit r;
+
+	if (sys_errno == ENOMEM && getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+		return mc_error(
+			ENOMEM,
+			"Shared segment '%s' cannot reserve %llu bytes of address space: this process's "
+			"address space limit (RLIMIT_AS, ulimit -v) is %llu bytes and it already maps %llu; "
+			"raise it before starting the ranks (ulimit -v unlimited; systemd: LimitAS=infinity; "
+			"a batch scheduler's virtual memory limit) or create a smaller segment",
+			seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)r.rlim_cur,
+			(unsigned long long)address_space_in_use());
+	return mc_error_sys(ENOMEM, sys_errno,
+			    "Shared segment '%s' cannot reserve %llu bytes of address space", seg->label,
+			    (unsigned long long)seg->alloc_size);
 }

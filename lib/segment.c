@@ -11,6 +11,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,7 +42,11 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 				"Shared segment create needs a name, options, an output pointer and a "
 				"blob buffer (got NULL)");
 	if (opt->world_size == 0)
-		return mc_error(EINVAL, "Shared segment world_size must not be zero");
+		return mc_error(
+			EINVAL,
+			"Shared segment world_size must not be zero: fill the options with "
+			"mooncake_segment_options_init() before setting fields (a zeroed struct is not "
+			"the defaults)");
 	if (opt->rank_id >= opt->world_size || opt->owner_rank >= opt->world_size)
 		return mc_error(
 			EINVAL,
@@ -63,6 +68,27 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 				"(interleave), got %d",
 				opt->numa_node);
 	return 0;
+}
+
+/* Fields that mooncake_segment_options_init() never leaves at zero all are:
+ * the struct was most likely zeroed instead of initialised. */
+static bool zeroed_defaults(const struct mooncake_segment_options *opt)
+{
+	return !opt->mmap && opt->device_id == 0 && opt->numa_node == 0;
+}
+
+/* A VMM refusal for options that were zeroed, not initialised: say so. */
+static int hint_zeroed_options(const struct mooncake_segment_options *opt, int err)
+{
+	char message[768];
+
+	if (err != -ENOTSUP || opt->mmap || !zeroed_defaults(opt))
+		return err;
+	snprintf(message, sizeof(message), "%s", mooncake_segment_last_error());
+	return mc_error(ENOTSUP,
+			"%s (mmap is false, as in an options struct that mooncake_segment_options_init() "
+			"did not fill: call it first, then set the fields)",
+			message);
 }
 
 /* The backend for these options, or NULL with the error recorded. */
@@ -162,6 +188,12 @@ static void fill_blob(const struct mooncake_segment *seg, struct mc_blob *b)
 	memcpy(b->handle, seg->handle, seg->handle_bytes);
 }
 
+/* Is this a forked child's copy of another process's segment? */
+static bool inherited(const struct mooncake_segment *seg)
+{
+	return seg->creator != getpid();
+}
+
 MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 				      const struct mooncake_segment_options *opt,
 				      struct mooncake_segment **out, void *blob)
@@ -169,7 +201,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	struct mooncake_segment *seg;
 	struct mc_blob b;
 	char sysfs[1024];
-	int commit_lock = -1;
+	struct mc_commit_lock commit_lock = MC_COMMIT_LOCK_NONE;
 	int err;
 
 	mc_clear_error();
@@ -181,6 +213,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	seg->opt = *opt;
 	seg->fd = -1;
+	seg->creator = getpid();
 	seg->size = size;
 	seg->is_owner = opt->rank_id == opt->owner_rank;
 	seg->numa_node_requested = opt->numa_node;
@@ -189,12 +222,14 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 
 	seg->backend = pick_backend(opt);
 	if (!seg->backend) {
-		err = -ENOTSUP;
+		err = hint_zeroed_options(opt, -ENOTSUP);
 		goto fail;
 	}
 	err = seg->backend->granularity(opt, &seg->page_size);
-	if (err)
+	if (err) {
+		err = hint_zeroed_options(opt, err);
 		goto fail;
+	}
 	seg->alloc_size = mc_align_up(size, seg->page_size);
 	err = mc_placement_resolve(opt, mc_host_path(sysfs, sizeof(sysfs), "/sys"), &seg->placement);
 	if (err)
@@ -212,7 +247,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	}
 
 	err = seg->is_owner ? seg->backend->create_owner(seg) : seg->backend->reserve(seg);
-	mc_commit_lock_release(commit_lock);
+	mc_commit_lock_release(&commit_lock);
 	if (!err && seg->is_owner && opt->host_register)
 		err = register_mapping(seg);
 	if (err)
@@ -316,6 +351,13 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 	if (!seg || !blobs)
 		return mc_error(EINVAL,
 				"Shared segment complete needs a segment returned by create and the blobs");
+	if (inherited(seg))
+		return mc_error(
+			EINVAL,
+			"Shared segment complete: this segment was created by process %d, and this is "
+			"a forked child of it; a child may use the mapping it inherited but cannot "
+			"complete the parent's segment (create a segment in the child instead)",
+			(int)seg->creator);
 	if (seg->ready)
 		return mc_error(EALREADY, "Shared segment complete has already been called on this segment");
 	expected = (size_t)seg->opt.world_size * MOONCAKE_SEGMENT_BLOB_SIZE;
@@ -359,7 +401,8 @@ MC_EXPORT int mooncake_segment_finish(struct mooncake_segment *seg)
 	mc_clear_error();
 	if (!seg || !seg->ready)
 		return mc_error(EINVAL, "Shared segment finish needs a segment on which complete succeeded");
-	if (seg->is_owner && !seg->finished)
+	/* A forked child holds no descriptor (fork.c): nothing of the parent's to drop. */
+	if (seg->is_owner && !seg->finished && !inherited(seg))
 		seg->backend->finish(seg);
 	seg->finished = true;
 	return 0;
@@ -371,8 +414,12 @@ MC_EXPORT void mooncake_segment_destroy(struct mooncake_segment *seg)
 
 	if (!seg)
 		return;
-	unregister_mapping(seg);
-	seg->backend->release(seg);
+	/* A forked child's copy: the mapping, registration and runtime handles are
+	 * the parent's, and the range may by now hold the child's own memory. */
+	if (!inherited(seg)) {
+		unregister_mapping(seg);
+		seg->backend->release(seg);
+	}
 	free(seg);
 	errno = saved_errno;
 }

@@ -97,8 +97,9 @@ static int demo_rank(struct group_rank *self, void *arg)
 	if (!blobs)
 		return 1;
 	err = mooncake_segment_create("demo", cfg->size, &opt, &seg, blob);
-	/* Every rank takes part in every round, so one failure fails all. */
-	if (group_allgather(self, blob, err ? 1 : sizeof(blob), blobs) != 0)
+	/* Every rank takes part in every round, so one failure fails all (and
+	 * when every rank failed, the round succeeds: each still reports its own). */
+	if (group_allgather(self, blob, err ? 1 : sizeof(blob), blobs) != 0 || err)
 		return err ? fail_rank(self, "create") : lost_group(self);
 	if (mooncake_segment_complete(seg, blobs, self->world_size * sizeof(blob)) != 0)
 		return fail_rank(self, "complete");

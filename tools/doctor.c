@@ -250,6 +250,23 @@ static void check_memlock(void)
 	    "%s", format_size(r.rlim_cur, a, sizeof(a)));
 }
 
+/* Above RLIMIT_FSIZE the owner's create fails (the kernel would send SIGXFSZ). */
+static void check_file_size_limit(void)
+{
+	struct rlimit r;
+	char a[32];
+
+	getrlimit(RLIMIT_FSIZE, &r);
+	if (r.rlim_cur == RLIM_INFINITY) {
+		add("RLIMIT_FSIZE", OK, NULL, "unlimited");
+		return;
+	}
+	add("RLIMIT_FSIZE", WARN,
+	    "an owner cannot create a segment larger than this file size limit (the memfd is a file): "
+	    "ulimit -f unlimited; systemd: LimitFSIZE=infinity; a batch scheduler's file size limit",
+	    "%s: segments up to that size only", format_size((uint64_t)r.rlim_cur, a, sizeof(a)));
+}
+
 static void check_thp(void)
 {
 	char enabled[128] = "?", shmem[128] = "?", defrag[128] = "?";
@@ -458,6 +475,7 @@ int cmd_doctor(int argc, char **argv)
 	check_dev_shm();
 	check_cgroup();
 	check_memlock();
+	check_file_size_limit();
 	check_thp();
 	check_hugetlb();
 	check_numa();

@@ -32,9 +32,18 @@
  * each other.  Distinct segments are independent.  The error message is per
  * thread.
  *
- * fork(): the pages are MADV_DONTFORK and every descriptor is close-on-exec,
- * so a child of a rank does not inherit the segment; the child must not use
- * the parent's segment object, and must not destroy it either.
+ * fork(): a child forked by a rank inherits the mapping (MAP_SHARED: the
+ * very pages, so its reads and writes are the group's) and a copy of the
+ * segment object, never a descriptor of the library's (a pthread_atfork
+ * handler closes them in the child; close-on-exec covers exec).  In the
+ * child, complete() fails with -EINVAL, finish() is a no-op and destroy()
+ * frees only the object: nothing is unmapped, unregistered or closed, so the
+ * range stays the inherited mapping unless the child itself unmaps it.  The
+ * inherited mapping keeps the pages alive until the child exits, execs or
+ * unmaps it.  With host_register the device address is the parent's (an
+ * accelerator runtime does not carry over fork()); with mmap=false the child
+ * inherits whatever the runtime's mapping gives it.  Only fork() runs the
+ * handler: a raw clone() child is not covered.
  */
 #ifndef MOONCAKE_SEGMENT_H
 #define MOONCAKE_SEGMENT_H
@@ -116,6 +125,8 @@ void mooncake_segment_options_init(struct mooncake_segment_options *opt);
  *           HugeTLB, an accelerator runtime)
  *  -ENOMEM  not enough memory, address space, memory cgroup room or HugeTLB pages
  *  -ENOSPC  the backing filesystem is full
+ *  -EFBIG   the segment is larger than the file size limit (RLIMIT_FSIZE,
+ *           ulimit -f), checked before the kernel could raise SIGXFSZ
  *  -EMFILE  the process is out of file descriptors
  *  -EPERM   the kernel refused (for example a seccomp filter on memfd_create)
  *  -EIO     any other failure of the system or of a runtime
@@ -134,7 +145,8 @@ int mooncake_segment_create(const char *name, uint64_t size, const struct moonca
  *
  * Returns 0 or:
  *  -EINVAL   NULL arguments, a wrong @blobs_len, a rank whose declaration
- *            (name, size, world size, owner, flags, page size) differs
+ *            (name, size, world size, owner, flags, page size) differs, a
+ *            segment created by another process (this is a forked child)
  *  -EPROTO   a malformed blob (magic, version, checksum, fields), or an owner
  *            blob without a handle
  *  -EXDEV    a rank runs on another host
@@ -150,7 +162,7 @@ int mooncake_segment_complete(struct mooncake_segment *seg, const void *blobs, s
  * Call once the caller knows that every rank has completed (after a
  * barrier): the owner closes the descriptor it kept open for importers, so
  * that the pages live exactly as long as the mappings.  A no-op on
- * non-owners and when called again.
+ * non-owners, when called again and in a forked child.
  *
  * Returns 0 or -EINVAL (NULL, or the segment is not complete).
  */
@@ -159,6 +171,7 @@ int mooncake_segment_finish(struct mooncake_segment *seg);
 /**
  * Release everything this rank holds for @seg: registration, mapping,
  * descriptors.  The memory itself lives until the last rank releases it.
+ * In a forked child it frees only the object (see fork() above).
  * NULL-safe.  Leaves errno alone.
  */
 void mooncake_segment_destroy(struct mooncake_segment *seg);

@@ -4,8 +4,9 @@
  * other users and enter namespaces): a rank of another uid cannot map the
  * pages; a rank in another PID namespace gets the error that names the cause;
  * a rank whose /proc hides the owner falls back to pidfd_getfd; a rank facing
- * a non-dumpable owner gets the error that names the fix.  The owner is never
- * disturbed.
+ * a non-dumpable owner gets the error that names the fix; a rank of another
+ * user behind hidepid is told about the uid, and a rank in another user
+ * namespace about the namespace.  The owner is never disturbed.
  */
 #include "config.h"
 
@@ -32,7 +33,14 @@
 #define STRANGER 54321 /* a uid and gid no account has: a throwaway user */
 
 /* What the peer does before it completes. */
-enum peer_setup { AS_STRANGER, IN_NEW_PID_NAMESPACE, WITH_PROC_HIDDEN, SAME_UID_AS_OWNER };
+enum peer_setup {
+	AS_STRANGER,
+	IN_NEW_PID_NAMESPACE,
+	WITH_PROC_HIDDEN,
+	SAME_UID_AS_OWNER,
+	AS_STRANGER_BEHIND_HIDEPID,
+	IN_NEW_USER_NAMESPACE,
+};
 
 struct scenario {
 	enum peer_setup setup;
@@ -40,11 +48,34 @@ struct scenario {
 	bool owner_dumpable;
 	int expect;	    /* complete()'s result on the peer */
 	const char *needle; /* in its message */
+	const char *wrong;  /* a cause that must not be blamed */
 };
 
 static int become_stranger(void)
 {
 	return setresgid(STRANGER, STRANGER, STRANGER) == 0 && setresuid(STRANGER, STRANGER, STRANGER) == 0
+		       ? 0
+		       : -1;
+}
+
+static bool write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	return f && fputs(text, f) >= 0 && fclose(f) == 0;
+}
+
+/* As `unshare -U -r` does for the user STRANGER: a new user namespace where
+ * this same real user is uid 0. */
+static int enter_user_namespace_as_root_of_it(void)
+{
+	char map[64];
+
+	snprintf(map, sizeof(map), "0 %d 1\n", STRANGER);
+	/* setuid made this process non-dumpable, which locks its own /proc files. */
+	return prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0 && unshare(CLONE_NEWUSER) == 0 &&
+			       write_file("/proc/self/setgroups", "deny") &&
+			       write_file("/proc/self/uid_map", map) && write_file("/proc/self/gid_map", map)
 		       ? 0
 		       : -1;
 }
@@ -60,21 +91,22 @@ static int peer_complete(const struct scenario *sc, struct mooncake_segment *seg
 		if (become_stranger() != 0)
 			return 10;
 		break;
-	case IN_NEW_PID_NAMESPACE: {
-		pid_t child;
-		int status;
-
-		/* A new PID namespace takes effect for children: complete in one. */
-		if (unshare(CLONE_NEWPID) != 0)
-			return 11;
-		child = fork();
-		if (child < 0)
-			return 12;
-		if (child > 0)
-			return waitpid(child, &status, 0) == child && WIFEXITED(status) ? WEXITSTATUS(status)
-											: 13;
+	case IN_NEW_PID_NAMESPACE: /* entered before create: see isolation_rank */
 		break;
-	}
+	case AS_STRANGER_BEHIND_HIDEPID:
+		/* A /proc of this mount namespace that hides other users' processes. */
+		if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		    mount("proc", "/proc", "proc", 0, "hidepid=2") != 0)
+			return 15;
+		if (become_stranger() != 0)
+			return 10;
+		break;
+	case IN_NEW_USER_NAMESPACE:
+		if (become_stranger() != 0)
+			return 10;
+		if (enter_user_namespace_as_root_of_it() != 0)
+			return 16;
+		break;
 	case WITH_PROC_HIDDEN:
 		/* This rank's own /proc, empty: the owner cannot be found there.  The
 		 * mount must not propagate to the host: /proc is made private (a
@@ -85,9 +117,11 @@ static int peer_complete(const struct scenario *sc, struct mooncake_segment *seg
 		break;
 	}
 	ret = mooncake_segment_complete(seg, blobs, 2 * BLOB);
-	if (ret != sc->expect || (sc->needle && !strstr(mooncake_segment_last_error(), sc->needle))) {
-		fprintf(stderr, "peer: complete returned %d (%s), expected %d with '%s'\n", ret,
-			mooncake_segment_last_error(), sc->expect, sc->needle ? sc->needle : "");
+	if (ret != sc->expect || (sc->needle && !strstr(mooncake_segment_last_error(), sc->needle)) ||
+	    (sc->wrong && strstr(mooncake_segment_last_error(), sc->wrong))) {
+		fprintf(stderr, "peer: complete returned %d (%s), expected %d with '%s' and without '%s'\n",
+			ret, mooncake_segment_last_error(), sc->expect, sc->needle ? sc->needle : "",
+			sc->wrong ? sc->wrong : "");
 		_exit(20);
 	}
 	if (ret == 0 && ((volatile uint8_t *)mooncake_segment_base(seg))[5] != 55)
@@ -102,6 +136,21 @@ static int isolation_rank(struct group_rank *self, void *arg)
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[BLOB], blobs[2 * BLOB], *base;
 
+	/* A new PID namespace takes effect for children: the peer runs in one, from
+	 * create on (a forked child cannot complete its parent's segment). */
+	if (self->rank == 1 && sc->setup == IN_NEW_PID_NAMESPACE) {
+		pid_t child;
+		int status;
+
+		if (unshare(CLONE_NEWPID) != 0)
+			return 11;
+		child = fork();
+		if (child < 0)
+			return 12;
+		if (child > 0)
+			return waitpid(child, &status, 0) == child && WIFEXITED(status) ? WEXITSTATUS(status)
+											: 13;
+	}
 	if (self->rank == 0 && sc->owner_as_stranger) {
 		RANK_CHECK(become_stranger() == 0);
 		/* setuid made the owner non-dumpable; put it back unless the scenario wants it off. */
@@ -139,8 +188,9 @@ static void run_scenario(const struct scenario *sc)
 
 START_TEST(test_another_user_cannot_map_the_pages)
 {
-	const struct scenario sc = { AS_STRANGER, false, true, -EACCES,
-				     "the owner runs as uid 0 and this rank as uid 54321" };
+	const struct scenario sc = {
+		AS_STRANGER, false, true, -EACCES, "the owner runs as uid 0 and this rank as uid 54321", NULL
+	};
 
 	run_scenario(&sc);
 }
@@ -148,7 +198,9 @@ END_TEST
 
 START_TEST(test_another_pid_namespace_is_named_as_the_cause)
 {
-	const struct scenario sc = { IN_NEW_PID_NAMESPACE, false, true, -EACCES, "another PID namespace" };
+	const struct scenario sc = {
+		IN_NEW_PID_NAMESPACE, false, true, -EACCES, "another PID namespace", NULL
+	};
 
 	run_scenario(&sc);
 }
@@ -156,18 +208,46 @@ END_TEST
 
 START_TEST(test_proc_that_hides_the_owner_falls_back_to_pidfd_getfd)
 {
-	const struct scenario works = { WITH_PROC_HIDDEN, false, true, 0, NULL };
-	const struct scenario fails = { WITH_PROC_HIDDEN, false, true, -EACCES,
-					"does not show the live owner" };
+	const struct scenario works = { WITH_PROC_HIDDEN, false, true, 0, NULL, NULL };
+	const struct scenario fails = {
+		WITH_PROC_HIDDEN, false, true, -EACCES, "does not show the live owner", NULL
+	};
 
 	/* Without pidfd_getfd (kernels before 5.6) the error names the cause instead. */
 	run_scenario(pidfd_getfd_available() ? &works : &fails);
 }
 END_TEST
 
+/* hidepid hides the owner because it is another user's: the uid is the cause to name. */
+START_TEST(test_another_user_behind_hidepid_is_told_about_the_uid)
+{
+	const struct scenario sc = { AS_STRANGER_BEHIND_HIDEPID,
+				     false,
+				     true,
+				     -EACCES,
+				     "the owner runs as uid 0 and this rank as uid 54321",
+				     "hidepid" };
+
+	run_scenario(&sc);
+}
+END_TEST
+
+/* The same real user, uid 0 in its own user namespace: the namespace is the cause. */
+START_TEST(test_another_user_namespace_is_named_as_the_cause)
+{
+	const struct scenario named = { IN_NEW_USER_NAMESPACE,	  true,	     true, -EACCES,
+					"another user namespace", "dumpable" };
+	const struct scenario not_uids = { IN_NEW_USER_NAMESPACE,    true,	   true, -EACCES,
+					   "another user namespace", "runs as uid" };
+
+	run_scenario(&named);
+	run_scenario(&not_uids);
+}
+END_TEST
+
 START_TEST(test_non_dumpable_owner_is_refused_with_the_fix)
 {
-	const struct scenario sc = { SAME_UID_AS_OWNER, true, false, -EACCES, "dumpable" };
+	const struct scenario sc = { SAME_UID_AS_OWNER, true, false, -EACCES, "dumpable", NULL };
 
 	run_scenario(&sc);
 }
@@ -175,11 +255,23 @@ END_TEST
 
 START_TEST(test_same_user_with_a_dumpable_owner_works)
 {
-	const struct scenario sc = { SAME_UID_AS_OWNER, true, true, 0, NULL };
+	const struct scenario sc = { SAME_UID_AS_OWNER, true, true, 0, NULL, NULL };
 
 	run_scenario(&sc);
 }
 END_TEST
+
+/* Whether a child of this process can enter a new user namespace as STRANGER. */
+static bool user_namespaces_available(void)
+{
+	pid_t child = fork();
+	int status;
+
+	if (child == 0)
+		_exit(become_stranger() == 0 && enter_user_namespace_as_root_of_it() == 0 ? 0 : 1);
+	return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+	       WEXITSTATUS(status) == 0;
+}
 
 int main(void)
 {
@@ -195,6 +287,12 @@ int main(void)
 	tcase_add_test(tc, test_another_user_cannot_map_the_pages);
 	tcase_add_test(tc, test_another_pid_namespace_is_named_as_the_cause);
 	tcase_add_test(tc, test_proc_that_hides_the_owner_falls_back_to_pidfd_getfd);
+	tcase_add_test(tc, test_another_user_behind_hidepid_is_told_about_the_uid);
+	if (user_namespaces_available())
+		tcase_add_test(tc, test_another_user_namespace_is_named_as_the_cause);
+	else
+		printf("# skipping test_another_user_namespace_is_named_as_the_cause: this kernel refuses "
+		       "user namespaces (user.max_user_namespaces, a sysctl or an LSM)\n");
 	tcase_add_test(tc, test_non_dumpable_owner_is_refused_with_the_fix);
 	tcase_add_test(tc, test_same_user_with_a_dumpable_owner_works);
 	tcase_set_timeout(tc, 30);

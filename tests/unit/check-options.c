@@ -53,6 +53,20 @@ START_TEST(test_rejects_world_size_zero)
 }
 END_TEST
 
+/* A struct zeroed instead of filled by mooncake_segment_options_init() gets the hint. */
+START_TEST(test_zeroed_options_are_told_to_call_options_init)
+{
+	struct mooncake_segment_options opt;
+
+	memset(&opt, 0, sizeof(opt));
+	expect_create_fails(TEST_SIZE, &opt, EINVAL, "mooncake_segment_options_init()");
+	/* Zeroed, then only the group set: mmap is false without the user asking. */
+	opt.world_size = 1;
+	if (!mooncake_segment_supported(false, false, false))
+		expect_create_fails(TEST_SIZE, &opt, ENOTSUP, "mooncake_segment_options_init() did not fill");
+}
+END_TEST
+
 START_TEST(test_rejects_rank_at_world_size)
 {
 	struct mooncake_segment_options opt = test_options(2, 2, 0);
@@ -174,6 +188,7 @@ Suite *suite_options(void)
 
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_rejects_world_size_zero);
+	tcase_add_test(tc, test_zeroed_options_are_told_to_call_options_init);
 	tcase_add_test(tc, test_rejects_rank_at_world_size);
 	tcase_add_test(tc, test_rejects_owner_at_world_size);
 	tcase_add_test(tc, test_rejects_size_zero_and_too_large);

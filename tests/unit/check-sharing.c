@@ -2,7 +2,8 @@
 /*
  * Real sharing: one rank, two ranks in one process, N ranks in N forked
  * processes writing both ways, one physical copy (PSS), finish, a gone
- * owner, and nothing left behind after destroy.
+ * owner, what a rank can discard (MADV_REMOVE) and nothing left behind after
+ * destroy.
  */
 #include "config.h"
 
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -179,6 +181,47 @@ START_TEST(test_memfd_is_sealed_against_resizing)
 	/* The close-on-exec flag keeps it out of exec'd children. */
 	ck_assert(fcntl(seg->fd, F_GETFD) & FD_CLOEXEC);
 	mooncake_segment_destroy(seg);
+}
+END_TEST
+
+/* What the seals do not cover, as guarantees.md says: a rank may discard
+ * (zero and decommit) pages under everyone, but the file keeps its size, so
+ * the next touch allocates again instead of faulting. */
+START_TEST(test_a_rank_can_discard_pages_but_never_resize_them)
+{
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE], resident[16];
+	struct mooncake_segment *owner, *peer;
+	uint64_t page = mc_host_base_page_size(), off = 32 * page, len = 16 * page;
+	uint8_t *a, *b;
+	struct stat st;
+
+	create_pair("discard", &owner, &peer, blobs);
+	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	a = mooncake_segment_base(owner);
+	b = mooncake_segment_base(peer);
+	fill_pattern(a, off, 5);
+	fill_pattern(a + off, len, 7);
+	fill_pattern(a + off + len, TEST_SIZE - off - len, 8);
+	/* The peer punches a hole through its own mapping: nothing refuses it. */
+	ck_assert_int_eq(madvise(b + off, len, MADV_REMOVE), 0);
+	if (owner->page_size == page) {
+		ck_assert_int_eq(mincore(a + off, len, resident), 0);
+		for (uint64_t i = 0; i < len / page; i++)
+			ck_assert_uint_eq(resident[i] & 1, 0); /* decommitted, before any read */
+	}
+	/* Every rank reads zeros there (a read allocates a fresh zero page). */
+	for (uint64_t i = 0; i < len; i++)
+		ck_assert_uint_eq(a[off + i], 0);
+	ck_assert(check_pattern(a, off, 5));
+	ck_assert(check_pattern(a + off + len, TEST_SIZE - off - len, 8));
+	ck_assert_int_eq(fstat(owner->fd, &st), 0);
+	ck_assert_uint_eq((uint64_t)st.st_size, owner->alloc_size);
+	/* The size is sealed, so touching the hole allocates again: no SIGBUS. */
+	fill_pattern(b + off, len, 6);
+	ck_assert(check_pattern(a + off, len, 6));
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
 }
 END_TEST
 
@@ -351,6 +394,7 @@ Suite *suite_sharing(void)
 	tcase_add_test(one, test_finish_before_complete_is_einval);
 	tcase_add_test(one, test_peer_after_finish_gets_esrch);
 	tcase_add_test(one, test_memfd_is_sealed_against_resizing);
+	tcase_add_test(one, test_a_rank_can_discard_pages_but_never_resize_them);
 	tcase_add_test(one, test_log_callback_is_silent_by_default_and_routes_lines);
 	tcase_add_test(one, test_mapping_usage_counts_every_vma_of_a_split_mapping);
 	tcase_add_test(many, test_four_processes_share_one_copy_owner_0);

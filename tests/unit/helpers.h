@@ -81,5 +81,7 @@ Suite *suite_host(void);
 Suite *suite_host_root(void);
 Suite *suite_placement(void);
 Suite *suite_hardening(void);
+Suite *suite_fork(void);
+Suite *suite_limits(void);
 
 #endif

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What a forked child of a rank inherits: the mapping, never a descriptor.
+ *
+ * The pages are a MAP_SHARED mapping, which a child inherits and shares with
+ * no copy-on-write: nothing to do there.  Our descriptors are close-on-exec,
+ * which does not help a child that does not exec (a DataLoader worker, a
+ * multiprocessing "fork" child): the owner's memfd would keep the pages in
+ * memory for as long as that child lives, after every rank destroyed the
+ * segment.  So every descriptor the library keeps open is tracked here, and a
+ * pthread_atfork child handler closes them all in the child.
+ *
+ * The registry lock is held across fork() (prepare and parent/child
+ * handlers) and around the creation of a tracked descriptor, so a fork in
+ * another thread sees each descriptor either tracked or not yet created, and
+ * a descriptor number is closed and untracked at once, never reused by an
+ * unrelated descriptor that the child would then close.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
+static struct mc_tracked_fd *tracked;
+
+static void before_fork(void)
+{
+	pthread_mutex_lock(&registry_lock);
+}
+
+static void after_fork_in_parent(void)
+{
+	pthread_mutex_unlock(&registry_lock);
+}
+
+/* The child is single-threaded here: close and forget every tracked descriptor. */
+static void after_fork_in_child(void)
+{
+	for (struct mc_tracked_fd *t = tracked; t; t = t->next) {
+		if (*t->fd >= 0)
+			close(*t->fd);
+		*t->fd = -1;
+	}
+	tracked = NULL;
+	pthread_mutex_unlock(&registry_lock);
+}
+
+static void install_handlers(void)
+{
+	/* Fails only for lack of memory; then CLOEXEC is all a child gets. */
+	if (pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child) != 0)
+		mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
+		       "Shared segment: pthread_atfork failed; a forked child may keep descriptors");
+}
+
+void mc_fd_track_begin(void)
+{
+	pthread_once(&handlers_once, install_handlers);
+	pthread_mutex_lock(&registry_lock);
+}
+
+void mc_fd_track_end(struct mc_tracked_fd *t, int *fd)
+{
+	t->fd = fd;
+	t->next = NULL;
+	if (*fd >= 0) {
+		t->next = tracked;
+		tracked = t;
+	}
+	pthread_mutex_unlock(&registry_lock);
+}
+
+void mc_fd_close(struct mc_tracked_fd *t)
+{
+	pthread_mutex_lock(&registry_lock);
+	for (struct mc_tracked_fd **p = &tracked; *p; p = &(*p)->next)
+		if (*p == t) {
+			*p = t->next;
+			break;
+		}
+	if (t->fd && *t->fd >= 0) {
+		close(*t->fd);
+		*t->fd = -1;
+	}
+	t->next = NULL;
+	pthread_mutex_unlock(&registry_lock);
+}
