@@ -376,6 +376,37 @@ START_TEST(test_fork_racing_creates_in_another_thread_leaks_no_descriptor)
 }
 END_TEST
 
+/* A child forked while its parent holds a memory cgroup's commit lock does
+ * not hold it: once the parent lets go, the next create gets it, child alive. */
+START_TEST(test_child_forked_during_a_commit_does_not_hold_the_cgroup_lock)
+{
+	struct mc_commit_lock held = MC_COMMIT_LOCK_NONE, again = MC_COMMIT_LOCK_NONE;
+	char root[256], byte;
+	int child_waits[2], status;
+	pid_t child;
+
+	fixture_tree_create(root, sizeof(root)); /* a directory to key the lock by */
+	ck_assert(mc_commit_lock_acquire(root, &held));
+	ck_assert_int_eq(pipe(child_waits), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		close(child_waits[1]);
+		/* Stay alive until the parent is done; report whether the lock came along. */
+		_exit(held.fd == -1 && read(child_waits[0], &byte, 1) == 0 ? 0 : 1);
+	}
+	close(child_waits[0]);
+	mc_commit_lock_release(&held);
+	/* Waits for ever (the test's timeout fails it) if the child holds the socket. */
+	ck_assert(mc_commit_lock_acquire(root, &again));
+	mc_commit_lock_release(&again);
+	close(child_waits[1]);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	fixture_tree_remove(root);
+}
+END_TEST
+
 Suite *suite_fork(void)
 {
 	Suite *s = suite_create("fork");
@@ -386,6 +417,7 @@ Suite *suite_fork(void)
 	tcase_add_test(tc, test_child_cannot_complete_the_parents_segment);
 	tcase_add_test(tc, test_child_forked_before_finish_holds_no_descriptor);
 	tcase_add_test(tc, test_fork_racing_creates_in_another_thread_leaks_no_descriptor);
+	tcase_add_test(tc, test_child_forked_during_a_commit_does_not_hold_the_cgroup_lock);
 	tcase_set_timeout(tc, 120);
 	suite_add_tcase(s, tc);
 	return s;
