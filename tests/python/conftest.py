@@ -86,3 +86,13 @@ def leak_check():
 def no_leaks():
     with leak_check():
         yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A file whose every test skipped exits 77, automake's SKIP, not pytest's 5 (a FAIL there).
+
+    Stopgap from the clean-room branch; the lead's fix on main supersedes it.
+    """
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and reporter and reporter.stats.get("skipped"):
+        session.exitstatus = 77
