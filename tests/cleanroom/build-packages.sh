@@ -7,7 +7,7 @@
 #
 # 1. the cached buildd root (make-root.sh) is unpacked into a scratch dir;
 # 2. a copy of the source goes in (a git tree: its tracked and untracked,
-#    not ignored files; otherwise the whole directory);
+#    not ignored files; otherwise the --tarball, else the whole directory);
 # 3. `apt-get build-dep ./` installs exactly debian/control's Build-Depends;
 # 4. `dpkg-buildpackage -us -uc -b` runs with its tests (dh_auto_test) as the
 #    user "builder", as sbuild does (--as-root: as root);
@@ -100,10 +100,15 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 step "copy the source"
 mkdir -p "$root/build/deb/mooncake-segment" "$root/build/src"
+# A git tree: its tracked and untracked-but-not-ignored files (no build
+# outputs, even after an in-tree configure).  Otherwise the release tarball
+# when given (pristine), else the whole directory.
 copy_source() {
-	if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	if command -v git >/dev/null && git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 		git -C "$src" ls-files -z --cached --others --exclude-standard |
 			(cd "$src" && tar --null --ignore-failed-read -T - -cf -) | tar -xf - -C "$1"
+	elif [ -n "$tarball" ]; then
+		tar -xf "$tarball" -C "$1" --strip-components=1
 	else
 		tar -C "$src" -cf - . | tar -xf - -C "$1"
 	fi
