@@ -50,8 +50,13 @@ end_step() {
 # failed LOG: say which step failed and show the log's tail.
 failed() {
 	local log=$1
-	echo "=== cleanroom: FAILED: $step_name (after $((SECONDS - step_start)) s); last lines of $log:"
-	tail -n 60 "$log" | sed 's/^/  | /'
+	echo "=== cleanroom: FAILED: $step_name (after $((SECONDS - step_start)) s)"
+	if grep -qE '^(FAIL|ERROR):' "$log"; then
+		echo "  failing tests (their output is in $log, above the summary):"
+		grep -E '^(FAIL|ERROR):' "$log" | sort -u | sed 's/^/  | /'
+	fi
+	echo "  last lines of $log:"
+	tail -n 40 "$log" | sed 's/^/  | /'
 }
 # result PASS|FAIL NAME: one line per package build, as .ci/run's stages print.
 results=()
