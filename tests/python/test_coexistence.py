@@ -3,6 +3,7 @@
 `import mooncake_segment` still gives ours, `mooncake` is left alone, and
 which_shared_segment() / `python3 -m mooncake_segment` name the shadowing."""
 
+import json
 import os
 import subprocess
 import sys
@@ -135,3 +136,41 @@ def test_our_files_missing_is_a_clear_import_error(upstream, tmp_path):
     assert done.returncode == 1
     assert "cannot find mooncake-segment's mooncake/shared_segment.py on sys.path" in done.stderr, done.stderr
     assert "regular package" in done.stderr
+
+
+def doctor_python_finding(env):
+    builddir = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", SRCDIR))
+    done = subprocess.run(
+        [str(builddir / "tools/mooncake-segment"), "doctor", "--json"],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    findings = [f for f in json.loads(done.stdout)["findings"] if f["check"] == "python"]
+    assert len(findings) == 1, done.stdout
+    return findings[0]
+
+
+def test_doctor_names_the_shadowing_package(upstream):
+    base = dict(os.environ, MOONCAKE_SEGMENT_PYTHON=sys.executable)
+    ours = doctor_python_finding(base)
+    assert ours["status"] == "ok" and str(OUR_MODULE) in ours["value"], ours
+    shadowed = doctor_python_finding(dict(base, PYTHONPATH=f"{upstream.parent}{os.pathsep}{base['PYTHONPATH']}"))
+    assert shadowed["status"] == "warn", shadowed
+    assert f"regular `mooncake` package (with __init__.py) at {upstream} hides ours" in shadowed["value"]
+    assert "import mooncake_segment" in shadowed["fix"]
+
+
+def test_doctor_without_python_or_without_our_package(upstream):
+    missing = doctor_python_finding(dict(os.environ, MOONCAKE_SEGMENT_PYTHON="/nonexistent/python3"))
+    assert missing == {
+        "check": "python",
+        "status": "ok",
+        "value": "/nonexistent/python3 not found: only the Python binding needs it",
+        "fix": "",
+    }
+    bare = doctor_python_finding(dict(os.environ, MOONCAKE_SEGMENT_PYTHON=sys.executable, PYTHONPATH=str(upstream)))
+    assert bare["status"] == "ok" and "cannot import mooncake_segment" in bare["value"], bare
+    assert "python3-mooncake-segment" in bare["fix"]
