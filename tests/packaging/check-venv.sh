@@ -9,8 +9,9 @@
 #     SOURCE with --no-build-isolation, install it with --no-deps, then from /
 #     under `python -I`: import, probe, two processes sharing pages, the
 #     extension resolving libmooncake-segment.so.0 from the system, no torch;
-#  2. a venv WITH --system-site-packages and the same wheel: torch (when the
-#     system has python3-torch) and ours from the venv;
+#  2. a venv WITH --system-site-packages, `pip install SOURCE` into it (the
+#     system's setuptools build it): torch (when the system has python3-torch)
+#     and ours from the venv;
 #  3. a venv with --system-site-packages and nothing installed in it: the
 #     system's package (the deb), when one is installed.
 #
@@ -124,11 +125,12 @@ if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 	echo "SKIP venv: with torch (python3-torch not installed)"
 else
 	over=$work/over
-	check "venv --system-site-packages: create, install the wheel" sh -c \
-		"/usr/bin/python3 -m venv --system-site-packages '$over' && '$over/bin/python' -m pip install -q --no-index --no-deps '$wheel'"
-	check "venv --system-site-packages + wheel: ours from the venv, torch tensors" \
+	check "venv --system-site-packages: pip install --no-build-isolation --no-index $(basename "$1")" sh -c \
+		"/usr/bin/python3 -m venv --system-site-packages '$over' &&
+		'$over/bin/python' -m pip install -q --no-index --no-build-isolation --no-deps '$source'"
+	check "venv --system-site-packages + pip install: ours from the venv, torch tensors" \
 		from_root "$over/bin/python" -I "$work/torch.py" "$over/"
-	check "venv --system-site-packages + wheel: two processes share pages" \
+	check "venv --system-site-packages + pip install: two processes share pages" \
 		from_root "$over/bin/python" -I "$here/two_ranks.py"
 fi
 
