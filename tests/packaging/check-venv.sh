@@ -98,11 +98,15 @@ system_library() {
 wheel_metadata() {
 	local version
 	version=$(sed -n 's/^AC_INIT(\[mooncake-segment\], *\[\([^]]*\)\].*/\1/p' "$here/../../configure.ac")
-	unzip -p "$1" '*.dist-info/METADATA' | grep -qx "Version: $version" || { echo "wheel version is not $version"; return 1; }
-	if unzip -l "$1" | grep -Eq 'mooncake/__init__\.py|\.c$'; then
-		unzip -l "$1"
-		return 1
-	fi
+	/usr/bin/python3 - "$1" "$version" <<'PY' || return 1
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+metadata = [n for n in names if n.endswith(".dist-info/METADATA")]
+text = zipfile.ZipFile(sys.argv[1]).read(metadata[0]).decode()
+assert f"\nVersion: {sys.argv[2]}\n" in text, f"the wheel's version is not {sys.argv[2]}"
+bad = [n for n in names if n == "mooncake/__init__.py" or n.endswith((".c", ".h"))]
+assert not bad, f"the wheel must not hold {bad}"
+PY
 	if command -v twine >/dev/null; then twine check --strict "$1"; fi
 }
 

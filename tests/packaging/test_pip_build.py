@@ -67,6 +67,7 @@ def installed_library(tmp_path_factory):
 
 def pip_wheel(sources, out, env):
     command = [sys.executable, "-m", "pip", "wheel", "--no-index", "--no-build-isolation", "--no-deps", "-w", out]
+    command += ["--no-cache-dir", "--disable-pip-version-check"]
     return subprocess.run(
         command + [str(sources)], env=dict(os.environ, **env), capture_output=True, text=True, timeout=300
     )
