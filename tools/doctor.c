@@ -376,16 +376,24 @@ static void check_ascend(void)
  */
 static void check_python(void)
 {
-	const char *python =
-		getenv("MOONCAKE_SEGMENT_PYTHON") ? getenv("MOONCAKE_SEGMENT_PYTHON") : "python3";
+	const char *python = getenv("MOONCAKE_SEGMENT_PYTHON");
 	char out[1024] = "", *seen, *fix, *last;
 	size_t used = 0;
 	int fds[2], status = 0;
 	struct pollfd wait = { .events = POLLIN };
 	pid_t child;
 
-	if (pipe2(fds, O_CLOEXEC) != 0 || (child = fork()) < 0) {
+	if (!python || !*python)
+		python = "python3";
+	if (pipe2(fds, O_CLOEXEC) != 0) {
 		add("python", WARN, NULL, "cannot run %s: %s", python, strerror(errno));
+		return;
+	}
+	child = fork();
+	if (child < 0) {
+		add("python", WARN, NULL, "cannot run %s: %s", python, strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
 		return;
 	}
 	if (child == 0) {

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-SRCDIR = Path(os.environ.get("MOONCAKE_SEGMENT_SRCDIR", Path(__file__).resolve().parents[2]))
+# Resolved: make distcheck's srcdir is "_build/sub/..", which sys.path normalizes.
+SRCDIR = Path(os.environ.get("MOONCAKE_SEGMENT_SRCDIR", Path(__file__).parents[2])).resolve()
 OUR_MODULE = SRCDIR / "bindings/python/mooncake/shared_segment.py"
 TWO_RANKS = SRCDIR / "tests/packaging/two_ranks.py"
 
@@ -33,7 +34,8 @@ def run(code: str, extra_path=(), where: str = "after", args=None, timeout: floa
     extra = [str(p) for p in extra_path]
     path = extra + ours if where == "before" else ours + extra
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
-    command = [sys.executable] + (args if args is not None else ["-c", textwrap.dedent(code)])
+    code = "from os.path import realpath\n" + textwrap.dedent(code)
+    command = [sys.executable] + (args if args is not None else ["-c", code])
     return subprocess.run(command, env=env, cwd="/", capture_output=True, text=True, timeout=timeout)
 
 
@@ -45,7 +47,7 @@ def test_without_upstream_both_names_give_one_module():
         assert m.create_shared_segment is s.create_shared_segment and m.SharedSegment is s.SharedSegment
         assert set(s.__all__) <= set(m.__all__) and m.alignment == s.alignment
         r = m.which_shared_segment()
-        assert r.is_ours and r.resolves_to == {str(OUR_MODULE)!r} and r.ours == r.resolves_to, r
+        assert r.is_ours and realpath(r.resolves_to) == {str(OUR_MODULE)!r} and r.ours == r.resolves_to, r
         assert r.reason == "" and r.fix == "" and r.shadowed_by is None
         """
     )
@@ -62,7 +64,7 @@ def test_mooncake_segment_is_ours_beside_a_regular_mooncake(upstream, where):
         import sys
         import mooncake_segment as m
         assert "mooncake" not in sys.modules, "mooncake_segment must not import upstream's package"
-        assert m._impl.__file__ == {str(OUR_MODULE)!r}, m._impl.__file__
+        assert realpath(m._impl.__file__) == {str(OUR_MODULE)!r}, m._impl.__file__
         assert m.shared_segment_supported() is True
         seg = m.create_shared_segment("c", {{"p": {{"count": 2, "shape": (4096,), "dtype": "uint8"}}}}, 1, 0)
         seg.buffers("p")[1][:3] = b"abc"
@@ -87,7 +89,7 @@ def test_mooncake_segment_is_ours_beside_a_regular_mooncake(upstream, where):
 
         r = m.which_shared_segment()
         assert not r.is_ours and r.resolves_to is None, r
-        assert r.shadowed_by == {str(upstream)!r} and r.ours == {str(OUR_MODULE)!r}, r
+        assert r.shadowed_by == {str(upstream)!r} and realpath(r.ours) == {str(OUR_MODULE)!r}, r
         assert "regular package" in r.reason and {str(upstream)!r} in r.reason, r.reason
         assert "import mooncake_segment" in r.fix, r.fix
         assert "why: " in str(r) and "fix: " in str(r)
@@ -114,7 +116,7 @@ def test_upstream_shared_segment_imported_first(upstream):
         import mooncake.shared_segment as upstream_module
         import mooncake_segment as m
         assert upstream_module.UPSTREAM and m._impl is not upstream_module
-        assert m._impl.__file__ == {str(OUR_MODULE)!r} and m.shared_segment_supported()
+        assert realpath(m._impl.__file__) == {str(OUR_MODULE)!r} and m.shared_segment_supported()
         r = m.which_shared_segment()
         assert not r.is_ours and r.resolves_to == {str(upstream / "shared_segment.py")!r}, r
         """,
