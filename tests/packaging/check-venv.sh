@@ -12,7 +12,9 @@
 #  2. a venv WITH --system-site-packages, `pip install SOURCE` into it (the
 #     system's setuptools build it): torch (when the system has python3-torch)
 #     and ours from the venv;
-#  3. a venv with --system-site-packages and nothing installed in it: the
+#  3. `python3 -m build --wheel --no-isolation` and `twine check`, when
+#     python3-build and twine are installed;
+#  4. a venv with --system-site-packages and nothing installed in it: the
 #     system's package (the deb), when one is installed.
 #
 # Prints "PASS name" / "FAIL name" / "SKIP name reason" lines; exits 1 if any failed.
@@ -124,6 +126,22 @@ check "venv: no torch visible" from_root "$bare/bin/python" -I "$work/no-torch.p
 check "venv: import from / under python -I, probe, mooncake_segment" from_root "$bare/bin/python" -I "$work/probe.py"
 check "venv: two processes share pages (no torch)" from_root "$bare/bin/python" -I "$here/two_ranks.py"
 check "venv: the extension uses the system libmooncake-segment.so.0 (ldd)" system_library "$bare/bin/python"
+
+# shellcheck disable=SC2317 # called through check()
+python_build() { # python3-build takes a directory, not a tarball
+	local tree=$source
+	if [ -f "$source" ]; then
+		mkdir "$work/unpacked" && tar -xf "$source" -C "$work/unpacked" || return 1
+		tree=$(find "$work/unpacked" -mindepth 1 -maxdepth 1 -type d)
+	fi
+	(cd / && /usr/bin/python3 -m build --wheel --no-isolation --outdir "$work/build" "$tree") || return 1
+	if command -v twine >/dev/null; then twine check --strict "$work"/build/*.whl; fi
+}
+if /usr/bin/python3 -c 'import build' 2>/dev/null; then
+	check "build: python3 -m build --wheel --no-isolation, twine check" python_build
+else
+	echo "SKIP build: python3 -m build (python3-build not installed)"
+fi
 
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 	echo "SKIP venv: with torch (python3-torch not installed)"
