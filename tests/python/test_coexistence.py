@@ -176,3 +176,17 @@ def test_doctor_without_python_or_without_our_package(upstream):
     bare = doctor_python_finding(dict(os.environ, MOONCAKE_SEGMENT_PYTHON=sys.executable, PYTHONPATH=str(upstream)))
     assert bare["status"] == "ok" and "cannot import mooncake_segment" in bare["value"], bare
     assert "python3-mooncake-segment" in bare["fix"]
+
+
+def test_a_hand_made_mooncake_module_does_not_break_the_import():
+    done = run(
+        f"""
+        import sys, types
+        sys.modules["mooncake"] = types.ModuleType("mooncake")  # no __spec__, as some test doubles do
+        import mooncake_segment as m
+        assert realpath(m._impl.__file__) == {str(OUR_MODULE)!r} and m.shared_segment_supported()
+        r = m.which_shared_segment()
+        assert not r.is_ours and "no import spec" in r.reason, r
+        """
+    )
+    assert done.returncode == 0, done.stderr

@@ -100,7 +100,11 @@ def which_shared_segment() -> SharedSegmentResolution:
     it is not mooncake-segment's, why and what to do.  Imports nothing."""
     ours = our_module_file()
     loaded = sys.modules.get(PUBLIC_MODULE)
-    spec = importlib.util.find_spec("mooncake")  # a top-level name: finding it imports nothing
+    try:
+        spec = importlib.util.find_spec("mooncake")  # a top-level name: finding it imports nothing
+    except ValueError:  # a `mooncake` in sys.modules without __spec__ (made by hand)
+        reason = "the `mooncake` module already imported has no import spec: it was not loaded from a package"
+        return SharedSegmentResolution(getattr(loaded, "__file__", None), ours, False, reason, _FIX_SHADOWED)
     if spec is None:
         return SharedSegmentResolution(
             None, ours, False, "no `mooncake` package or directory is on sys.path", _FIX_MISSING
