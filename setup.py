@@ -16,6 +16,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 DEV_PACKAGES = (
@@ -67,14 +68,34 @@ class BuildExtAgainstInstalledLibrary(build_ext):
         super().build_extensions()
 
 
+class BuildPyWithBundledCopy(build_py):
+    """mooncake_segment/ carries a copy of mooncake/shared_segment.py: pip puts
+    Mooncake's wheel and ours in one site-packages/mooncake/, where the last one
+    installed overwrites that file, and `import mooncake_segment` must still
+    find ours.  A copy made here, so the source tree keeps one file."""
+
+    def run(self):
+        super().run()
+        self.copy_file(
+            str(HERE / "bindings/python/mooncake/shared_segment.py"),
+            str(Path(self.build_lib) / "mooncake_segment" / "shared_segment.py"),
+        )
+
+
 VERSION = project_version()
+NATIVE_SOURCES = ["bindings/python/mooncake/_segment.c"]
 setup(
     version=VERSION,
     package_dir={"": "bindings/python"},
     packages=["mooncake", "mooncake_segment"],
     package_data={"mooncake": ["py.typed", "_segment.pyi"], "mooncake_segment": ["py.typed"]},
-    ext_modules=[Extension("mooncake._segment", sources=["bindings/python/mooncake/_segment.c"])],
-    cmdclass={"build_ext": BuildExtAgainstInstalledLibrary},
+    # The same native module twice: mooncake._segment for the drop-in import,
+    # mooncake_segment._segment for the bundled copy (see BuildPyWithBundledCopy).
+    ext_modules=[
+        Extension("mooncake._segment", sources=NATIVE_SOURCES),
+        Extension("mooncake_segment._segment", sources=NATIVE_SOURCES),
+    ],
+    cmdclass={"build_ext": BuildExtAgainstInstalledLibrary, "build_py": BuildPyWithBundledCopy},
     include_package_data=False,  # package_data only: no C source in the wheel
     zip_safe=False,
 )

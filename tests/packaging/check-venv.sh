@@ -12,6 +12,9 @@
 #  2. a venv WITH --system-site-packages, `pip install SOURCE` into it (the
 #     system's setuptools build it): torch (when the system has python3-torch)
 #     and ours from the venv;
+#     then a stand-in of Mooncake's wheel pip-installed into the same venv
+#     (overwriting mooncake/shared_segment.py): import mooncake_segment still
+#     shares pages and names the shadowing;
 #  3. `python3 -m build --wheel --no-isolation` and `twine check`, when
 #     python3-build and twine are installed;
 #  4. a venv with --system-site-packages and nothing installed in it: the
@@ -126,6 +129,35 @@ check "venv: no torch visible" from_root "$bare/bin/python" -I "$work/no-torch.p
 check "venv: import from / under python -I, probe, mooncake_segment" from_root "$bare/bin/python" -I "$work/probe.py"
 check "venv: two processes share pages (no torch)" from_root "$bare/bin/python" -I "$here/two_ranks.py"
 check "venv: the extension uses the system libmooncake-segment.so.0 (ldd)" system_library "$bare/bin/python"
+
+# A stand-in for Mooncake's wheel (a regular mooncake package with its own
+# shared_segment.py), pip-installed after ours into the same site-packages.
+mkdir -p "$work/upstream/mooncake"
+cat >"$work/upstream/pyproject.toml" <<'TOML'
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "standin-mooncake-transfer-engine"
+version = "0.0.1"
+
+[tool.setuptools]
+packages = ["mooncake"]
+TOML
+echo 'UPSTREAM = True' >"$work/upstream/mooncake/__init__.py"
+echo 'class TransferEngine: pass' >"$work/upstream/mooncake/engine.py"
+echo 'UPSTREAM = True' >"$work/upstream/mooncake/shared_segment.py"
+# shellcheck disable=SC2317 # called through check()
+shadowed() {
+	from_root "$bare/bin/python" -I -c 'import mooncake.shared_segment as s, mooncake.engine; assert s.UPSTREAM' &&
+		from_root "$bare/bin/python" -I "$here/two_ranks.py" mooncake_segment &&
+		! from_root "$bare/bin/python" -I -m mooncake_segment >"$work/which" &&
+		cat "$work/which" && grep -q 'is a regular package' "$work/which"
+}
+check "venv + Mooncake's wheel (stand-in) in the same site-packages: pip install it" \
+	"$bare/bin/python" -m pip install -q --no-index --no-build-isolation --no-deps "$work/upstream"
+check "venv + Mooncake's wheel (stand-in): mooncake_segment shares pages, names the shadowing" shadowed
 
 # shellcheck disable=SC2317 # called through check()
 python_build() { # python3-build takes a directory, not a tarball

@@ -86,6 +86,10 @@ def test_wheel_holds_the_package_and_the_project_version(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "mooncake/shared_segment.py" in names and "mooncake_segment/__init__.py" in names
     assert [n for n in names if re.fullmatch(r"mooncake/_segment\..*\.so", n)], names
+    # mooncake_segment's own copy, for a site-packages shared with Mooncake's wheel
+    assert [n for n in names if re.fullmatch(r"mooncake_segment/_segment\..*\.so", n)], names
+    copy = zipfile.ZipFile(wheel).read("mooncake_segment/shared_segment.py")
+    assert copy == (SRCDIR / "bindings/python/mooncake/shared_segment.py").read_bytes()
     assert "mooncake/__init__.py" not in names, "mooncake must stay a namespace package"
     assert not [n for n in names if n.endswith((".c", ".h"))], names
     metadata = zipfile.ZipFile(wheel).read(f"mooncake_segment-{configure_version()}.dist-info/METADATA").decode()
@@ -95,10 +99,12 @@ def test_wheel_holds_the_package_and_the_project_version(wheel):
 
 def test_extension_links_the_installed_library(wheel, installed_library, tmp_path):
     zipfile.ZipFile(wheel).extractall(tmp_path)
-    (extension,) = (tmp_path / "mooncake").glob("_segment.*.so")
-    dynamic = subprocess.run(["readelf", "-d", str(extension)], capture_output=True, text=True, check=True).stdout
-    assert "Shared library: [libmooncake-segment.so.0]" in dynamic
-    assert "RPATH" not in dynamic and "RUNPATH" not in dynamic, "the system's loader must find the library"
+    extensions = sorted(tmp_path.glob("*/_segment.*.so"))
+    assert [e.parent.name for e in extensions] == ["mooncake", "mooncake_segment"]
+    for extension in extensions:
+        dynamic = subprocess.run(["readelf", "-d", str(extension)], capture_output=True, text=True, check=True).stdout
+        assert "Shared library: [libmooncake-segment.so.0]" in dynamic
+        assert "RPATH" not in dynamic and "RUNPATH" not in dynamic, "the system's loader must find the library"
     probe = "import mooncake.shared_segment as s; assert s.shared_segment_supported(); print(s.__file__)"
     env = dict(os.environ, PYTHONPATH=str(tmp_path), LD_LIBRARY_PATH=installed_library["LD_LIBRARY_PATH"])
     done = subprocess.run([sys.executable, "-c", probe], env=env, cwd="/", capture_output=True, text=True)

@@ -5,6 +5,7 @@ which_shared_segment() / `python3 -m mooncake_segment` name the shadowing."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -190,3 +191,34 @@ def test_a_hand_made_mooncake_module_does_not_break_the_import():
         """
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_wheel_layout_survives_upstream_in_the_same_site_packages(tmp_path):
+    """pip put both wheels in one site-packages: upstream's mooncake/__init__.py and its
+    shared_segment.py over ours; mooncake_segment uses the copy the wheel bundles."""
+    builddir = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", SRCDIR))
+    site = tmp_path / "site-packages"
+    shutil.copytree(SRCDIR / "bindings/python/mooncake_segment", site / "mooncake_segment")
+    shutil.copy(OUR_MODULE, site / "mooncake_segment/shared_segment.py")
+    (native,) = (builddir / "bindings/python/mooncake").glob("_segment.*.so")
+    shutil.copy(native, site / "mooncake_segment" / native.name)
+    (site / "mooncake").mkdir()
+    shutil.copy(native, site / "mooncake" / native.name)
+    (site / "mooncake/__init__.py").write_text("")
+    (site / "mooncake/shared_segment.py").write_text("UPSTREAM = True\n")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    code = f"""
+import mooncake_segment as m
+import mooncake.shared_segment as upstream_module
+assert upstream_module.UPSTREAM
+assert m._impl.__name__ == "mooncake_segment.shared_segment" and m._segment.__file__.startswith({str(site)!r})
+assert m._impl.__file__ == {str(site / "mooncake_segment/shared_segment.py")!r} and m.shared_segment_supported()
+r = m.which_shared_segment()
+assert not r.is_ours and r.shadowed_by == {str(site / "mooncake")!r} and r.ours == m._impl.__file__, r
+"""
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd="/", capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    shared = subprocess.run(
+        [sys.executable, str(TWO_RANKS), "mooncake_segment"], env=env, cwd="/", capture_output=True, text=True
+    )
+    assert shared.returncode == 0, shared.stderr

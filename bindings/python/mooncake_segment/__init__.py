@@ -5,8 +5,8 @@
 (create_shared_segment, shared_segment_supported, SharedSegment,
 SharedSegmentError, alignment), whatever else is installed.  Where Mooncake's
 own wheel makes `mooncake` a regular package, which hides ours, this module
-loads mooncake-segment's files from their install directory itself, under
-private names, and leaves `mooncake` alone.
+uses its own copy (the wheel's) or loads mooncake-segment's files from the
+namespace directory itself, under its own name, and leaves `mooncake` alone.
 
 :func:`which_shared_segment` says which file ``import mooncake.shared_segment``
 resolves to here and, when it is not ours, why and what to do;
@@ -15,11 +15,18 @@ resolves to here and, when it is not ours, why and what to do;
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from types import ModuleType
 
-from ._locate import SharedSegmentResolution, our_module_file, our_native_file, which_shared_segment
+from ._locate import (
+    SharedSegmentResolution,
+    bundled_module_file,
+    namespace_module_file,
+    namespace_native_file,
+    which_shared_segment,
+)
 
 
 def _load(name: str, path: str) -> ModuleType:
@@ -41,7 +48,9 @@ def _implementation() -> ModuleType:
         from mooncake import shared_segment  # the normal case: one module object for both names
 
         return shared_segment
-    module_file, native_file = our_module_file(), our_native_file()
+    if bundled_module_file() is not None:  # the wheel's own copy and its native module
+        return importlib.import_module(__name__ + ".shared_segment")
+    module_file, native_file = namespace_module_file(), namespace_native_file()
     if module_file is None or native_file is None:
         missing = "mooncake/shared_segment.py" if module_file is None else "the native module mooncake/_segment"
         raise ImportError(f"mooncake_segment cannot find mooncake-segment's {missing} on sys.path.\n{resolution}")

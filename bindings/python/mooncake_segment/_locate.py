@@ -7,6 +7,12 @@ __init__.py).  Mooncake's own wheel installs `mooncake` as a regular package
 the order on sys.path, `import mooncake.shared_segment` gives upstream's module,
 or nothing.  Everything here reads the file system and importlib specs only:
 it imports neither `mooncake` nor anything in it.
+
+Where our files are: the wheel bundles a copy of shared_segment.py and the
+native module inside mooncake_segment/ itself, because pip installs Mooncake's
+wheel and ours into the same site-packages/mooncake/ directory, where the last
+one installed overwrites mooncake/shared_segment.py.  The system packages and
+`make install` have no such copy: there ours are the namespace directory's.
 """
 
 from __future__ import annotations
@@ -42,12 +48,19 @@ def our_file(stem: str, suffixes: List[str]) -> Optional[str]:
     return None
 
 
-def our_module_file() -> Optional[str]:
+def namespace_module_file() -> Optional[str]:
+    """Our shared_segment.py in the `mooncake` namespace package, when one is on sys.path."""
     return our_file("shared_segment", [".py"])
 
 
-def our_native_file() -> Optional[str]:
+def namespace_native_file() -> Optional[str]:
     return our_file("_segment", importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def bundled_module_file() -> Optional[str]:
+    """The wheel's copy of shared_segment.py inside mooncake_segment/, if this install has one."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shared_segment.py")
+    return path if os.path.isfile(path) else None
 
 
 @dataclass(frozen=True)
@@ -55,8 +68,9 @@ class SharedSegmentResolution:
     """What `import mooncake.shared_segment` resolves to in this interpreter.
 
     ``resolves_to``: the file it gives (None: the import fails); ``ours``:
-    mooncake-segment's module file (None: not installed for this
-    interpreter); ``is_ours``: the two are the same file; ``reason`` and
+    the file `import mooncake_segment` uses (None: not installed for this
+    interpreter); ``is_ours``: mooncake.shared_segment is mooncake-segment's
+    (then ``ours`` is the same file); ``reason`` and
     ``fix``: empty when it is ours, otherwise why not and what to do;
     ``shadowed_by``: the directory of a regular `mooncake` package that hides
     ours, else None.
@@ -98,7 +112,8 @@ def _same(a: Optional[str], b: Optional[str]) -> bool:
 def which_shared_segment() -> SharedSegmentResolution:
     """Report which file `import mooncake.shared_segment` gives here and, when
     it is not mooncake-segment's, why and what to do.  Imports nothing."""
-    ours = our_module_file()
+    in_namespace = namespace_module_file()
+    ours = bundled_module_file() or in_namespace  # what mooncake_segment uses when mooncake is not ours
     loaded = sys.modules.get(PUBLIC_MODULE)
     try:
         spec = importlib.util.find_spec("mooncake")  # a top-level name: finding it imports nothing
@@ -116,14 +131,14 @@ def which_shared_segment() -> SharedSegmentResolution:
     else:
         module_spec = importlib.machinery.PathFinder.find_spec(PUBLIC_MODULE, locations)
         resolves_to = module_spec.origin if module_spec is not None else None
-    if _same(resolves_to, ours):
-        return SharedSegmentResolution(resolves_to, ours, True, "", "")
+    if _same(resolves_to, in_namespace):
+        return SharedSegmentResolution(resolves_to, resolves_to, True, "", "")
     if regular:
         package_dir = os.path.dirname(spec.origin or "")
         reason = (
             f"`mooncake` at {package_dir} is a regular package (it has {os.path.basename(spec.origin or '')}, "
             "as Mooncake's own wheel installs it), so Python never merges the namespace package "
-            f"mooncake-segment installs{' at ' + os.path.dirname(ours) if ours else ''}: "
+            "mooncake-segment installs: "
             f"`import {PUBLIC_MODULE}` gives "
             f"{resolves_to or 'ModuleNotFoundError'} whatever the order on sys.path"
         )
