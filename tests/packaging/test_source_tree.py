@@ -5,6 +5,7 @@ import fnmatch
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 
 SRCDIR = Path(os.environ.get("MOONCAKE_SEGMENT_SRCDIR", Path(__file__).resolve().parents[2]))
 BUILDDIR = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", SRCDIR))
-BUILD_DIRS = {"_build", ".git", "autom4te.cache", "debian/tmp", ".libs"}
+# (build, dist and *.egg-info: what `pip install .` / `python3 -m build` leave in the tree)
+BUILD_DIRS = {"_build", ".git", "autom4te.cache", "debian/tmp", ".libs", "build", "dist"}
 
 
 def source_files():
@@ -22,6 +24,7 @@ def source_files():
             d
             for d in dirs
             if not d.startswith(("_build", ".", "mooncake-segment-"))
+            and not d.endswith(".egg-info")
             and str(rel / d) not in BUILD_DIRS
             and not (rel == Path("debian") and d != "source")
         ]
@@ -61,6 +64,17 @@ def test_version_agrees_everywhere():
     assert ".".join(parts) == version
     for page in ("doc/mooncake-segment.1", "doc/libmooncake-segment.3"):
         assert f'"mooncake-segment {version}"' in (SRCDIR / page).read_text(), page
+
+
+def test_python_package_takes_the_project_version():
+    """pip's metadata comes from setup.py, which reads configure.ac: never a second copy."""
+    pyproject = (SRCDIR / "pyproject.toml").read_text()
+    assert re.search(r'^dynamic = \["version"\]$', pyproject, re.M), "pyproject.toml must leave the version to setup.py"
+    assert not re.search(r"^version\s*=", pyproject, re.M), "pyproject.toml must not hold a version of its own"
+    done = subprocess.run(
+        [sys.executable, "setup.py", "--version"], cwd=SRCDIR, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split()[-1] == configure_version(), done.stdout
 
 
 def install_tree():
@@ -146,6 +160,7 @@ def test_every_installed_file_is_in_exactly_one_debian_package(installed):
     ]
     # dh_python3 drops byte code; py3compile rebuilds it on the target.
     excluded.append("usr/lib/python3/dist-packages/mooncake/__pycache__/")
+    excluded.append("usr/lib/python3/dist-packages/mooncake_segment/__pycache__/")
     assert set(packages) == {
         "libmooncake-segment0",
         "libmooncake-segment-dev",

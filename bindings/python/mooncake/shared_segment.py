@@ -40,7 +40,7 @@ except ModuleNotFoundError as _exc:  # torch is optional; other import errors ar
     torch = None  # type: ignore[assignment]  # the optional module is absent
     dist = None  # type: ignore[assignment]
 
-from mooncake import _segment as _native
+from . import _segment as _native  # relative: mooncake_segment may load this file under its own name
 
 __all__ = [
     "SharedSegment",
