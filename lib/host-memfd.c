@@ -178,7 +178,7 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 
 	if (seg->opt.hugetlb)
 		flags |= MFD_HUGETLB | hugetlb_size_flag(seg->page_size);
-	snprintf(name, sizeof(name), "mooncake-segment:%s", seg->label);
+	snprintf(name, sizeof(name), "mooncake-segment:%s|owner=%d", seg->label, (int)getpid());
 	seg->fd = memfd_create(name, flags);
 	if (seg->fd < 0) {
 		err = errno;
