@@ -62,6 +62,13 @@ static void write_nodes(FILE *out, const struct node_bytes *nb)
 		fputs("none", out);
 }
 
+static const char *role(const struct segment_process *p)
+{
+	if (p->owner)
+		return "owner";
+	return p->maps ? "peer" : "fd";
+}
+
 static void write_table(FILE *out, const struct segment_scan *scan)
 {
 	char b1[32], b2[32], b3[32], b4[32], b5[32], id[64];
@@ -106,12 +113,9 @@ static void write_table(FILE *out, const struct segment_scan *scan)
 					len += (size_t)snprintf(nodes + len, sizeof(nodes) - len, "%s%u:%s",
 								len ? "," : "", n,
 								size_text(p->nodes.bytes[n], b1));
-			fprintf(out, "  %8d %-16s %-5s %10s %10s %-20s %s\n", (int)p->pid, p->command,
-				p->owner  ? "owner"
-				: p->maps ? "peer"
-					  : "fd",
-				size_text(p->resident_bytes, b2), size_text(p->pss_bytes, b3),
-				len ? nodes : "-", p->cgroup[0] ? p->cgroup : "-");
+			fprintf(out, "  %8d %-16s %-5s %10s %-20s %s\n", (int)p->pid, p->command, role(p),
+				size_text(p->resident_bytes, b2), len ? nodes : "-",
+				p->cgroup[0] ? p->cgroup : "-");
 		}
 	}
 	if (scan->unreadable && geteuid() != 0)
@@ -181,12 +185,10 @@ static void write_json(FILE *out, const struct segment_scan *scan)
 			json_string(out, p->cgroup);
 			fprintf(out,
 				", \"owner\": %s, \"maps\": %s, \"holds_descriptor\": %s, \"mapped_bytes\": %llu, "
-				"\"resident_bytes\": %llu, \"pss_bytes\": %llu, \"huge_page_bytes\": %llu, "
-				"\"resident_bytes_by_node\": ",
+				"\"resident_bytes\": %llu, \"resident_bytes_by_node\": ",
 				p->owner ? "true" : "false", p->maps ? "true" : "false",
 				p->holds_descriptor ? "true" : "false", (unsigned long long)p->mapped_bytes,
-				(unsigned long long)p->resident_bytes, (unsigned long long)p->pss_bytes,
-				(unsigned long long)p->pmd_bytes);
+				(unsigned long long)p->resident_bytes);
 			write_json_nodes(out, &p->nodes);
 			fputc('}', out);
 		}

@@ -132,7 +132,4 @@ void prometheus_write(FILE *out, const struct segment_scan *scan)
 	per_process(out, scan, "process_resident_bytes",
 		    "Resident bytes of the segment in one process's mappings.",
 		    offsetof(struct segment_process, resident_bytes));
-	per_process(out, scan, "process_pss_bytes",
-		    "Proportional set size of one process's mappings of the segment.",
-		    offsetof(struct segment_process, pss_bytes));
 }

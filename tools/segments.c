@@ -281,45 +281,44 @@ static FILE *open_at(int dirfd, const char *name)
 	return f;
 }
 
-/* Rss, Pss, huge pages and page size of the segment mappings, from smaps. */
-static void read_smaps(struct segment_scan *scan, int piddir, pid_t pid, unsigned int wanted)
+/* What numa_maps lacks: THP (PMD-mapped) bytes, and Rss on a kernel without NUMA.
+ * Only for one process per segment: smaps walks the page tables like numa_maps. */
+static void read_smaps(int procfd, struct segment_process *p)
 {
-	FILE *f = open_at(piddir, "smaps");
-	char line[512];
-	struct segment_process *p = NULL;
-	struct segment *s = NULL;
+	char path[64], line[512];
+	FILE *f;
+	bool inside = false;
+	unsigned int left = p->nstarts;
 	unsigned long long v;
 
+	snprintf(path, sizeof(path), "%d/smaps", (int)p->pid);
+	f = open_at(procfd, path);
 	if (!f)
 		return;
+	p->pmd_bytes = 0;
 	while (fgets(line, sizeof(line), f)) {
 		if (isdigit((unsigned char)line[0]) || (line[0] >= 'a' && line[0] <= 'f')) {
-			if (p && --wanted == 0)
-				break; /* past the last segment mapping: spare the kernel the rest */
-			p = owner_of_start(scan, pid, strtoull(line, NULL, 16), &s);
-		} else if (!p) {
+			if (inside && --left == 0)
+				break; /* past its last segment mapping: spare the kernel the rest */
+			inside = is_start(p, strtoull(line, NULL, 16));
+		} else if (!inside) {
 			continue;
 		} else if (sscanf(line, "Rss: %llu kB", &v) == 1) {
-			p->resident_bytes += v << 10;
-		} else if (sscanf(line, "Pss: %llu kB", &v) == 1) {
-			p->pss_bytes += v << 10;
-		} else if (sscanf(line, "ShmemPmdMapped: %llu kB", &v) == 1) {
-			p->pmd_bytes += v << 10;
-		} else if (sscanf(line, "Shared_Hugetlb: %llu kB", &v) == 1 ||
+			p->smaps_rss += v << 10;
+		} else if (sscanf(line, "ShmemPmdMapped: %llu kB", &v) == 1 ||
+			   sscanf(line, "FilePmdMapped: %llu kB", &v) == 1 ||
+			   sscanf(line, "Shared_Hugetlb: %llu kB", &v) == 1 ||
 			   sscanf(line, "Private_Hugetlb: %llu kB", &v) == 1) {
-			/* HugeTLB pages are in neither Rss nor Pss. */
-			p->resident_bytes += v << 10;
-			p->pss_bytes += v << 10;
 			p->pmd_bytes += v << 10;
-		} else if (sscanf(line, "KernelPageSize: %llu kB", &v) == 1 && !s->page_size) {
-			s->page_size = v << 10;
+			if (line[0] == 'S' && line[1] == 'h' && line[7] == 'H')
+				p->smaps_rss += v << 10; /* HugeTLB pages are not in Rss */
 		}
 	}
 	fclose(f);
 }
 
-/* Resident bytes per NUMA node of the segment mappings, from numa_maps. */
-static void read_numa_maps(struct segment_scan *scan, int piddir, pid_t pid, unsigned int wanted)
+/* Resident bytes per NUMA node of the segment mappings, and their page size, from numa_maps. */
+static bool read_numa_maps(struct segment_scan *scan, int piddir, pid_t pid, unsigned int wanted)
 {
 	FILE *f = open_at(piddir, "numa_maps");
 	char line[4096], *save, *tok;
@@ -328,34 +327,33 @@ static void read_numa_maps(struct segment_scan *scan, int piddir, pid_t pid, uns
 	unsigned long long page_kb, pages[64];
 	unsigned int nodes[64], n;
 
-	if (!f) {
-		/* A kernel without NUMA: everything is on node 0. */
-		for (unsigned int i = 0; i < scan->nsegs; i++) {
-			s = &scan->segs[i];
-			p = s->nprocs ? &s->procs[s->nprocs - 1] : NULL;
-			if (p && p->pid == pid && p->maps)
-				node_add(&p->nodes, 0, p->resident_bytes);
-		}
-		return;
-	}
+	if (!f)
+		return false;
 	while (wanted && fgets(line, sizeof(line), f)) {
 		p = owner_of_start(scan, pid, strtoull(line, NULL, 16), &s);
 		if (!p)
 			continue;
 		wanted--;
-		page_kb = 4;
+		page_kb = 0;
 		n = 0;
 		for (tok = strtok_r(line, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
 			if (tok[0] == 'N' && isdigit((unsigned char)tok[1]) && n < 64 &&
 			    sscanf(tok, "N%u=%llu", &nodes[n], &pages[n]) == 2)
 				n++;
+			else if (!strcmp(tok, "huge"))
+				s->hugetlb = true;
 			else
 				sscanf(tok, "kernelpagesize_kB=%llu", &page_kb);
 		}
-		for (unsigned int i = 0; i < n; i++)
+		if (page_kb && !s->page_size)
+			s->page_size = page_kb << 10;
+		for (unsigned int i = 0; i < n; i++) {
 			node_add(&p->nodes, nodes[i], pages[i] * (page_kb << 10));
+			p->resident_bytes += pages[i] * (page_kb << 10);
+		}
 	}
 	fclose(f);
+	return true;
 }
 
 static void read_text(int dirfd, const char *name, char *buf, size_t size)
@@ -368,15 +366,31 @@ static void read_text(int dirfd, const char *name, char *buf, size_t size)
 	buf[n > 0 ? n : 0] = '\0';
 }
 
-/* comm, the cgroup (v2, else the memory controller's) and the pid in its own namespace. */
+/* The command and the pid in its own namespace (status), the cgroup (v2, else the memory controller's). */
 static void describe_process(int piddir, struct segment_process *p, pid_t pid)
 {
 	char buf[4096], *line, *save, *path = NULL;
 
-	read_text(piddir, "comm", buf, sizeof(buf));
-	buf[strcspn(buf, "\n")] = '\0';
-	buf[sizeof(p->command) - 1] = '\0';
-	memcpy(p->command, buf, strlen(buf) + 1);
+	p->pid_ns_pid = (unsigned long long)pid;
+	read_text(piddir, "status", buf, sizeof(buf));
+	if (!strncmp(buf, "Name:\t", 6)) {
+		line = buf + 6;
+		line[strcspn(line, "\n")] = '\0';
+		if (strlen(line) >= sizeof(p->command))
+			line[sizeof(p->command) - 1] = '\0';
+		memcpy(p->command, line, strlen(line) + 1);
+		line[strlen(line)] = '\n';
+	}
+	line = strstr(buf, "\nNSpid:");
+	if (line) {
+		char *eol = strchr(line + 1, '\n'), *last;
+
+		if (eol)
+			*eol = '\0';
+		last = strrchr(line, '\t');
+		if (last)
+			p->pid_ns_pid = strtoull(last + 1, NULL, 10);
+	}
 
 	read_text(piddir, "cgroup", buf, sizeof(buf));
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -396,19 +410,6 @@ static void describe_process(int piddir, struct segment_process *p, pid_t pid)
 	if (strlen(path) >= sizeof(p->cgroup))
 		path[sizeof(p->cgroup) - 1] = '\0';
 	memcpy(p->cgroup, path, strlen(path) + 1);
-
-	p->pid_ns_pid = (unsigned long long)pid;
-	read_text(piddir, "status", buf, sizeof(buf));
-	line = strstr(buf, "\nNSpid:");
-	if (line) {
-		char *eol = strchr(line + 1, '\n'), *last;
-
-		if (eol)
-			*eol = '\0';
-		last = strrchr(line, '\t');
-		if (last)
-			p->pid_ns_pid = strtoull(last + 1, NULL, 10);
-	}
 }
 
 /* One process: false when /proc refused what it needed. */
@@ -419,6 +420,7 @@ static bool scan_process(struct segment_scan *scan, int procfd, pid_t pid, char 
 	ssize_t len;
 	unsigned int wanted = 0;
 	bool readable = true;
+	const struct segment_process *described = NULL;
 
 	snprintf(name, sizeof(name), "%d", (int)pid);
 	piddir = openat(procfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -441,11 +443,27 @@ static bool scan_process(struct segment_scan *scan, int procfd, pid_t pid, char 
 		if (!p || p->pid != pid)
 			continue;
 		wanted += p->nstarts;
-		describe_process(piddir, p, pid);
+		if (described) {
+			memcpy(p->command, described->command, sizeof(p->command));
+			memcpy(p->cgroup, described->cgroup, sizeof(p->cgroup));
+			p->pid_ns_pid = described->pid_ns_pid;
+		} else {
+			describe_process(piddir, p, pid);
+			described = p;
+		}
 	}
-	if (wanted) {
-		read_smaps(scan, piddir, pid, wanted);
-		read_numa_maps(scan, piddir, pid, wanted);
+	if (wanted && !read_numa_maps(scan, piddir, pid, wanted)) {
+		/* A kernel without NUMA: smaps, and everything on node 0. */
+		for (unsigned int i = 0; i < scan->nsegs; i++) {
+			struct segment *s = &scan->segs[i];
+			struct segment_process *p = s->nprocs ? &s->procs[s->nprocs - 1] : NULL;
+
+			if (p && p->pid == pid && p->maps) {
+				read_smaps(procfd, p);
+				p->resident_bytes = p->smaps_rss;
+				node_add(&p->nodes, 0, p->resident_bytes);
+			}
+		}
 	}
 out:
 	close(piddir);
@@ -468,7 +486,7 @@ static int by_label(const void *a, const void *b)
 }
 
 /* Owner, mappers, residency: what the processes' views add up to. */
-static void derive(struct segment *s)
+static void derive(int procfd, struct segment *s)
 {
 	long base_page = sysconf(_SC_PAGESIZE);
 	unsigned int holders = 0;
@@ -492,8 +510,6 @@ static void derive(struct segment *s)
 		for (unsigned int n = 0; n < p->nodes.count; n++)
 			if (node_add(&s->resident, n, 0) && p->nodes.bytes[n] > s->resident.bytes[n])
 				s->resident.bytes[n] = p->nodes.bytes[n];
-		if (p->pmd_bytes > s->huge_page_bytes)
-			s->huge_page_bytes = p->pmd_bytes;
 	}
 	if (s->owner < 0 && s->named_owner < 0 && holders == 1)
 		s->owner = holder;
@@ -503,9 +519,19 @@ static void derive(struct segment *s)
 		s->resident_bytes += s->resident.bytes[n];
 	if (!s->page_size)
 		s->page_size = (uint64_t)base_page;
-	s->hugetlb = s->page_size > (uint64_t)base_page;
-	if (s->hugetlb)
+	s->hugetlb = s->hugetlb || s->page_size > (uint64_t)base_page;
+	if (s->hugetlb) {
 		s->huge_page_bytes = s->resident_bytes;
+	} else if (s->mappers) {
+		/* THP: how much is PMD-mapped in the mapping with the most resident. */
+		unsigned int best = 0;
+
+		for (unsigned int i = 1; i < s->nprocs; i++)
+			if (s->procs[i].resident_bytes > s->procs[best].resident_bytes)
+				best = i;
+		read_smaps(procfd, &s->procs[best]);
+		s->huge_page_bytes = s->procs[best].pmd_bytes;
+	}
 	s->private_copies_bytes = (uint64_t)s->mappers * s->size;
 }
 
@@ -544,10 +570,10 @@ bool segments_scan(const char *proc, struct segment_scan *scan)
 			scan->unreadable++;
 	}
 	closedir(dir);
-	close(procfd);
 	free(buf);
 	for (unsigned int i = 0; i < scan->nsegs; i++)
-		derive(&scan->segs[i]);
+		derive(procfd, &scan->segs[i]);
+	close(procfd);
 	qsort(scan->segs, scan->nsegs, sizeof(*scan->segs), by_label);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	scan->duration_ns =

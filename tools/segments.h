@@ -32,9 +32,9 @@ struct segment_process {
 	bool holds_descriptor; /* has it open (the owner, until finish()) */
 	bool owner;
 	uint64_t mapped_bytes;
-	uint64_t resident_bytes; /* Rss (+ HugeTLB) of its mappings */
-	uint64_t pss_bytes;
-	uint64_t pmd_bytes; /* mapped as huge pages (THP or HugeTLB) */
+	uint64_t resident_bytes; /* pages present in its mappings (numa_maps) */
+	uint64_t smaps_rss;	 /* the same from smaps, where it was read */
+	uint64_t pmd_bytes;	 /* mapped as huge pages (THP or HugeTLB), where smaps was read */
 	struct node_bytes nodes;
 	uint64_t *starts; /* start address of each mapping */
 	unsigned int nstarts;
