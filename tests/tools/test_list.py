@@ -194,3 +194,71 @@ def test_output_replaces_the_file_atomically(tmp_path):
     assert 'mooncake_segment_size_bytes{segment="list-output"' in text
     assert os.stat(target).st_mode & 0o777 == 0o644  # node_exporter runs as another user
     assert os.listdir(tmp_path) == ["mooncake-segment.prom"]  # no temporary file left
+
+
+def fake_process(proc: Path, pid: int, nspid: str, maps: list, numa_maps: list, smaps: str = "") -> None:
+    d = proc / str(pid)
+    (d / "fd").mkdir(parents=True)
+    (d / "maps").write_text("".join(line + "\n" for line in maps))
+    (d / "numa_maps").write_text("".join(line + "\n" for line in numa_maps))
+    (d / "smaps").write_text(smaps)
+    (d / "status").write_text(f"Name:\tfake-{pid}\nUmask:\t0022\nNSpid:\t{nspid}\n")
+    (d / "cgroup").write_text(f"0::/fixture.slice/rank-{pid}.scope\n")
+
+
+def test_nodes_huge_pages_and_owners_from_a_fixture_proc(tmp_path):
+    """--proc reads another /proc: here a fixture with two NUMA nodes, THP and HugeTLB."""
+    kv = "/memfd:mooncake-segment:kv|owner=100 (deleted)"
+    big = "/memfd:mooncake-segment:big|owner=5 (deleted)"
+    # The owner of kv (pid 100) is gone; two peers touched different pages on two nodes.
+    fake_process(
+        tmp_path,
+        200,
+        "200",
+        [f"7f0000000000-7f0000400000 rw-s 00000000 00:01 4242                       {kv}"],
+        ["7f0000000000 default file=x dirty=1 N0=100 N1=300 kernelpagesize_kB=4"],
+        "7f0000000000-7f0000400000 rw-s 00000000 00:01 4242 x\nRss: 1600 kB\nShmemPmdMapped: 1024 kB\n",
+    )
+    fake_process(
+        tmp_path,
+        300,
+        "300",
+        [
+            "55d000000000-55d000001000 r-xp 00000000 08:01 99 /usr/bin/fake",
+            f"7e0000000000-7e0000400000 rw-s 00000000 00:01 4242                       {kv}",
+        ],
+        ["7e0000000000 default file=x N0=200 N1=50 kernelpagesize_kB=4"],
+    )
+    # big: HugeTLB (2 MiB pages) on node 1; its owner is pid 5 in a container, 400 here.
+    fake_process(
+        tmp_path,
+        400,
+        "400\t5",
+        [f"7d0000000000-7d0000800000 rw-s 00000000 00:10 77                       {big}"],
+        ["7d0000000000 default file=x huge dirty=2 N1=2 kernelpagesize_kB=2048"],
+    )
+    (tmp_path / "2").mkdir()
+    (tmp_path / "2" / "maps").write_text("")  # a kernel thread: no memory, skipped
+    doc = list_json("--proc", str(tmp_path))
+    assert doc["processes_scanned"] == 4 and doc["processes_unreadable"] == 0
+    kv_seg = only_segment(doc, "kv")
+    assert kv_seg["id"] == "0:1:4242" and kv_seg["size_bytes"] == 4 * MiB
+    assert kv_seg["owner_pid"] is None and kv_seg["owner_pid_in_namespace"] == 100
+    assert kv_seg["mapped_processes"] == 2
+    # Per node, the most any mapping has there: 200 pages on node 0, 300 on node 1.
+    assert kv_seg["resident_bytes_by_node"] == {"0": 200 * 4096, "1": 300 * 4096}
+    assert kv_seg["resident_bytes"] == 500 * 4096
+    # THP: the PMD-mapped bytes of the mapping with the most pages (pid 200).
+    assert kv_seg["huge_page_bytes"] == 1024 * 1024
+    assert kv_seg["hugetlb"] is False and kv_seg["page_size_bytes"] == 4096
+    procs = {p["pid"]: p for p in kv_seg["processes"]}
+    assert procs[200]["resident_bytes_by_node"] == {"0": 100 * 4096, "1": 300 * 4096}
+    assert procs[300]["resident_bytes"] == 250 * 4096
+    assert procs[300]["cgroup"] == "/fixture.slice/rank-300.scope"
+    assert procs[300]["command"] == "fake-300"
+    big_seg = only_segment(doc, "big")
+    assert big_seg["hugetlb"] is True and big_seg["page_size_bytes"] == 2 * MiB
+    assert big_seg["owner_pid"] == 400 and big_seg["owner_pid_in_namespace"] == 5
+    assert big_seg["resident_bytes_by_node"] == {"1": 4 * MiB}
+    assert big_seg["huge_page_bytes"] == 4 * MiB
+    assert big_seg["private_copies_bytes"] == 8 * MiB
