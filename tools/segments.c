@@ -5,10 +5,11 @@
  * /proc/PID/maps shows for its mappings and stat() for its descriptors.
  *
  * Per process: maps (read whole, searched for the name), the descriptors in
- * fd/, then, only for a process that maps a segment, smaps and numa_maps (read
- * until its last mapping of a segment, so the kernel does not walk the rest),
- * comm, cgroup and status.  A process whose maps or descriptors /proc refuses
- * (another user's, unless root) is counted, not guessed at.
+ * fd/, then, only for a process that maps a segment, numa_maps (read until its
+ * last mapping of a segment, so the kernel does not walk the rest), status and
+ * cgroup; smaps only for one process per segment.  A process whose maps
+ * or descriptors /proc refuses (another user's, unless root) is counted, not
+ * guessed at.  Up to 8 threads share the processes out.
  */
 #include "config.h"
 
@@ -18,6 +19,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -535,45 +538,161 @@ static void derive(int procfd, struct segment *s)
 	s->private_copies_bytes = (uint64_t)s->mappers * s->size;
 }
 
-bool segments_scan(const char *proc, struct segment_scan *scan)
-{
-	struct timespec t0, t1;
-	int procfd;
-	DIR *dir;
-	struct dirent *de;
-	size_t cap = 64 << 10;
-	char *buf;
+/* Threads share the processes out in chunks: /proc reads of different
+ * processes do not contend, and a busy node has the cores. */
+#define MAX_THREADS	     8
+#define PROCESSES_PER_THREAD 128
+#define CHUNK		     16
 
-	memset(scan, 0, sizeof(*scan));
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	procfd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (procfd < 0)
-		return false;
-	dir = fdopendir(dup(procfd));
-	buf = malloc(cap);
-	if (!dir || !buf) {
-		if (dir)
-			closedir(dir);
-		free(buf);
-		close(procfd);
-		errno = ENOMEM;
-		return false;
+struct scan_worker {
+	pthread_t thread;
+	struct segment_scan part;
+	int procfd;
+	const pid_t *pids;
+	unsigned int npids;
+	atomic_uint *next;
+};
+
+static void *scan_worker_main(void *arg)
+{
+	struct scan_worker *w = arg;
+	size_t cap = 64 << 10;
+	char *buf = malloc(cap);
+	unsigned int first;
+
+	while (buf && (first = atomic_fetch_add(w->next, CHUNK)) < w->npids) {
+		for (unsigned int i = first; i < first + CHUNK && i < w->npids; i++) {
+			w->part.processes++;
+			if (!scan_process(&w->part, w->procfd, w->pids[i], &buf, &cap))
+				w->part.unreadable++;
+		}
 	}
+	free(buf);
+	return NULL;
+}
+
+/* Move a worker's segments into @scan, joining the processes of the same segment. */
+static bool merge(struct segment_scan *scan, struct segment_scan *part)
+{
+	scan->processes += part->processes;
+	scan->unreadable += part->unreadable;
+	for (unsigned int i = 0; i < part->nsegs; i++) {
+		struct segment *from = &part->segs[i], *to = NULL;
+		struct segment_process *procs;
+		unsigned int cap = 4;
+
+		for (unsigned int j = 0; j < scan->nsegs && !to; j++)
+			if (scan->segs[j].ino == from->ino && scan->segs[j].dev_major == from->dev_major &&
+			    scan->segs[j].dev_minor == from->dev_minor)
+				to = &scan->segs[j];
+		if (!to) {
+			if (!grow((void **)&scan->segs, scan->nsegs, sizeof(*scan->segs)))
+				return false;
+			scan->segs[scan->nsegs++] = *from;
+			from->procs = NULL;
+			from->nprocs = 0;
+			continue;
+		}
+		while (cap < to->nprocs + from->nprocs)
+			cap *= 2; /* grow()'s capacity rule */
+		procs = realloc(to->procs, cap * sizeof(*procs));
+		if (!procs)
+			return false;
+		memcpy(procs + to->nprocs, from->procs, from->nprocs * sizeof(*procs));
+		to->procs = procs;
+		to->nprocs += from->nprocs;
+		free(from->procs);
+		from->procs = NULL;
+		from->nprocs = 0;
+		if (from->size > to->size)
+			to->size = from->size;
+		if (!to->page_size)
+			to->page_size = from->page_size;
+		to->hugetlb = to->hugetlb || from->hugetlb;
+	}
+	return true;
+}
+
+/* Every numeric entry of @procfd; NULL when out of memory. */
+static pid_t *list_pids(int procfd, unsigned int *count)
+{
+	DIR *dir = fdopendir(dup(procfd));
+	struct dirent *de;
+	pid_t *pids = NULL;
+
+	*count = 0;
+	if (!dir)
+		return NULL;
 	while ((de = readdir(dir))) {
 		char *end;
 		long pid = strtol(de->d_name, &end, 10);
 
 		if (*end || pid <= 0)
 			continue;
-		scan->processes++;
-		if (!scan_process(scan, procfd, (pid_t)pid, &buf, &cap))
-			scan->unreadable++;
+		if (!grow((void **)&pids, *count, sizeof(*pids))) {
+			free(pids);
+			pids = NULL;
+			break;
+		}
+		pids[(*count)++] = (pid_t)pid;
 	}
 	closedir(dir);
-	free(buf);
-	for (unsigned int i = 0; i < scan->nsegs; i++)
-		derive(procfd, &scan->segs[i]);
+	if (!pids)
+		pids = malloc(sizeof(*pids)); /* no process at all is not an error */
+	return pids;
+}
+
+bool segments_scan(const char *proc, struct segment_scan *scan)
+{
+	struct scan_worker workers[MAX_THREADS];
+	struct timespec t0, t1;
+	atomic_uint next = 0;
+	unsigned int npids, nthreads;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	bool ok = true;
+	pid_t *pids;
+	int procfd;
+
+	memset(scan, 0, sizeof(*scan));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	procfd = open(proc, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (procfd < 0)
+		return false;
+	pids = list_pids(procfd, &npids);
+	if (!pids) {
+		close(procfd);
+		errno = ENOMEM;
+		return false;
+	}
+	nthreads = npids / PROCESSES_PER_THREAD + 1;
+	if (nthreads > MAX_THREADS)
+		nthreads = MAX_THREADS;
+	if (cpus > 0 && nthreads > (unsigned int)cpus)
+		nthreads = (unsigned int)cpus;
+	for (unsigned int t = 0; t < nthreads; t++) {
+		workers[t] =
+			(struct scan_worker){ .procfd = procfd, .pids = pids, .npids = npids, .next = &next };
+		/* Worker 0 is this thread; a thread that cannot start leaves its share to the others. */
+		if (t && pthread_create(&workers[t].thread, NULL, scan_worker_main, &workers[t]) != 0)
+			nthreads = t;
+	}
+	scan_worker_main(&workers[0]);
+	for (unsigned int t = 0; t < nthreads; t++) {
+		if (t)
+			pthread_join(workers[t].thread, NULL);
+		ok = ok && merge(scan, &workers[t].part);
+		segments_free(&workers[t].part);
+	}
+	free(pids);
+	if (ok)
+		for (unsigned int i = 0; i < scan->nsegs; i++)
+			derive(procfd, &scan->segs[i]);
 	close(procfd);
+	if (!ok) {
+		segments_free(scan);
+		errno = ENOMEM;
+		return false;
+	}
 	qsort(scan->segs, scan->nsegs, sizeof(*scan->segs), by_label);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	scan->duration_ns =

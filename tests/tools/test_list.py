@@ -262,3 +262,27 @@ def test_nodes_huge_pages_and_owners_from_a_fixture_proc(tmp_path):
     assert big_seg["resident_bytes_by_node"] == {"1": 4 * MiB}
     assert big_seg["huge_page_bytes"] == 4 * MiB
     assert big_seg["private_copies_bytes"] == 8 * MiB
+
+
+def test_a_scan_shared_by_threads_joins_every_process(tmp_path):
+    """600 processes: several threads scan them, and one segment's mappers from all of them are joined."""
+    wide = "/memfd:mooncake-segment:wide|owner=7 (deleted)"
+    mappers = list(range(10, 601, 50))
+    for pid in range(1, 601):
+        if pid in mappers:
+            fake_process(
+                tmp_path,
+                pid,
+                str(pid),
+                [f"7f0000000000-7f0000100000 rw-s 00000000 00:01 31337 {wide}"],
+                [f"7f0000000000 default file=x N0={pid} kernelpagesize_kB=4"],
+            )
+        else:
+            fake_process(tmp_path, pid, str(pid), ["55d000000000-55d000001000 r-xp 00000000 08:01 99 /usr/bin/x"], [])
+    doc = list_json("--proc", str(tmp_path))
+    assert doc["processes_scanned"] == 600
+    seg = only_segment(doc, "wide")
+    assert [p["pid"] for p in seg["processes"]] == mappers
+    assert seg["mapped_processes"] == len(mappers)
+    assert seg["resident_bytes_by_node"] == {"0": max(mappers) * 4096}
+    assert all(p["resident_bytes"] == p["pid"] * 4096 for p in seg["processes"])
