@@ -192,7 +192,7 @@ static bool scan_maps(struct segment_scan *scan, pid_t pid, char *maps, size_t l
 		line[eol - start] = '\0';
 		if (sscanf(line, "%llx-%llx %*s %llx %x:%x %llu %n", &lo, &hi, &off, &maj, &min, &ino,
 			   &path) < 6 ||
-		    strncmp(line + path, SEGMENT_MEMFD_PREFIX, strlen(SEGMENT_MEMFD_PREFIX)))
+		    strncmp(line + path, SEGMENT_MEMFD_PREFIX, strlen(SEGMENT_MEMFD_PREFIX)) != 0)
 			continue;
 		snprintf(name, sizeof(name), "%s", line + path + strlen(SEGMENT_MEMFD_PREFIX));
 		unescape_newlines(name);
@@ -234,7 +234,7 @@ static bool scan_descriptors(struct segment_scan *scan, int piddir, pid_t pid)
 		if (n <= 0)
 			continue;
 		link[n] = '\0';
-		if (strncmp(link, SEGMENT_MEMFD_PREFIX, strlen(SEGMENT_MEMFD_PREFIX)) ||
+		if (strncmp(link, SEGMENT_MEMFD_PREFIX, strlen(SEGMENT_MEMFD_PREFIX)) != 0 ||
 		    fstatat(dirfd(dir), de->d_name, &st, 0) != 0)
 			continue;
 		s = find_segment(scan, major(st.st_dev), minor(st.st_dev), st.st_ino,
@@ -547,10 +547,10 @@ static void derive(int procfd, struct segment *s)
 struct scan_worker {
 	pthread_t thread;
 	struct segment_scan part;
-	int procfd;
 	const pid_t *pids;
-	unsigned int npids;
 	atomic_uint *next;
+	unsigned int npids;
+	int procfd;
 };
 
 static void *scan_worker_main(void *arg)
