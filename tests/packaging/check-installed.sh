@@ -90,7 +90,8 @@ textfile_units() {
 	for dir in "${root%/}/lib/systemd/system" "${root%/}/usr/lib/systemd/system"; do
 		if [ -f "$dir/mooncake-segment-textfile.timer" ] && [ -f "$dir/mooncake-segment-textfile.service" ]; then
 			# Shipped disabled: nothing enables the timer at install.
-			! [ -e "${root%/}/etc/systemd/system/timers.target.wants/mooncake-segment-textfile.timer" ]
+			local wants="${root%/}/etc/systemd/system/timers.target.wants/mooncake-segment-textfile.timer"
+			! [ -e "$wants" ] && ! [ -L "$wants" ]
 			return
 		fi
 	done
