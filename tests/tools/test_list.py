@@ -166,7 +166,7 @@ def test_another_user_sees_nothing_and_says_so():
 def test_watch_scans_again():
     proc = subprocess.Popen([TOOL, "list", "--json", "--watch", "1"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(2.5)
+        time.sleep(3.5)
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=10)
