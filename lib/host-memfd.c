@@ -182,7 +182,7 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 
 	if (seg->opt.hugetlb)
 		flags |= MFD_HUGETLB | hugetlb_size_flag(seg->page_size);
-	snprintf(name, sizeof(name), "mooncake-segment:%s", seg->label);
+	snprintf(name, sizeof(name), "mooncake-segment:%s|owner=%d", seg->label, (int)getpid());
 	mc_fd_track_begin();
 	seg->fd = memfd_create(name, flags);
 	mc_fd_track_end(&seg->fd_tracking, &seg->fd);

@@ -2,7 +2,8 @@
 /*
  * mooncake-segment: the command-line tool.  demo shows one physical copy
  * shared by forked ranks, doctor checks a node, info tells what this build
- * and host support, bench measures commit and import against the limits.
+ * and host support, bench measures commit and import against the limits,
+ * list shows every segment on the host.
  */
 #include "config.h"
 
@@ -22,6 +23,7 @@ static const struct {
 	{ "doctor", cmd_doctor, "check this node for what shared segments need, with fixes" },
 	{ "info", cmd_info, "version, and what this build and this host support" },
 	{ "bench", cmd_bench, "measure commit and import against the physical limits" },
+	{ "list", cmd_list, "every segment on this host: owner, mappers, resident bytes per node" },
 };
 
 static void usage(FILE *out)

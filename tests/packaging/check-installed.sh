@@ -82,6 +82,23 @@ check "C: example compiles and links with pkg-config" \
 check "C: example runs (two processes share a page)" sh -c "'$work/fork-pair' | grep -q 'owner read: hello'"
 check "CLI: info" "$cli" info
 check "CLI: demo" "$cli" demo --ranks 2 --size 8M
+check "CLI: list as a table, JSON and Prometheus text" \
+	sh -c "'$cli' list && '$cli' list --json && '$cli' list --prometheus"
+# shellcheck disable=SC2317 # called through check()
+textfile_units() {
+	local dir
+	for dir in "${root%/}/lib/systemd/system" "${root%/}/usr/lib/systemd/system"; do
+		if [ -f "$dir/mooncake-segment-textfile.timer" ] && [ -f "$dir/mooncake-segment-textfile.service" ]; then
+			# Shipped disabled: nothing enables the timer at install.
+			local wants="${root%/}/etc/systemd/system/timers.target.wants/mooncake-segment-textfile.timer"
+			! [ -e "$wants" ] && ! [ -L "$wants" ]
+			return
+		fi
+	done
+	echo "no mooncake-segment-textfile.{service,timer} under $root"
+	return 1
+}
+check "textfile timer for node_exporter shipped, not enabled" textfile_units
 # shellcheck disable=SC2317 # called through check()
 no_gpu_stack() {
 	local f

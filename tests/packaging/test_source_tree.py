@@ -113,7 +113,8 @@ def installed():
 
 def canonical(path, dirs, layout):
     """Rewrite a configured install path into the distribution's layout."""
-    for key in ("pyexecdir", "pythondir", "libdir", "bindir", "includedir", "mandir"):
+    # systemdunitdir lies below libdir when both follow the prefix: look at it first.
+    for key in ("systemdunitdir", "pyexecdir", "pythondir", "libdir", "bindir", "includedir", "mandir"):
         prefix = dirs[key].rstrip("/") + "/"
         if path.startswith(prefix):
             return layout[key] + "/" + path[len(prefix) :]
@@ -146,6 +147,7 @@ def test_every_installed_file_is_in_exactly_one_debian_package(installed):
         "mandir": "usr/share/man",
         "pythondir": "usr/lib/python3/dist-packages",
         "pyexecdir": "usr/lib/python3/dist-packages",
+        "systemdunitdir": "lib/systemd/system",  # debian/rules installs the units there
     }
     paths = [canonical(f, dirs, layout) for f in files]
     packages = {}
@@ -205,6 +207,7 @@ def test_every_installed_file_is_in_exactly_one_rpm_package(installed):
         "mandir": "usr/share/man",
         "pythondir": sitearch,
         "pyexecdir": sitearch,
+        "systemdunitdir": "usr/lib/systemd/system",
     }
     paths = [canonical(f, dirs, layout) for f in files]
     macros = {
@@ -215,6 +218,7 @@ def test_every_installed_file_is_in_exactly_one_rpm_package(installed):
         "python3_sitearch": "/" + sitearch,
         "python3_ext_suffix": dirs["PYTHON_EXT_SUFFIX"],
         "name": "mooncake-segment",
+        "_prefix": "/usr",
     }
     sections = spec_files_sections((SRCDIR / "rpm/mooncake-segment.spec.in").read_text(), macros)
     assert set(sections) == {"main", "main-devel", "python3-mooncake-segment"}, sections.keys()

@@ -1,0 +1,295 @@
+# SPDX-License-Identifier: Apache-2.0
+"""mooncake-segment list against live segments of real rank processes."""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from segment_ranks import held_segment
+
+BUILDDIR = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", "."))
+TOOL = str(BUILDDIR / "tools" / "mooncake-segment")
+MiB = 1 << 20
+SIZE = 16 * MiB
+# Rank 0 (the owner) committed every page; each peer reads a different share.
+TOUCH = [0, 4 * MiB, 8 * MiB, 12 * MiB]
+
+
+def last_node() -> int:
+    nodes = [int(n[4:]) for n in os.listdir("/sys/devices/system/node") if n[4:].isdigit()]
+    return max(nodes) if nodes else 0
+
+
+def run_list(*args, user=None, check=True):
+    cmd = [TOOL, "list", *args]
+    if user is not None:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def list_json(*args, user=None):
+    return json.loads(run_list("--json", *args, user=user).stdout)
+
+
+def only_segment(doc, label):
+    found = [s for s in doc["segments"] if s["label"] == label]
+    assert len(found) == 1, doc["segments"]
+    return found[0]
+
+
+def numa_maps_bytes(pid: int, start: int) -> dict:
+    """Bytes per node of the mapping at START, read from numa_maps here, independently of the tool."""
+    with open(f"/proc/{pid}/numa_maps") as f:
+        for line in f:
+            fields = line.split()
+            if int(fields[0], 16) != start:
+                continue
+            page = next(int(f.split("=")[1]) for f in fields if f.startswith("kernelpagesize_kB=")) * 1024
+            return {f[1:].split("=")[0]: int(f.split("=")[1]) * page for f in fields if f[0] == "N" and "=" in f}
+    raise AssertionError(f"no mapping at {start:#x} in {pid}")
+
+
+def segment_start(pid: int, label: str) -> int:
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            if f"mooncake-segment:{label}|" in line:
+                return int(line.split("-")[0], 16)
+    raise AssertionError(f"{pid} maps no segment {label}")
+
+
+def test_json_reports_a_live_four_rank_segment():
+    node = last_node()
+    with held_segment("list-json", SIZE, TOUCH, node=node) as pids:
+        doc = list_json()
+        seg = only_segment(doc, "list-json")
+        owner_nodes = numa_maps_bytes(pids[0], segment_start(pids[0], "list-json"))
+        cgroups = {pid: Path(f"/proc/{pid}/cgroup").read_text() for pid in pids}
+    assert doc["schema_version"] == 1
+    assert seg["size_bytes"] == SIZE
+    assert seg["backend"] == "memfd" and seg["hugetlb"] is False
+    assert seg["page_size_bytes"] == os.sysconf("SC_PAGE_SIZE")
+    assert seg["owner_pid"] == pids[0]
+    assert seg["owner_pid_in_namespace"] == pids[0]
+    assert seg["mapped_processes"] == 4
+    procs = {p["pid"]: p for p in seg["processes"]}
+    assert sorted(procs) == sorted(pids)
+    assert [procs[pid]["owner"] for pid in pids] == [True, False, False, False]
+    # The owner's descriptor is gone after finish(); the name still names it.
+    assert not any(p["holds_descriptor"] for p in procs.values())
+    # One copy, every page on the node the owner bound it to.
+    assert seg["resident_bytes"] == SIZE
+    assert seg["resident_bytes_by_node"] == {str(node): SIZE}
+    assert seg["resident_bytes_by_node"] == owner_nodes
+    assert seg["private_copies_bytes"] == 4 * SIZE
+    for rank, pid in enumerate(pids):
+        p = procs[pid]
+        assert p["command"] == "python3"
+        assert p["maps"] and p["mapped_bytes"] == SIZE
+        expected = SIZE if rank == 0 else TOUCH[rank]
+        assert p["resident_bytes"] == expected
+        assert p["resident_bytes_by_node"] == {str(node): expected}
+        assert p["cgroup"] and p["cgroup"] in cgroups[pid]
+
+
+def test_table_lists_the_segment_and_every_mapper():
+    with held_segment("list-table", SIZE, TOUCH) as pids:
+        out = run_list().stdout
+    rows = [line.split() for line in out.splitlines()]
+    summary = next(r for r in rows if r and r[0] == "list-table")
+    assert summary[2:4] == ["16.0", "MiB"]
+    assert summary[4] == "memfd"
+    assert int(summary[7]) == pids[0] and int(summary[8]) == 4
+    listed = {int(r[0]): r[2] for r in rows if r and r[0].isdigit() and int(r[0]) in pids}
+    assert listed == {pids[0]: "owner", pids[1]: "peer", pids[2]: "peer", pids[3]: "peer"}
+
+
+def test_descriptors_are_found_too():
+    """Before finish() the owner holds the memfd; a process may hold it without mapping it."""
+    with held_segment("list-fd", SIZE, [0, 0, 0], finish=False) as pids:
+        fds = Path(f"/proc/{pids[0]}/fd")
+        link = next(fd for fd in fds.iterdir() if "mooncake-segment:list-fd|" in os.readlink(fd))
+        held = os.open(link, os.O_RDONLY | os.O_CLOEXEC)  # this test now holds it, unmapped
+        try:
+            seg = only_segment(list_json(), "list-fd")
+        finally:
+            os.close(held)
+    procs = {p["pid"]: p for p in seg["processes"]}
+    assert procs[pids[0]]["holds_descriptor"] and procs[pids[0]]["maps"] and procs[pids[0]]["owner"]
+    assert not procs[pids[1]]["holds_descriptor"] and procs[pids[1]]["maps"]
+    me = procs[os.getpid()]
+    assert me["holds_descriptor"] and not me["maps"] and not me["owner"]
+    assert me["mapped_bytes"] == 0 and me["resident_bytes"] == 0
+    # Holding is not mapping: three mappers, three private copies.
+    assert seg["mapped_processes"] == 3
+    assert seg["private_copies_bytes"] == 3 * SIZE
+    assert seg["size_bytes"] == SIZE
+
+
+def test_segments_disappear_with_their_processes():
+    with held_segment("list-gone", SIZE, [0, 0]):
+        assert any(s["label"] == "list-gone" for s in list_json()["segments"])
+    assert not any(s["label"] == "list-gone" for s in list_json()["segments"])
+
+
+def test_another_user_sees_nothing_and_says_so():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the ranks as one user and list as another (setpriv)")
+    if not shutil.which("setpriv"):
+        pytest.skip("needs setpriv (util-linux) to run list as another user")
+    probe = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", TOOL, "--version"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"user 65534 cannot run {TOOL} (a build directory it cannot enter?): {probe.stderr.strip()}")
+    with held_segment("list-hidden", SIZE, [0, 0, 0, 0]):
+        as_root = list_json()
+        doc = list_json(user=65534)
+        table = run_list(user=65534).stdout
+    assert any(s["label"] == "list-hidden" for s in as_root["segments"])
+    assert not any(s["label"] == "list-hidden" for s in doc["segments"])
+    # At least the four ranks could not be read, and the table says how to see them.
+    assert doc["processes_unreadable"] >= as_root["processes_unreadable"] + 4
+    assert doc["root"] is False
+    assert "run as root to see every process" in table
+
+
+def test_watch_scans_again():
+    proc = subprocess.Popen([TOOL, "list", "--json", "--watch", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3.5)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    docs = [json.loads(d) for d in out.replace("]}\n{", "]}\x00{").split("\x00") if d.strip()]
+    assert len(docs) >= 2
+    assert all(d["schema_version"] == 1 for d in docs)
+
+
+@pytest.mark.parametrize(
+    "args, status, message",
+    [
+        (["--watch", "0"], 2, "give whole seconds from 1 to 86400"),
+        (["--json", "--prometheus"], 2, "choose one"),
+        (["--proc", "/nonexistent"], 1, "mount procfs there"),
+        (["--output", "/nonexistent/dir/x.prom"], 1, "create the directory"),
+        (["extra"], 2, "unexpected argument 'extra'"),
+    ],
+)
+def test_bad_input_names_the_problem_and_the_fix(args, status, message):
+    proc = run_list(*args, check=False)
+    assert proc.returncode == status
+    assert message in proc.stderr
+
+
+def test_output_replaces_the_file_atomically(tmp_path):
+    target = tmp_path / "mooncake-segment.prom"
+    target.write_text("old\n")
+    os.chmod(target, 0o600)
+    with held_segment("list-output", SIZE, [0, 0]):
+        run_list("--prometheus", "--output", str(target))
+    text = target.read_text()
+    assert 'mooncake_segment_size_bytes{segment="list-output"' in text
+    assert os.stat(target).st_mode & 0o777 == 0o644  # node_exporter runs as another user
+    assert os.listdir(tmp_path) == ["mooncake-segment.prom"]  # no temporary file left
+
+
+def fake_process(proc: Path, pid: int, nspid: str, maps: list, numa_maps: list, smaps: str = "") -> None:
+    d = proc / str(pid)
+    (d / "fd").mkdir(parents=True)
+    (d / "maps").write_text("".join(line + "\n" for line in maps))
+    (d / "numa_maps").write_text("".join(line + "\n" for line in numa_maps))
+    (d / "smaps").write_text(smaps)
+    (d / "status").write_text(f"Name:\tfake-{pid}\nUmask:\t0022\nNSpid:\t{nspid}\n")
+    (d / "cgroup").write_text(f"0::/fixture.slice/rank-{pid}.scope\n")
+
+
+def test_nodes_huge_pages_and_owners_from_a_fixture_proc(tmp_path):
+    """--proc reads another /proc: here a fixture with two NUMA nodes, THP and HugeTLB."""
+    kv = "/memfd:mooncake-segment:kv|owner=100 (deleted)"
+    big = "/memfd:mooncake-segment:big|owner=5 (deleted)"
+    # The owner of kv (pid 100) is gone; two peers touched different pages on two nodes.
+    fake_process(
+        tmp_path,
+        200,
+        "200",
+        [f"7f0000000000-7f0000400000 rw-s 00000000 00:01 4242                       {kv}"],
+        ["7f0000000000 default file=x dirty=1 N0=100 N1=300 kernelpagesize_kB=4"],
+        "7f0000000000-7f0000400000 rw-s 00000000 00:01 4242 x\nRss: 1600 kB\nShmemPmdMapped: 1024 kB\n",
+    )
+    fake_process(
+        tmp_path,
+        300,
+        "300",
+        [
+            "55d000000000-55d000001000 r-xp 00000000 08:01 99 /usr/bin/fake",
+            f"7e0000000000-7e0000400000 rw-s 00000000 00:01 4242                       {kv}",
+        ],
+        ["7e0000000000 default file=x N0=200 N1=50 kernelpagesize_kB=4"],
+    )
+    # big: HugeTLB (2 MiB pages) on node 1; its owner is pid 5 in a container, 400 here.
+    fake_process(
+        tmp_path,
+        400,
+        "400\t5",
+        [f"7d0000000000-7d0000800000 rw-s 00000000 00:10 77                       {big}"],
+        ["7d0000000000 default file=x huge dirty=2 N1=2 kernelpagesize_kB=2048"],
+    )
+    (tmp_path / "2").mkdir()
+    (tmp_path / "2" / "maps").write_text("")  # a kernel thread: no memory, skipped
+    doc = list_json("--proc", str(tmp_path))
+    assert doc["processes_scanned"] == 4 and doc["processes_unreadable"] == 0
+    kv_seg = only_segment(doc, "kv")
+    assert kv_seg["id"] == "0:1:4242" and kv_seg["size_bytes"] == 4 * MiB
+    assert kv_seg["owner_pid"] is None and kv_seg["owner_pid_in_namespace"] == 100
+    assert kv_seg["mapped_processes"] == 2
+    # Per node, the most any mapping has there: 200 pages on node 0, 300 on node 1.
+    assert kv_seg["resident_bytes_by_node"] == {"0": 200 * 4096, "1": 300 * 4096}
+    assert kv_seg["resident_bytes"] == 500 * 4096
+    # THP: the PMD-mapped bytes of the mapping with the most pages (pid 200).
+    assert kv_seg["huge_page_bytes"] == 1024 * 1024
+    assert kv_seg["hugetlb"] is False and kv_seg["page_size_bytes"] == 4096
+    procs = {p["pid"]: p for p in kv_seg["processes"]}
+    assert procs[200]["resident_bytes_by_node"] == {"0": 100 * 4096, "1": 300 * 4096}
+    assert procs[300]["resident_bytes"] == 250 * 4096
+    assert procs[300]["cgroup"] == "/fixture.slice/rank-300.scope"
+    assert procs[300]["command"] == "fake-300"
+    big_seg = only_segment(doc, "big")
+    assert big_seg["hugetlb"] is True and big_seg["page_size_bytes"] == 2 * MiB
+    assert big_seg["owner_pid"] == 400 and big_seg["owner_pid_in_namespace"] == 5
+    assert big_seg["resident_bytes_by_node"] == {"1": 4 * MiB}
+    assert big_seg["huge_page_bytes"] == 4 * MiB
+    assert big_seg["private_copies_bytes"] == 8 * MiB
+
+
+def test_a_scan_shared_by_threads_joins_every_process(tmp_path):
+    """600 processes: several threads scan them, and one segment's mappers from all of them are joined."""
+    wide = "/memfd:mooncake-segment:wide|owner=7 (deleted)"
+    mappers = list(range(10, 601, 50))
+    for pid in range(1, 601):
+        if pid in mappers:
+            fake_process(
+                tmp_path,
+                pid,
+                str(pid),
+                [f"7f0000000000-7f0000100000 rw-s 00000000 00:01 31337 {wide}"],
+                [f"7f0000000000 default file=x N0={pid} kernelpagesize_kB=4"],
+            )
+        else:
+            fake_process(tmp_path, pid, str(pid), ["55d000000000-55d000001000 r-xp 00000000 08:01 99 /usr/bin/x"], [])
+    doc = list_json("--proc", str(tmp_path))
+    assert doc["processes_scanned"] == 600
+    seg = only_segment(doc, "wide")
+    assert [p["pid"] for p in seg["processes"]] == mappers
+    assert seg["mapped_processes"] == len(mappers)
+    assert seg["resident_bytes_by_node"] == {"0": max(mappers) * 4096}
+    assert all(p["resident_bytes"] == p["pid"] * 4096 for p in seg["processes"])

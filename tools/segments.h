@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The segments on this host, found from /proc (segments.c): which processes
+ * map or hold each memfd named "mooncake-segment:LABEL|owner=PID", and how
+ * much of it is resident, on which NUMA node and in huge pages.
+ */
+#ifndef MOONCAKE_SEGMENT_SEGMENTS_H
+#define MOONCAKE_SEGMENT_SEGMENTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* What every memfd of the library is called (lib/host-memfd.c), as /proc shows it. */
+#define SEGMENT_MEMFD_PREFIX "/memfd:mooncake-segment:"
+#define SEGMENT_OWNER_TAG    "|owner="
+
+/* Bytes per NUMA node: node i at bytes[i], for i < count. */
+struct node_bytes {
+	uint64_t *bytes;
+	unsigned int count;
+};
+
+/* One process that maps the segment or holds its descriptor. */
+struct segment_process {
+	pid_t pid;
+	char command[64];
+	char cgroup[256];
+	bool maps;	       /* has at least one mapping of it */
+	bool holds_descriptor; /* has it open (the owner, until finish()) */
+	bool owner;
+	uint64_t mapped_bytes;
+	uint64_t resident_bytes; /* pages present in its mappings (numa_maps) */
+	uint64_t smaps_rss;	 /* the same from smaps, where it was read */
+	uint64_t pmd_bytes;	 /* mapped as huge pages (THP or HugeTLB), where smaps was read */
+	struct node_bytes nodes;
+	uint64_t *starts; /* start address of each mapping */
+	unsigned int nstarts;
+	unsigned long long pid_ns_pid; /* its pid in its own namespace */
+};
+
+struct segment {
+	unsigned int dev_major, dev_minor;
+	uint64_t ino;
+	char label[256];
+	long named_owner; /* the owner's pid in its namespace, from the name; -1 if absent */
+	uint64_t size;
+	uint64_t page_size;
+	bool hugetlb;
+	struct segment_process *procs;
+	unsigned int nprocs;
+	/* Derived by segments_scan(). */
+	int owner;		       /* index in procs, -1 when not found */
+	unsigned int mappers;	       /* processes that map it */
+	struct node_bytes resident;    /* per node: the most any one mapping has there */
+	uint64_t resident_bytes;       /* sum of resident */
+	uint64_t huge_page_bytes;      /* resident bytes in huge pages */
+	uint64_t private_copies_bytes; /* mappers x size */
+};
+
+struct segment_scan {
+	struct segment *segs;
+	unsigned int nsegs;
+	unsigned int processes;	 /* processes looked at */
+	unsigned int unreadable; /* of which /proc refused the mappings or descriptors */
+	uint64_t duration_ns;
+};
+
+/* Scan @proc ("/proc", or a host's /proc mounted elsewhere) into @scan; false with errno set
+ * when @proc itself cannot be read.  Free with segments_free(). */
+bool segments_scan(const char *proc, struct segment_scan *scan);
+void segments_free(struct segment_scan *scan);
+
+/* "LABEL|owner=PID (deleted)" -> label and owner pid (-1 when the name carries none). */
+void segments_parse_name(const char *name, char *label, size_t size, long *owner);
+
+/* The scan in Prometheus text format (prometheus.c). */
+void prometheus_write(FILE *out, const struct segment_scan *scan);
+
+#endif
