@@ -47,8 +47,8 @@ static void use_a_private_dev_shm(void)
 	if (unshare(CLONE_NEWNS) != 0)
 		return;
 	/* Our mount must not propagate to the host: make its parent private first. */
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 &&
-	    mount(NULL, "/dev/shm", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+	if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0 &&
+	    mount("none", "/dev/shm", "none", MS_REC | MS_PRIVATE, NULL) != 0)
 		return;
 	private_dev_shm = mount("none", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") == 0;
 }

@@ -95,7 +95,8 @@ static int peer_complete(const struct scenario *sc, struct mooncake_segment *seg
 		break;
 	case AS_STRANGER_BEHIND_HIDEPID:
 		/* A /proc of this mount namespace that hides other users' processes. */
-		if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		if (unshare(CLONE_NEWNS) != 0 ||
+		    mount("none", "/proc", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
 		    mount("proc", "/proc", "proc", 0, "hidepid=2") != 0)
 			return 15;
 		if (become_stranger() != 0)
@@ -111,7 +112,8 @@ static int peer_complete(const struct scenario *sc, struct mooncake_segment *seg
 		/* This rank's own /proc, empty: the owner cannot be found there.  The
 		 * mount must not propagate to the host: /proc is made private (a
 		 * chroot's / is no mount point, so not / itself). */
-		if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/proc", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+		if (unshare(CLONE_NEWNS) != 0 ||
+		    mount("none", "/proc", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
 		    mount("none", "/proc", "tmpfs", 0, NULL) != 0)
 			return 14;
 		break;
