@@ -391,7 +391,8 @@ def _declaration_failures(declarations: List[Optional[_Declaration]]) -> List[Tu
             failures.append(
                 (
                     rank,
-                    f"Shared segment declaration of rank {rank} differs from the local one: {detail}",
+                    # Upstream's native text, code included, so that its callers' matches still hold.
+                    f"InvalidArgument: Shared segment declaration of rank {rank} differs from the local one: {detail}",
                     None,
                 )
             )
