@@ -271,6 +271,15 @@ def test_alias_conflict_in_a_group():
     ), message
 
 
+@needs_torch
+def test_a_one_rank_group_raises_upstreams_text_verbatim():
+    # vLLM passes its group at TP=1 too; upstream ignores it when world_size == 1 and raises verbatim.
+    assert one_error(run_ranks("local_raise", 1, odd_rank=0)).startswith("Block 'k' needs a positive count")
+    assert one_error(run_ranks("alias", 1, mode="conflict", odd_rank=0)).startswith(
+        "pass only comm_group; tp_group is a deprecated alias of comm_group"
+    )
+
+
 # ---- The native class (UPSTREAM.md 2, 3.2, 3.3) ----
 
 

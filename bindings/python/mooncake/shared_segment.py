@@ -432,6 +432,9 @@ class _Group:
             failures = _declaration_failures([entry[1] for entry in entries])
         if failures:
             _release(native)
+            if self.world_size == 1 and len(entries) == 1:
+                # As upstream, which ignores the group when world_size == 1: the error verbatim.
+                raise SharedSegmentError(failures[0][1], failures[0][2]) from error
             message = "; ".join(f"rank {rank}: {text}" for rank, text, _ in failures)
             raise SharedSegmentError(f"Shared segment {phase} failed: {message}", failures[0][2]) from error
 
