@@ -41,7 +41,8 @@ def test_a_rank_declaring_another_shape_makes_every_rank_raise_the_same_error():
     results = run_ranks("mismatch", WORLD, odd_rank=1)
     message = assert_same_error_everywhere(
         results,
-        "Shared segment create failed: rank 1: Shared segment declaration of rank 1 differs from the local one: ",
+        "Shared segment create failed: rank 1: InvalidArgument: Shared segment declaration of rank 1 differs from the "
+        "local one: ",
         "block 'k' shape (256, 65) on rank 1, (256, 64) on rank 0",
     )
     # Only the odd rank is named: the others agree with each other.
@@ -63,7 +64,8 @@ def test_a_rank_declaring_another_shape_makes_every_rank_raise_the_same_error():
 def test_a_declaration_mismatch_names_the_block_the_field_and_both_values_on_every_rank(field, odd_rank, needle):
     results = run_ranks("declaration", WORLD, odd_rank=odd_rank, field=field, group_timeout=10)
     message = assert_same_error_everywhere(
-        results, f"rank {odd_rank}: Shared segment declaration of rank {odd_rank} differs from the local one: "
+        results,
+        f"rank {odd_rank}: InvalidArgument: Shared segment declaration of rank {odd_rank} differs from the local one: ",
     )
     assert needle in message, message
     assert all(r["seconds"] < 10 for r in results)

@@ -43,13 +43,42 @@ typedef struct {
 
 static PyTypeObject SegmentType;
 
-/* Raise SegmentError(message) with .errno and .strerror set, from a negative errno. */
+/*
+ * Upstream's Status code name for an errno, which leads the message as in
+ * upstream's RuntimeError("InvalidArgument: ...") so that callers matching
+ * those texts keep working: a declaration or protocol fault is
+ * InvalidArgument, a missing capability NotImplemented, and a failure of the
+ * system or the runtime (no memory, no permission, a gone owner) Memory.
+ */
+static const char *status_code_name(int err)
+{
+	switch (err) {
+	case EINVAL:
+	case EPROTO:
+	case EALREADY:
+	case EXDEV:
+	case ERANGE:
+	case EDOM:
+		return "InvalidArgument";
+	case ENOTSUP:
+#if EOPNOTSUPP != ENOTSUP
+	case EOPNOTSUPP:
+#endif
+	case ENOSYS:
+		return "NotImplemented";
+	default:
+		return "Memory";
+	}
+}
+
+/* Raise SegmentError("Code: message") with .errno and .strerror set, from a negative errno. */
 static PyObject *raise_library_error(int ret)
 {
 	PyObject *args, *exc, *code, *text;
 	int err = -ret;
 
-	args = Py_BuildValue("(s)", mooncake_segment_last_error());
+	args = Py_BuildValue(
+		"(N)", PyUnicode_FromFormat("%s: %s", status_code_name(err), mooncake_segment_last_error()));
 	if (!args)
 		return NULL;
 	exc = PyObject_Call(segment_error, args, NULL);
@@ -305,10 +334,12 @@ static int join_blobs(PyObject *blobs, uint8_t **joined, size_t *len)
 			goto fail;
 		}
 		if (view.len != MOONCAKE_SEGMENT_BLOB_SIZE) {
-			PyErr_Format(segment_error,
-				     "Shared segment blob of rank %zd has %zd bytes, expected %d: pass "
-				     "the blobs exactly as create() returned them",
-				     i, view.len, MOONCAKE_SEGMENT_BLOB_SIZE);
+			PyErr_Format(
+				segment_error,
+				"InvalidArgument: Shared segment blob has an unexpected length: the blob "
+				"of rank %zd has %zd bytes, expected %d; pass the blobs exactly as "
+				"create() returned them",
+				i, view.len, MOONCAKE_SEGMENT_BLOB_SIZE);
 			PyBuffer_Release(&view);
 			goto fail;
 		}
@@ -739,7 +770,8 @@ PyMODINIT_FUNC PyInit__segment(void)
 		return NULL;
 	segment_error = PyErr_NewExceptionWithDoc(
 		"mooncake._segment.SegmentError",
-		"A library failure; .errno holds the errno, str() the details.", PyExc_RuntimeError, NULL);
+		"A library failure; .errno holds the errno, str() \"Code: details\" as upstream.",
+		PyExc_RuntimeError, NULL);
 	if (!segment_error || add_object(module, "SegmentError", segment_error) < 0 ||
 	    add_object(module, "SharedSegment", (PyObject *)&SegmentType) < 0 ||
 	    PyModule_AddIntConstant(module, "BLOB_SIZE", MOONCAKE_SEGMENT_BLOB_SIZE) < 0) {

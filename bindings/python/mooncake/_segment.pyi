@@ -10,6 +10,8 @@ MAX_SIZE: int
 def version() -> str: ...
 
 class SegmentError(RuntimeError):
+    """str() is "Code: text", upstream's form: InvalidArgument, NotImplemented or Memory."""
+
     errno: int
     strerror: str
 

@@ -391,7 +391,8 @@ def _declaration_failures(declarations: List[Optional[_Declaration]]) -> List[Tu
             failures.append(
                 (
                     rank,
-                    f"Shared segment declaration of rank {rank} differs from the local one: {detail}",
+                    # Upstream's native text, code included, so that its callers' matches still hold.
+                    f"InvalidArgument: Shared segment declaration of rank {rank} differs from the local one: {detail}",
                     None,
                 )
             )
@@ -431,6 +432,9 @@ class _Group:
             failures = _declaration_failures([entry[1] for entry in entries])
         if failures:
             _release(native)
+            if self.world_size == 1 and len(entries) == 1:
+                # As upstream, which ignores the group when world_size == 1: the error verbatim.
+                raise SharedSegmentError(failures[0][1], failures[0][2]) from error
             message = "; ".join(f"rank {rank}: {text}" for rank, text, _ in failures)
             raise SharedSegmentError(f"Shared segment {phase} failed: {message}", failures[0][2]) from error
 
