@@ -37,13 +37,12 @@ static int job_outcome(int err)
 	return worst;
 }
 
-static int fail(int rank, const char *what, int err)
+/* Report why this rank stops: its own error, or that another rank failed. */
+static void report(int rank, const char *what)
 {
-	fprintf(stderr, "rank %d: %s: %s\n", rank, what,
-		err < 0 && mooncake_segment_last_error()[0] ? mooncake_segment_last_error()
-							    : "another rank failed");
-	MPI_Finalize();
-	return 1;
+	const char *why = mooncake_segment_last_error();
+
+	fprintf(stderr, "rank %d: %s: %s\n", rank, what, why[0] ? why : "another rank failed");
 }
 
 int main(int argc, char **argv)
@@ -65,8 +64,12 @@ int main(int argc, char **argv)
 	MPI_Comm_size(host, &local_size);
 	world_ranks = calloc((size_t)local_size, sizeof(*world_ranks));
 	blobs = calloc((size_t)local_size, BLOB);
-	if (!world_ranks || !blobs)
-		MPI_Abort(MPI_COMM_WORLD, 1);
+	err = job_outcome(world_ranks && blobs ? 0 : -1);
+	if (err || !world_ranks || !blobs) {
+		err = -1;
+		report(rank, "out of memory");
+		goto out;
+	}
 	MPI_Allgather(&rank, 1, MPI_INT, world_ranks, 1, MPI_INT, host);
 	for (int i = 0; i < local_size; i++)
 		if (world_ranks[i] == OWNER)
@@ -79,23 +82,25 @@ int main(int argc, char **argv)
 
 	/* One size for every host: the least room of any rank. */
 	err = job_outcome(mooncake_segment_room(&opt, &room));
-	if (err)
-		return fail(rank, "room", err);
+	if (err) {
+		report(rank, "room");
+		goto out;
+	}
 	room_ull = room;
 	MPI_Allreduce(&room_ull, &min_room, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
 	size = min_room < WANTED ? min_room : WANTED;
 
 	err = job_outcome(mooncake_segment_create("mpi-hosts", size, &opt, &seg, blob));
 	if (err) {
-		mooncake_segment_destroy(seg);
-		return fail(rank, "create", err);
+		report(rank, "create");
+		goto out;
 	}
 	/* Only this host's blobs: the pages never leave the host. */
 	MPI_Allgather(blob, BLOB, MPI_BYTE, blobs, BLOB, MPI_BYTE, host);
 	err = job_outcome(mooncake_segment_complete(seg, blobs, (size_t)local_size * BLOB));
 	if (err) {
-		mooncake_segment_destroy(seg);
-		return fail(rank, "complete", err);
+		report(rank, "complete");
+		goto out;
 	}
 	base = mooncake_segment_base(seg);
 	if (local_rank == local_owner)
@@ -105,10 +110,11 @@ int main(int argc, char **argv)
 	printf("rank %d (local %d of %d, owner %d): %llu bytes, reads \"%s\"\n", rank, local_rank, local_size,
 	       world_ranks[local_owner], (unsigned long long)size, base);
 	MPI_Barrier(MPI_COMM_WORLD);
+out:
 	mooncake_segment_destroy(seg);
 	free(world_ranks);
 	free(blobs);
 	MPI_Comm_free(&host);
 	MPI_Finalize();
-	return 0;
+	return err ? 1 : 0;
 }
