@@ -149,7 +149,9 @@ int mooncake_segment_create(const char *name, uint64_t size, const struct moonca
  *            segment created by another process (this is a forked child)
  *  -EPROTO   a malformed blob (magic, version, checksum, fields), or an owner
  *            blob without a handle
- *  -EXDEV    a rank runs on another host
+ *  -EXDEV    a rank runs on another host (a group over several hosts gives
+ *            each host's ranks a segment of their own: world_size, rank_id
+ *            and owner_rank counted on the host, only its blobs here)
  *  -EALREADY complete already succeeded on this segment
  *  -ESRCH    the owner process is gone or has already called finish()
  *  -EACCES   the owner's pages cannot be opened: another user, a ptrace

@@ -160,3 +160,39 @@ def test_the_room_without_a_group_is_the_c_librarys_and_checks_its_flags():
     assert shared_segment_room() == _segment.room() > 0
     with pytest.raises(SharedSegmentError, match="hugetlb must be True or False, got 'yes'"):
         shared_segment_room(hugetlb="yes")
+
+
+ROOM_SCRIPT = """
+import json
+from mooncake.shared_segment import shared_segment_room
+print(json.dumps([shared_segment_room(), shared_segment_room(hugetlb=True)]))
+"""
+
+
+def test_the_room_is_read_under_the_host_root_cgroup_and_hugetlb_pool(tmp_path):
+    """The native room() through Python on a fixture: a cgroup v2 limit with clean cache, a HugeTLB pool."""
+    root = tmp_path / "host"
+    files = {
+        "proc/sys/kernel/random/boot_id": "cccccccc-0000-4000-8000-00000000000c\n",
+        "proc/meminfo": "MemTotal: 33554432 kB\nMemAvailable: 16777216 kB\nSwapFree: 0 kB\nHugepagesize: 2048 kB\n",
+        "proc/self/cgroup": "0::/job\n",
+        "sys/fs/cgroup/job/memory.max": "33554432\n",
+        "sys/fs/cgroup/job/memory.current": "12582912\n",
+        "sys/fs/cgroup/job/memory.stat": "active_file 1048576\ninactive_file 3145728\nfile_dirty 0\nfile_writeback 0\n",
+        "sys/kernel/mm/transparent_hugepage/shmem_enabled": "always within_size advise [never] deny force\n",
+        "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages": "16\n",
+        "sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages": "9\n",
+        "sys/kernel/mm/hugepages/hugepages-2048kB/resv_hugepages": "4\n",
+        "sys/devices/system/node/online": "0\n",
+    }
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    env = dict(os.environ, MOONCAKE_SEGMENT_HOST_ROOT=str(root))
+    done = subprocess.run([sys.executable, "-c", ROOM_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 and "HugeTLB" in done.stderr and "no hugetlbfs" in done.stderr:
+        pytest.skip("this kernel has no MFD_HUGETLB")
+    assert done.returncode == 0, done.stderr
+    plain, huge = json.loads(done.stdout.splitlines()[-1])
+    assert plain == (32 - 12 + 4) << 20  # limit - usage + clean cache
+    assert huge == (9 - 4) * (2 << 20)  # free - reserved pages
