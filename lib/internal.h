@@ -155,6 +155,10 @@ void mc_placement_query(void *addr, uint64_t len, uint64_t page_size, int *major
 /* --- memory room (limits.c) ----------------------------------------------- */
 
 struct mc_commit_lock;
+/* This process's memory cgroup room, read under the host root; false when no limit applies. */
+bool mc_self_cgroup_room(struct mc_memory_room *room);
+/* MemAvailable + SwapFree in bytes (each also returned), UINT64_MAX when MemAvailable is unknown. */
+uint64_t mc_host_memory_room(uint64_t *available, uint64_t *swap);
 /* -ENOMEM with the numbers when the owner's segment cannot fit.  On success
  * @lock holds the cgroup's commit lock (or none): release it with
  * mc_commit_lock_release() once the pages are committed; seg->memcg_limited
@@ -278,6 +282,9 @@ extern const struct mc_backend_ops mc_backend_ascend_vmm;
 /* The Ascend runtime loads, has a device and the VMM entry points. */
 bool mc_ascend_vmm_available(void);
 #endif
+
+/* The page size create() would use for @opt (segment.c), or the error it would give. */
+int mc_segment_page_size(const struct mooncake_segment_options *opt, uint64_t *page_size);
 
 struct mooncake_segment {
 	const struct mc_backend_ops *backend;

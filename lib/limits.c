@@ -13,6 +13,9 @@
  * HugeTLB pages are not charged to the memory cgroup and come from their own
  * pool, which mmap checks for us.
  *
+ * mooncake_segment_room() (room.c) reports the same figures as a number: both
+ * read them through mc_self_cgroup_room() and mc_host_memory_room().
+ *
  * Process resource limits, too: RLIMIT_FSIZE (ulimit -f), which the kernel
  * enforces on the memfd with SIGXFSZ, is checked before the file is sized;
  * RLIMIT_AS (ulimit -v) is named when address space runs out.
@@ -25,13 +28,19 @@
 
 #include "internal.h"
 
-/* This process's memory cgroup room, read under the host root (procfs.h). */
-static bool cgroup_room(struct mc_memory_room *room)
+bool mc_self_cgroup_room(struct mc_memory_room *room)
 {
 	char proc_cgroup[1024], cgroup_root[1024];
 
 	return mc_cgroup_memory_room(mc_host_path(proc_cgroup, sizeof(proc_cgroup), "/proc/self/cgroup"),
 				     mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup"), room);
+}
+
+uint64_t mc_host_memory_room(uint64_t *available, uint64_t *swap)
+{
+	*available = mc_meminfo_field("MemAvailable");
+	*swap = mc_meminfo_field("SwapFree");
+	return *available ? *available + *swap : UINT64_MAX;
 }
 
 /* "limit L, usage U of which C is clean page cache (active_file A + inactive_file I - dirty/writeback D), DIR" */
@@ -68,22 +77,20 @@ int mc_check_memory_room(struct mooncake_segment *seg, struct mc_commit_lock *lo
 
 	if (seg->opt.hugetlb)
 		return 0;
-	if (cgroup_room(&room)) {
+	if (mc_self_cgroup_room(&room)) {
 		seg->memcg_limited = true; /* the commit checks again per chunk */
 		/* Every limit of ours nests in the outermost one: one lock there covers them all. */
 		mc_commit_lock_acquire(room.outermost, lock);
 		/* Read again: whoever held the lock has committed meanwhile. */
-		if (lock->fd >= 0 && !cgroup_room(&room))
+		if (lock->fd >= 0 && !mc_self_cgroup_room(&room))
 			room.room = UINT64_MAX;
 		if (seg->alloc_size > room.room) {
 			mc_commit_lock_release(lock);
 			return cgroup_room_error(seg, &room);
 		}
 	}
-	available = mc_meminfo_field("MemAvailable");
-	swap = mc_meminfo_field("SwapFree");
-	total = available + swap;
-	if (available && seg->alloc_size > total) {
+	total = mc_host_memory_room(&available, &swap);
+	if (seg->alloc_size > total) {
 		mc_commit_lock_release(lock);
 		return mc_error(
 			ENOMEM,
@@ -103,7 +110,7 @@ int mc_check_commit_room(const void *segment, uint64_t committed)
 	char figures[768];
 
 	/* What we committed so far is in the usage already: the rest must fit. */
-	if (!cgroup_room(&room) || remaining <= room.room)
+	if (!mc_self_cgroup_room(&room) || remaining <= room.room)
 		return 0;
 	return mc_error(
 		ENOMEM,

@@ -117,6 +117,15 @@ static const struct mc_backend_ops *pick_backend(const struct mooncake_segment_o
 	return &mc_backend_memfd;
 }
 
+int mc_segment_page_size(const struct mooncake_segment_options *opt, uint64_t *page_size)
+{
+	const struct mc_backend_ops *backend = pick_backend(opt);
+
+	if (!backend)
+		return hint_zeroed_options(opt, -ENOTSUP);
+	return hint_zeroed_options(opt, backend->granularity(opt, page_size));
+}
+
 /* Register this rank's mapping with its accelerator (host_register). */
 static int register_mapping(struct mooncake_segment *seg)
 {

@@ -149,7 +149,9 @@ int mooncake_segment_create(const char *name, uint64_t size, const struct moonca
  *            segment created by another process (this is a forked child)
  *  -EPROTO   a malformed blob (magic, version, checksum, fields), or an owner
  *            blob without a handle
- *  -EXDEV    a rank runs on another host
+ *  -EXDEV    a rank runs on another host (a group over several hosts gives
+ *            each host's ranks a segment of their own: world_size, rank_id
+ *            and owner_rank counted on the host, only its blobs here)
  *  -EALREADY complete already succeeded on this segment
  *  -ESRCH    the owner process is gone or has already called finish()
  *  -EACCES   the owner's pages cannot be opened: another user, a ptrace
@@ -202,6 +204,29 @@ uint64_t mooncake_segment_device_addr(const struct mooncake_segment *seg);
  * library), and neither host_register nor hugetlb.  Sets no error message.
  */
 bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb);
+
+/**
+ * How many bytes a segment created with @opt can take on this host, into
+ * *@bytes: the figures create()'s room check reads for the owner, as a
+ * number.  Without hugetlb, the least of the memory cgroup's room (limit
+ * minus usage, clean page cache counting as room: the kernel reclaims it
+ * first) and MemAvailable + SwapFree; with hugetlb, the free, unreserved
+ * pages of the pool of the page size create() would use.  Then at most the
+ * file size limit (RLIMIT_FSIZE) and MOONCAKE_SEGMENT_MAX_SIZE, rounded down
+ * to the page size: create() of *@bytes passes the room check, one page more
+ * is refused.  Only world_size/rank_id/owner_rank are ignored; the rest of
+ * @opt selects the backend and page size as for create().
+ *
+ * It reads this host only, now: with ranks on several hosts, take the
+ * minimum over the hosts (the Python helper does); memory another program
+ * takes before create() is not there.  Added in 0.2 (MOONCAKE_SEGMENT_0.2).
+ *
+ * Returns 0 or:
+ *  -EINVAL  NULL arguments, an unsupported hugetlb page size
+ *  -ENOTSUP a capability this build or host lacks, as for create(), or a
+ *           HugeTLB pool that cannot be read
+ */
+int mooncake_segment_room(const struct mooncake_segment_options *opt, uint64_t *bytes);
 
 /** The details of the last failure in this thread; never NULL, "" when none. */
 const char *mooncake_segment_last_error(void);

@@ -21,6 +21,7 @@ int main(void)
 	srunner_add_suite(runner, suite_hardening());
 	srunner_add_suite(runner, suite_fork());
 	srunner_add_suite(runner, suite_limits());
+	srunner_add_suite(runner, suite_room());
 	srunner_run_all(runner, CK_ENV);
 	failed = srunner_ntests_failed(runner);
 	srunner_free(runner);

@@ -733,8 +733,41 @@ static PyObject *module_version(PyObject *module, PyObject *unused)
 	return PyUnicode_FromString(mooncake_segment_version());
 }
 
+/* mooncake_segment_room(): the bytes a segment of this kind can take on this host. */
+static PyObject *module_room(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+	static const char *const keywords[] = { "mmap", "hugetlb", "hugetlb_page_size", NULL };
+	struct mooncake_segment_options opt;
+	int use_mmap = 1, hugetlb = 0, ret;
+	PyObject *huge_size_obj = NULL;
+	unsigned long long u;
+	uint64_t bytes = 0;
+
+	(void)module;
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|ppO:room", (char **)keywords, &use_mmap, &hugetlb,
+					 &huge_size_obj))
+		return NULL;
+	mooncake_segment_options_init(&opt);
+	opt.mmap = use_mmap;
+	opt.hugetlb = hugetlb;
+	if (huge_size_obj) {
+		if (int_argument(huge_size_obj, "hugetlb_page_size", 0, UINT64_MAX, &u, NULL) < 0)
+			return NULL;
+		opt.hugetlb_page_size = u;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	ret = mooncake_segment_room(&opt, &bytes);
+	Py_END_ALLOW_THREADS
+	if (ret < 0)
+		return raise_library_error(ret);
+	return PyLong_FromUnsignedLongLong(bytes);
+}
+
 static PyMethodDef module_methods[] = {
 	{ "version", module_version, METH_NOARGS, "version() -> str: the C library's version" },
+	{ "room", (PyCFunction)(void (*)(void))module_room, METH_VARARGS | METH_KEYWORDS,
+	  "room(mmap=True, hugetlb=False, hugetlb_page_size=0) -> int\n\n"
+	  "mooncake_segment_room(): the bytes a segment of this kind can take on this host." },
 	{ NULL, NULL, 0, NULL },
 };
 

@@ -8,6 +8,7 @@ BLOB_SIZE: int
 MAX_SIZE: int
 
 def version() -> str: ...
+def room(mmap: bool = ..., hugetlb: bool = ..., hugetlb_page_size: int = ...) -> int: ...
 
 class SegmentError(RuntimeError):
     """str() is "Code: text", upstream's form: InvalidArgument, NotImplemented or Memory."""

@@ -22,12 +22,18 @@ it; :meth:`SharedSegment.tensors` needs it.
 Every failure, on any rank, reaches every rank: each phase ends with an error
 consensus over ``comm_group``, so no rank is left blocked in a collective
 because another one raised.
+
+A ``comm_group`` may span hosts: each host's ranks then share one copy of
+their own (owner_rank on its host, the lowest rank elsewhere), with the same
+layout everywhere; :func:`shared_segment_room` sizes that layout from what
+every host can really take.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -451,6 +457,133 @@ class _Group:
             ) from exc
 
 
+# --- Groups that span hosts ---------------------------------------------------
+#
+# Segments never span hosts; groups may.  Every rank reads its host's boot id
+# where the C library does (under $MOONCAKE_SEGMENT_HOST_ROOT), one all-gather
+# over the whole group tells the hosts apart, and each host's ranks form a
+# group of the C API of their own: local world size, rank and owner, and only
+# that host's blobs at complete.  Declarations and every failure still go
+# through the consensus over the whole group.
+
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def _host_id() -> str:
+    """This host's boot id, read as the C library reads it; "" when unreadable (one unknown host)."""
+    root = os.environ.get("MOONCAKE_SEGMENT_HOST_ROOT", "")
+    try:
+        with open((root if root != "/" else "") + _BOOT_ID, encoding="ascii") as f:
+            return f.read().strip().lower()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+@dataclass(frozen=True)
+class _HostGroup:
+    """The ranks of comm_group on this rank's host, in group order."""
+
+    ranks: Tuple[int, ...]  # group ranks on this host, ascending
+    owner: int  # the group rank that owns this host's copy
+    host_count: int  # hosts the whole group spans
+
+    def local(self, rank: int) -> int:
+        return self.ranks.index(rank)
+
+    def info(self) -> Dict[str, Any]:
+        return {"local_ranks": list(self.ranks), "local_owner": self.owner, "host_count": self.host_count}
+
+
+# What ranks on different hosts must agree on besides the declaration (within
+# a host the C library's fingerprint compares them).
+_SETTING_NAMES = ("owner_rank", "mmap", "host_register", "hugetlb")
+
+
+def _host_group(host_ids: List[str], rank_id: int, owner_rank: int) -> _HostGroup:
+    """This rank's host group, from every rank's host id in group order."""
+    mine = host_ids[rank_id]
+    ranks = tuple(r for r, host in enumerate(host_ids) if host == mine)
+    owner = owner_rank if host_ids[owner_rank] == mine else ranks[0]
+    return _HostGroup(ranks, owner, len(set(host_ids)))
+
+
+def _settings_error(settings: List[Any], rank_id: int) -> Optional[str]:
+    """How this rank's settings differ from rank 0's, when the group spans hosts."""
+    ours, reference = settings[rank_id], settings[0]
+    found = [
+        f"{name} {a!r} on rank {rank_id}, {b!r} on rank 0"
+        for name, a, b in zip(_SETTING_NAMES, ours, reference)
+        if a != b
+    ]
+    if not found:
+        return None
+    return f"Shared segment settings of rank {rank_id} differ across hosts: " + ", ".join(found)
+
+
+def _plan_hosts(
+    group: "_Group", error: Optional[BaseException], owner_rank: Any, settings: Tuple[Any, ...]
+) -> Tuple[Optional[_HostGroup], Optional[str]]:
+    """One all-gather over the whole group (every rank joins, failed or not): this rank's host group.
+
+    Returns (host group, error text); the host group is None when this rank
+    already failed, the error text when the group's hosts cannot be planned.
+    """
+    entries = [(_host_id(), settings)]
+    if group.collective is not None:
+        entries = group.exchange("create", entries[0], None)
+    if error is not None:
+        return None, None
+    host_ids = [entry[0] for entry in entries]
+    if len(set(host_ids)) == 1:
+        return _HostGroup(tuple(range(len(entries))), owner_rank, 1), None  # one host: the C library checks
+    if _an_int(owner_rank) is None or not 0 <= owner_rank < len(entries):
+        return None, (
+            f"owner_rank must be an int below world_size {len(entries)} (a rank of comm_group), got {owner_rank!r}"
+        )
+    return _host_group(host_ids, group.rank_id, owner_rank), _settings_error([e[1] for e in entries], group.rank_id)
+
+
+def shared_segment_room(comm_group: Any = None, mmap: bool = True, hugetlb: bool = False) -> int:
+    """Bytes a shared segment of this kind can take: on this host, or on every host of ``comm_group``.
+
+    The figures are those the owner's room check in create reads (the C
+    library's ``mooncake_segment_room()``): the memory cgroup's room, clean
+    page cache counting, and MemAvailable + SwapFree; with ``hugetlb`` the
+    free, unreserved HugeTLB pool.  A segment of this many bytes passes the
+    check; one page more is refused.  With ``comm_group`` (collective, like
+    :func:`create_shared_segment`) every rank gets the minimum over all ranks,
+    hence over all hosts: size one layout from it and it fits everywhere.
+    Memory other programs take before create is not there then.
+    """
+    collective = _Collective(comm_group) if comm_group is not None else None
+    room: Optional[int] = None
+    error: Optional[BaseException] = None
+    try:
+        for flag, value in (("mmap", mmap), ("hugetlb", hugetlb)):
+            if not isinstance(value, bool):
+                raise SharedSegmentError(f"{flag} must be True or False, got {value!r}")
+        room = int(_native.room(mmap=mmap, hugetlb=hugetlb))
+    except Exception as exc:  # every local failure joins the consensus
+        error = exc
+    if collective is None:
+        if error is not None:
+            raise SharedSegmentError(_describe(error), _errno_of(error)) from error
+        return int(room)  # type: ignore[arg-type]  # set when no error
+    failed = None if error is None else (_describe(error), _errno_of(error))
+    try:
+        entries = collective.allgather((failed, room))
+    except Exception as exc:
+        raise SharedSegmentError(
+            f"Shared segment room failed: the collective over comm_group failed ({_describe(exc)}); "
+            "a rank may have died or timed out"
+        ) from exc
+    failures = [(rank, entry[0]) for rank, entry in enumerate(entries) if entry[0]]
+    if failures:
+        message = "; ".join(f"rank {rank}: {text}" for rank, (text, _) in failures)
+        raise SharedSegmentError(f"Shared segment room failed: {message}", failures[0][1][1]) from error
+    return min(int(entry[1]) for entry in entries)
+
+
 def _check_world_size(world_size: Any) -> None:
     if _an_int(world_size) is None:
         raise SharedSegmentError(f"world_size must be an int (the number of ranks), got {world_size!r}")
@@ -553,8 +686,10 @@ class SharedSegment:
         offsets: Mapping[str, int],
         stride: int,
         device_id: int,
+        host_group: Optional[_HostGroup] = None,
     ) -> None:
         self._native = native
+        self._host_group = host_group
         self._specs = dict(specs)
         self._offsets = dict(offsets)
         self._stride = stride
@@ -695,9 +830,14 @@ class SharedSegment:
         """What the segment actually got: page size, residency, huge pages, NUMA, commit.
 
         The residency is read from /proc/self/smaps, in time proportional to
-        the segment (tens of ms per GiB), without holding the GIL.
+        the segment (tens of ms per GiB), without holding the GIL.  The host
+        group: ``local_ranks`` (the comm_group ranks sharing this host's
+        copy), ``local_owner`` (the one that owns it) and ``host_count``.
         """
-        return dict(self._native.info())
+        info = dict(self._native.info())
+        if self._host_group is not None:
+            info.update(self._host_group.info())
+        return info
 
     def close(self) -> None:
         """Unmap this rank's view now; BufferError while tensors or buffers are alive."""
@@ -783,32 +923,42 @@ def create_shared_segment(
         specs, offsets, stride, total, tag = _build_layout(blocks)
         declaration = _declaration(name, specs)
         device = _default_device_id() if device_id is None else device_id
-        native, blob = _native.SharedSegment.create(
-            f"{name}|{tag}",
-            total,
-            world_size,
-            rank_id,
-            owner_rank,
-            device,
-            mmap,
-            host_register,
-            hugetlb,
-            numa_node=numa_node,
-        )
     except Exception as exc:  # every local failure joins the consensus
         error = exc
+    # Every rank joins the hosts' all-gather, failed or not; each host gets its own copy.
+    hosts, hosts_error = _plan_hosts(group, error, owner_rank, (owner_rank, mmap, host_register, hugetlb))
+    try:
+        if hosts_error:
+            raise SharedSegmentError(hosts_error)
+        if hosts is not None:
+            local_owner = owner_rank if hosts.host_count == 1 else hosts.local(hosts.owner)
+            native, blob = _native.SharedSegment.create(
+                f"{name}|{tag}",
+                total,
+                len(hosts.ranks) if hosts.host_count > 1 else world_size,
+                hosts.local(rank_id) if hosts.host_count > 1 else rank_id,
+                local_owner,
+                device,
+                mmap,
+                host_register,
+                hugetlb,
+                numa_node=numa_node,
+            )
+    except Exception as exc:
+        error = exc
     group.consensus("create", error, native, declaration)
-    if native is None:
+    if native is None or hosts is None:
         raise SharedSegmentError("Shared segment create returned no segment")
 
     error = None
     blobs = group.exchange("complete", blob, native)
     try:
-        native.complete(blobs)
+        # The blobs of the whole group, but only this host's ranks form the C library's group.
+        native.complete(blobs if hosts.host_count == 1 else [blobs[r] for r in hosts.ranks])
     except Exception as exc:
         error = exc
     # Also the barrier: no rank, the owner least of all, returns before every
     # rank has mapped the pages; only then may the owner drop its descriptor.
     group.consensus("complete", error, native)
     native.finish()
-    return SharedSegment(native, specs, offsets, stride, device)
+    return SharedSegment(native, specs, offsets, stride, device, hosts)

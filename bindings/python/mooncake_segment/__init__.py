@@ -3,7 +3,7 @@
 
 ``import mooncake_segment`` gives the same names as ``mooncake.shared_segment``
 (create_shared_segment, shared_segment_supported, SharedSegment,
-SharedSegmentError, alignment), whatever else is installed.  Where Mooncake's
+SharedSegmentError, alignment, and our shared_segment_room), whatever else is installed.  Where Mooncake's
 own wheel makes `mooncake` a regular package, which hides ours, this module
 uses its own copy (the wheel's) or loads mooncake-segment's files from the
 namespace directory itself, under its own name, and leaves `mooncake` alone.
@@ -66,6 +66,12 @@ SharedSegment = _impl.SharedSegment
 SharedSegmentError = _impl.SharedSegmentError
 create_shared_segment = _impl.create_shared_segment
 shared_segment_supported = _impl.shared_segment_supported
+shared_segment_room = _impl.shared_segment_room  # ours, not upstream's: outside mooncake.shared_segment.__all__
 alignment = _impl.alignment
 
-__all__ = list(_impl.__all__) + ["alignment", "which_shared_segment", "SharedSegmentResolution"]
+__all__ = list(_impl.__all__) + [
+    "alignment",
+    "shared_segment_room",
+    "which_shared_segment",
+    "SharedSegmentResolution",
+]
