@@ -31,12 +31,14 @@ const struct mc_accel_ops *mc_accel_for_host_register(void)
 	return NULL;
 }
 
-bool mc_accel_pci_bus_id(int device, char *buf, size_t size)
+int mc_accel_device_node(int device, const char *sysfs_root)
 {
+	char bus[32];
+
 	for (size_t i = 0; runtimes[i]; i++)
-		if (runtimes[i]->pci_bus_id(device, buf, size))
-			return true;
-	return false;
+		if (runtimes[i]->pci_bus_id(device, bus, sizeof(bus)))
+			return mc_topology_pci_node(sysfs_root, bus);
+	return -1;
 }
 
 bool mc_runtime_resolve(void *lib, const char *what, const struct mc_runtime_symbol *symbols, size_t count,

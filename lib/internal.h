@@ -141,9 +141,16 @@ bool mc_parse_node_list(const char *text, uint64_t *mask);
 bool mc_topology_online_nodes(const char *sysfs_root, uint64_t *mask);
 /* The NUMA node of PCI device @pci_bus_id ("0000:3b:00.0"), -1 when unknown. */
 int mc_topology_pci_node(const char *sysfs_root, const char *pci_bus_id);
-/* Turn the options into a policy; -EINVAL for a node that does not exist. */
-int mc_placement_resolve(const struct mooncake_segment_options *opt, const char *sysfs_root,
-			 struct mc_placement *p);
+/* -EINVAL when @numa_node names a node this host does not have (every rank checks). */
+int mc_placement_check(int numa_node, const char *sysfs_root);
+/* Whether automatic placement would follow the device's host node: numa_node
+ * is automatic and more than one node is online.  Only then is it worth
+ * asking an accelerator runtime where the device sits. */
+bool mc_placement_wants_device_node(int numa_node, const char *sysfs_root);
+/* The owner's policy from the requested @numa_node (a node, AUTO or
+ * INTERLEAVE) and, for AUTO, the device's host node @device_node (-1:
+ * unknown); -EINVAL for a node that does not exist.  Loads no runtime. */
+int mc_placement_resolve(int numa_node, int device_node, const char *sysfs_root, struct mc_placement *p);
 /* mbind the mapping before its first page; a refusal degrades (p->degraded). */
 void mc_placement_apply(struct mc_placement *p, void *addr, uint64_t len);
 /* Set this thread's policy (HugeTLB fallocate follows it); false when nothing was set. */

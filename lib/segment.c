@@ -188,6 +188,29 @@ static void fill_blob(const struct mooncake_segment *seg, struct mc_blob *b)
 	memcpy(b->handle, seg->handle, seg->handle_bytes);
 }
 
+static const char *sysfs_root(char buf[1024])
+{
+	return mc_host_path(buf, 1024, "/sys");
+}
+
+/* Owner only: where its pages go.  A peer places nothing, so it never asks
+ * an accelerator runtime where the device sits; the owner asks only when
+ * automatic placement on a multi-node host needs the answer. */
+static int resolve_placement(struct mooncake_segment *seg)
+{
+	const struct mooncake_segment_options *opt = &seg->opt;
+	char sysfs[1024];
+	int device_node = -1, err;
+
+	if (opt->device_id >= 0 && mc_placement_wants_device_node(opt->numa_node, sysfs_root(sysfs)))
+		device_node = mc_accel_device_node(opt->device_id, sysfs);
+	err = mc_placement_resolve(opt->numa_node, device_node, sysfs, &seg->placement);
+	/* Report the node automatic placement chose. */
+	if (!err && opt->numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && seg->placement.node >= 0)
+		seg->numa_node_requested = seg->placement.node;
+	return err;
+}
+
 /* Is this a forked child's copy of another process's segment? */
 static bool inherited(const struct mooncake_segment *seg)
 {
@@ -213,6 +236,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	seg->opt = *opt;
 	seg->fd = -1;
+	seg->placement.node = -1; /* a peer places nothing */
 	seg->creator = getpid();
 	seg->size = size;
 	seg->is_owner = opt->rank_id == opt->owner_rank;
@@ -231,12 +255,9 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		goto fail;
 	}
 	seg->alloc_size = mc_align_up(size, seg->page_size);
-	err = mc_placement_resolve(opt, mc_host_path(sysfs, sizeof(sysfs), "/sys"), &seg->placement);
+	err = seg->is_owner ? resolve_placement(seg) : mc_placement_check(opt->numa_node, sysfs_root(sysfs));
 	if (err)
 		goto fail;
-	/* Report the node automatic placement chose. */
-	if (opt->numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && seg->placement.node >= 0)
-		seg->numa_node_requested = seg->placement.node;
 	if (seg->is_owner) {
 		seg->info_flags |= MOONCAKE_SEGMENT_INFO_OWNER;
 		/* An oversized commit ends in the OOM killer: refuse it first, and
