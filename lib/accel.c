@@ -31,6 +31,19 @@ const struct mc_accel_ops *mc_accel_for_host_register(void)
 	return NULL;
 }
 
+int mc_accel_require_host_register(void)
+{
+	if (mc_accel_for_host_register())
+		return 0;
+	return mc_error(ENOTSUP,
+			"Shared segment host_register=true needs an accelerator runtime with a device, and "
+			"none was found (%s); use host_register=false",
+			HAVE_CUDA || HAVE_ASCEND
+				? "CUDA: libcuda.so.1 or MOONCAKE_SEGMENT_CUDA_LIBRARY; Ascend: "
+				  "libascendcl.so or MOONCAKE_SEGMENT_ASCEND_LIBRARY"
+				: "this build has neither CUDA nor Ascend support");
+}
+
 int mc_accel_device_node(int device, const char *sysfs_root)
 {
 	char bus[32];

@@ -40,6 +40,22 @@ struct memfd_handle {
 };
 #define MEMFD_HANDLE_BYTES 24
 
+/* The owner's own: the memfd it keeps for importers until finish(). */
+struct memfd_state {
+	int fd;
+	struct mc_tracked_fd tracking; /* closes fd in a forked child */
+};
+
+static struct memfd_state *state_of(const struct mooncake_segment *seg)
+{
+	return seg->backend_state;
+}
+
+int mc_memfd_descriptor(const struct mooncake_segment *seg)
+{
+	return state_of(seg) ? state_of(seg)->fd : -1;
+}
+
 static void put_le(uint8_t *p, uint64_t v, int bytes)
 {
 	for (int i = 0; i < bytes; i++)
@@ -64,7 +80,7 @@ static uint16_t encode_handle(const struct memfd_handle *h, uint8_t *out)
 	return MEMFD_HANDLE_BYTES;
 }
 
-static bool decode_handle(const struct mc_blob *b, struct memfd_handle *h)
+static bool decode_handle(const struct mc_owner_ref *b, struct memfd_handle *h)
 {
 	if (b->handle_bytes != MEMFD_HANDLE_BYTES)
 		return false;
@@ -178,15 +194,20 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	struct stat st;
 	struct memfd_handle handle;
 	struct mc_commit_request req;
+	struct memfd_state *state = calloc(1, sizeof(*state));
 	int err;
 
+	if (!state)
+		return mc_error(ENOMEM, "Shared segment: out of memory");
+	state->fd = -1;
+	seg->backend_state = state;
 	if (seg->opt.hugetlb)
 		flags |= MFD_HUGETLB | hugetlb_size_flag(seg->page_size);
 	snprintf(name, sizeof(name), "mooncake-segment:%s", seg->label);
 	mc_fd_track_begin();
-	seg->fd = memfd_create(name, flags);
-	mc_fd_track_end(&seg->fd_tracking, &seg->fd);
-	if (seg->fd < 0) {
+	state->fd = memfd_create(name, flags);
+	mc_fd_track_end(&state->tracking, &state->fd);
+	if (state->fd < 0) {
 		err = errno;
 		if (seg->opt.hugetlb && err == EINVAL)
 			return mc_error_sys(ENOTSUP, err,
@@ -198,18 +219,18 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	err = mc_check_file_size_limit(seg);
 	if (err)
 		return err;
-	if (ftruncate(seg->fd, (off_t)seg->alloc_size) != 0)
+	if (ftruncate(state->fd, (off_t)seg->alloc_size) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno,
 				    "Shared segment ftruncate to %llu bytes failed",
 				    (unsigned long long)seg->alloc_size);
 	/* Nobody may shrink or grow the file under the others' mappings. */
-	if (fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+	if (fcntl(state->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno, "Shared segment cannot seal its memfd");
 
 	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
 	if (!seg->base)
 		return mc_address_space_error(seg, errno);
-	err = map_over_window(seg, seg->fd);
+	err = map_over_window(seg, state->fd);
 	if (err) {
 		/* HugeTLB reserves the pool at mmap: ENOMEM means the pool is short. */
 		if (seg->opt.hugetlb && err == -ENOMEM)
@@ -224,7 +245,7 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	mc_placement_apply(&seg->placement, seg->base, seg->alloc_size);
 
 	req = (struct mc_commit_request){
-		.fd = seg->fd,
+		.fd = state->fd,
 		.addr = seg->base,
 		.len = seg->alloc_size,
 		.page_size = seg->page_size,
@@ -253,11 +274,10 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 		       seg->label);
 	}
 
-	if (fstat(seg->fd, &st) != 0)
+	if (fstat(state->fd, &st) != 0)
 		return mc_error_sys(EIO, errno, "Shared segment fstat of its memfd failed");
-	seg->file_dev = (uint64_t)st.st_dev;
-	seg->file_ino = (uint64_t)st.st_ino;
-	handle = (struct memfd_handle){ (uint32_t)getpid(), (uint32_t)seg->fd, seg->file_dev, seg->file_ino };
+	handle = (struct memfd_handle){ (uint32_t)getpid(), (uint32_t)state->fd, (uint64_t)st.st_dev,
+					(uint64_t)st.st_ino };
 	seg->handle_bytes = encode_handle(&handle, seg->handle);
 	return 0;
 }
@@ -294,18 +314,18 @@ static bool process_exists(pid_t pid)
 	return !(close && (close[2] == 'Z' || close[2] == 'X'));
 }
 
-static int owner_gone_error(const struct mooncake_segment *seg, const struct memfd_handle *h)
+static int owner_gone_error(const struct memfd_handle *h)
 {
 	if (!process_exists((pid_t)h->pid))
 		return mc_error(ESRCH,
-				"Shared segment rank %u: the owner process %u is gone before this rank "
+				"Shared segment: the owner process %u is gone before this rank "
 				"mapped its pages; the owner must stay alive until every rank has completed",
-				seg->opt.rank_id, h->pid);
+				h->pid);
 	return mc_error(
 		ESRCH,
-		"Shared segment rank %u: the owner process %u no longer holds descriptor %u "
+		"Shared segment: the owner process %u no longer holds descriptor %u "
 		"(it called finish() or destroy() before every rank completed, or the pid was reused)",
-		seg->opt.rank_id, h->pid, h->fd);
+		h->pid, h->fd);
 }
 
 /* The whole of a small /proc file into @buf; false when unreadable. */
@@ -337,7 +357,7 @@ static bool in_another_user_namespace(uint32_t pid)
 
 /* The owner's real uid as this rank's user namespace sees it (the blob holds
  * the owner's own view); the blob's when /proc/PID/status is hidden. */
-static uint32_t owner_uid_here(const struct mc_blob *owner, uint32_t pid)
+static uint32_t owner_uid_here(const struct mc_owner_ref *owner, uint32_t pid)
 {
 	char path[64], line[128];
 	unsigned int uid;
@@ -355,9 +375,8 @@ static uint32_t owner_uid_here(const struct mc_blob *owner, uint32_t pid)
 	return owner->uid;
 }
 
-static int access_denied_error(const struct mooncake_segment *seg, const struct mc_blob *owner,
-			       const struct memfd_handle *h, const char *path, int open_errno,
-			       int getfd_errno)
+static int access_denied_error(const struct mc_owner_ref *owner, const struct memfd_handle *h,
+			       const char *path, int open_errno, int getfd_errno)
 {
 	char scope[16] = "", cause[512];
 	uint32_t owner_uid = owner_uid_here(owner, h->pid);
@@ -396,10 +415,10 @@ static int access_denied_error(const struct mooncake_segment *seg, const struct 
 			"or a ptrace restriction applies (a container without CAP_SYS_PTRACE, an LSM); "
 			"Docker: --cap-add SYS_PTRACE; Kubernetes: securityContext.capabilities.add [SYS_PTRACE]");
 	return mc_error(EACCES,
-			"Shared segment rank %u cannot open the owner's pages: %s: %s, pidfd_getfd: %s. "
+			"Shared segment: cannot open the owner's pages: %s: %s, pidfd_getfd: %s. "
 			"Likely cause: %s",
-			seg->opt.rank_id, path, strerror(open_errno),
-			getfd_errno ? strerror(getfd_errno) : "not available", cause);
+			path, strerror(open_errno), getfd_errno ? strerror(getfd_errno) : "not available",
+			cause);
 }
 
 /* The second route: same descriptor, through a pidfd (needs ptrace attach rights). */
@@ -418,8 +437,7 @@ static int open_through_pidfd(const struct memfd_handle *h, int *getfd_errno)
 	return fd;
 }
 
-static int open_owner_file(struct mooncake_segment *seg, const struct mc_blob *owner,
-			   const struct memfd_handle *h)
+static int open_owner_file(const struct mc_owner_ref *owner, const struct memfd_handle *h)
 {
 	char path[64];
 	struct stat st;
@@ -430,7 +448,7 @@ static int open_owner_file(struct mooncake_segment *seg, const struct mc_blob *o
 	 * open someone else's file (a device, a FIFO...), only the owner's memfd. */
 	if (stat(path, &st) == 0) {
 		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_dev != h->dev || (uint64_t)st.st_ino != h->ino)
-			return owner_gone_error(seg, h);
+			return owner_gone_error(h);
 		fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
 	}
 	if (fd >= 0)
@@ -439,21 +457,21 @@ static int open_owner_file(struct mooncake_segment *seg, const struct mc_blob *o
 	/* ENOENT from a live owner: this /proc hides it (hidepid, another
 	 * mount); the pidfd route does not go through /proc. */
 	if (open_errno == ENOENT && !process_exists((pid_t)h->pid))
-		return owner_gone_error(seg, h);
+		return owner_gone_error(h);
 	if (open_errno != ENOENT && open_errno != EACCES && open_errno != EPERM)
-		return mc_error_sys(mc_fold_errno(open_errno), open_errno,
-				    "Shared segment rank %u: open %s failed", seg->opt.rank_id, path);
+		return mc_error_sys(mc_fold_errno(open_errno), open_errno, "Shared segment: open %s failed",
+				    path);
 	fd = open_through_pidfd(h, &getfd_errno);
 	if (fd >= 0)
 		return fd;
 	if (getfd_errno == ESRCH || getfd_errno == EBADF)
-		return owner_gone_error(seg, h);
+		return owner_gone_error(h);
 	if (getfd_errno == ENOSYS)
 		getfd_errno = 0;
 	/* No second route, but /proc shows the owner: its descriptor is just gone. */
 	if (open_errno == ENOENT && proc_shows(h->pid))
-		return owner_gone_error(seg, h);
-	return access_denied_error(seg, owner, h, path, open_errno, getfd_errno);
+		return owner_gone_error(h);
+	return access_denied_error(owner, h, path, open_errno, getfd_errno);
 }
 
 /* The file we opened must be the sealed memfd the owner published. */
@@ -466,7 +484,7 @@ static int check_owner_file(const struct mooncake_segment *seg, int fd, const st
 		return mc_error_sys(EIO, errno, "Shared segment fstat of the owner's memfd failed");
 	if ((uint64_t)st.st_dev != h->dev || (uint64_t)st.st_ino != h->ino) {
 		errno = 0;
-		return owner_gone_error(seg, h);
+		return owner_gone_error(h);
 	}
 	if ((uint64_t)st.st_size != seg->alloc_size)
 		return mc_error(EPROTO, "Shared segment owner's memfd holds %llu bytes, the blobs say %llu",
@@ -483,7 +501,7 @@ static void memfd_unimport(struct mooncake_segment *seg)
 		seg->mapped = false;
 }
 
-static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owner)
+static int memfd_import(struct mooncake_segment *seg, const struct mc_owner_ref *owner)
 {
 	struct memfd_handle h;
 	struct mc_tracked_fd tracking;
@@ -492,21 +510,19 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 
 	if (!decode_handle(owner, &h))
 		return mc_error(EPROTO,
-				"Shared segment owner rank %u exported a handle that is not a memfd handle",
-				seg->opt.owner_rank);
+				"Shared segment: the owner exported a handle that is not a memfd handle");
 	if (owner->pid_namespace && own_ns && owner->pid_namespace != own_ns)
 		return mc_error(
 			EACCES,
-			"Shared segment rank %u runs in another PID namespace than the owner "
+			"Shared segment: this rank runs in another PID namespace than the owner "
 			"(pid:[%llu] here, pid:[%llu] there), so the owner's pid %u means nothing here; run "
 			"the ranks in one PID namespace (docker run --pid=host or --pid=container:NAME; "
 			"Kubernetes: one pod with shareProcessNamespace: true)",
-			seg->opt.rank_id, (unsigned long long)own_ns,
-			(unsigned long long)owner->pid_namespace, h.pid);
+			(unsigned long long)own_ns, (unsigned long long)owner->pid_namespace, h.pid);
 
 	/* Opened under the fork registry: a child forked meanwhile never holds it. */
 	mc_fd_track_begin();
-	fd = open_owner_file(seg, owner, &h);
+	fd = open_owner_file(owner, &h);
 	mc_fd_track_end(&tracking, &fd);
 	if (fd < 0)
 		return fd;
@@ -515,9 +531,8 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 		err = map_over_window(seg, fd);
 		if (err)
 			err = mc_error_sys(mc_fold_errno(-err), -err,
-					   "Shared segment rank %u cannot map the owner's "
-					   "%llu bytes",
-					   seg->opt.rank_id, (unsigned long long)seg->alloc_size);
+					   "Shared segment: cannot map the owner's %llu bytes",
+					   (unsigned long long)seg->alloc_size);
 	}
 	mc_fd_close(&tracking);
 	if (err)
@@ -537,7 +552,8 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 
 static void memfd_finish(struct mooncake_segment *seg)
 {
-	mc_fd_close(&seg->fd_tracking);
+	if (state_of(seg))
+		mc_fd_close(&state_of(seg)->tracking);
 }
 
 static void memfd_release(struct mooncake_segment *seg)
@@ -546,16 +562,55 @@ static void memfd_release(struct mooncake_segment *seg)
 	seg->base = NULL;
 	seg->mapped = false;
 	memfd_finish(seg);
+	free(seg->backend_state);
+	seg->backend_state = NULL;
+}
+
+static bool kernel_has_hugetlb_memfd(void)
+{
+	int saved_errno = errno;
+	int fd;
+
+	if (!mc_hugetlb_default_size())
+		return false;
+	fd = memfd_create("mooncake-segment-probe", MFD_CLOEXEC | MFD_HUGETLB);
+	if (fd >= 0)
+		close(fd);
+	errno = saved_errno;
+	return fd >= 0;
+}
+
+static bool memfd_supported(bool host_register, bool hugetlb)
+{
+	/* host_register is the runtimes' answer (probe.c). */
+	return host_register || !hugetlb || kernel_has_hugetlb_memfd();
+}
+
+static bool memfd_charges_memory_cgroup(const struct mooncake_segment_options *opt)
+{
+	return !opt->hugetlb; /* HugeTLB pages come from their own pool */
+}
+
+static void memfd_describe(const struct mooncake_segment *seg, struct mooncake_segment_info *info)
+{
+	snprintf(info->backend, sizeof(info->backend), "memfd%s", seg->opt.hugetlb ? "-hugetlb" : "");
+	/* HugeTLB pages are counted by the *_Hugetlb fields, not in Rss. */
+	if (seg->opt.hugetlb)
+		info->resident_bytes = info->huge_bytes;
 }
 
 const struct mc_backend_ops mc_backend_memfd = {
 	.name = "memfd",
 	.id = MC_BACKEND_MEMFD,
+	.mmap = true,
+	.supported = memfd_supported,
 	.granularity = memfd_granularity,
+	.charges_memory_cgroup = memfd_charges_memory_cgroup,
 	.create_owner = memfd_create_owner,
 	.reserve = memfd_reserve,
 	.import = memfd_import,
 	.unimport = memfd_unimport,
 	.finish = memfd_finish,
 	.release = memfd_release,
+	.describe = memfd_describe,
 };

@@ -43,6 +43,10 @@ int mc_error(int err, const char *fmt, ...) MC_PRINTF(2, 3);
 /* Same, appending ": strerror(sys_errno)". */
 int mc_error_sys(int err, int sys_errno, const char *fmt, ...) MC_PRINTF(3, 4);
 void mc_clear_error(void);
+/* Backends know no ranks: a message of theirs that starts "Shared segment: "
+ * becomes "Shared segment rank @rank: ..." (the state machine calls this);
+ * returns @err. */
+int mc_error_name_rank(int err, uint32_t rank);
 void mc_log(int priority, const char *fmt, ...) MC_PRINTF(2, 3);
 bool mc_log_enabled(int priority);
 
@@ -258,33 +262,66 @@ void mc_window_release(void *addr, uint64_t len);
 
 struct mooncake_segment;
 
-/* A backend owns the memory of a segment; it knows nothing of blobs or ranks. */
+/* What a peer knows of the owner, from the owner's blob: enough to reach its
+ * pages and to explain why they cannot be reached. */
+struct mc_owner_ref {
+	uint32_t pid;		/* in the owner's PID namespace */
+	uint32_t uid;		/* its real uid, as its own user namespace sees it */
+	uint64_t pid_namespace; /* inode of the owner's PID namespace, 0 unknown */
+	const uint8_t *handle;	/* what the owner's backend exported */
+	uint16_t handle_bytes;
+};
+
+/*
+ * A backend owns the memory of a segment.  It knows nothing of blobs or ranks
+ * (a message that starts "Shared segment: " gets the rank from the state
+ * machine) and keeps its own state behind seg->backend_state, which nothing
+ * else reads.  Adding a backend: one file defining one of these, one line in
+ * backends.c, its tests.
+ */
 struct mc_backend_ops {
-	const char *name;
+	const char *name; /* as info reports it, before any "-hugetlb" describe() adds */
 	enum mc_backend_id id;
-	const char *accelerator; /* the runtime that owns the memory, NULL for host memory */
-	/* The page size (and hence allocation granularity) for these options. */
+	bool mmap;		 /* serves mmap=true (host pages) or mmap=false (VMM) */
+	bool device_addressable; /* the mapping's address is also the device's (SVM) */
+	/* mooncake_segment_supported() for this backend's mmap value; may load its runtime. */
+	bool (*supported)(bool host_register, bool hugetlb);
+	/* The page size (and hence allocation granularity) for these options;
+	 * -ENOTSUP naming what is missing. */
 	int (*granularity)(const struct mooncake_segment_options *opt, uint64_t *page_size);
-	/* Owner: allocate, map, commit; fill seg->base, seg->handle. */
+	/* Whether the owner's commit is charged to its memory cgroup, so that
+	 * limits.c checks the room first. */
+	bool (*charges_memory_cgroup)(const struct mooncake_segment_options *opt);
+	/* Owner: allocate, place (seg->placement), map, commit; fill seg->base, seg->handle. */
 	int (*create_owner)(struct mooncake_segment *seg);
 	/* Non-owner: reserve seg->alloc_size bytes of address space at seg->base. */
 	int (*reserve)(struct mooncake_segment *seg);
-	/* Non-owner: map the owner's pages described by @owner into the reservation. */
-	int (*import)(struct mooncake_segment *seg, const struct mc_blob *owner);
+	/* Non-owner: map the pages @owner exported into the reservation. */
+	int (*import)(struct mooncake_segment *seg, const struct mc_owner_ref *owner);
 	/* Non-owner: undo a successful import (the reservation comes back). */
 	void (*unimport)(struct mooncake_segment *seg);
 	/* Owner: drop what importers needed (the memfd). */
 	void (*finish)(struct mooncake_segment *seg);
-	/* Release everything; must cope with any partly built state. */
+	/* Release everything, backend_state included; must cope with any partly built state. */
 	void (*release)(struct mooncake_segment *seg);
+	/* What get_info reports of the backend: info->backend, and whatever it
+	 * counts its own way (HugeTLB pages are not in Rss). */
+	void (*describe)(const struct mooncake_segment *seg, struct mooncake_segment_info *info);
 };
+
+/* The backends of this build (backends.c), NULL-terminated. */
+extern const struct mc_backend_ops *const mc_backends[];
+/* The backend serving @mmap in this build, NULL when there is none. */
+const struct mc_backend_ops *mc_backend_for(bool mmap);
 
 extern const struct mc_backend_ops mc_backend_memfd;
 #if HAVE_ASCEND_VMM
 extern const struct mc_backend_ops mc_backend_ascend_vmm;
-/* The Ascend runtime loads, has a device and the VMM entry points. */
-bool mc_ascend_vmm_available(void);
 #endif
+
+/* For white-box tests: the owner's memfd (-1 when none), the VMM's physical handle. */
+int mc_memfd_descriptor(const struct mooncake_segment *seg);
+void *mc_ascend_vmm_physical(const struct mooncake_segment *seg);
 
 struct mooncake_segment {
 	const struct mc_backend_ops *backend;
@@ -299,16 +336,12 @@ struct mooncake_segment {
 	bool ready;
 	bool finished;
 
-	void *base;			  /* this rank's mapping or reservation */
-	bool mapped;			  /* base holds the shared pages (not just a reservation) */
-	int fd;				  /* owner: the memfd kept for importers; -1 otherwise */
-	struct mc_tracked_fd fd_tracking; /* closes fd in a forked child */
-	pid_t creator;			  /* the process that created it: only it releases anything */
-	uint64_t file_dev, file_ino;
-	void *physical; /* VMM: the runtime's physical memory handle (owner: allocated, peer: imported) */
-	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages */
+	void *base;		       /* this rank's mapping or reservation (written by the backend) */
+	bool mapped;		       /* base holds the shared pages, not just a reservation (backend) */
+	void *backend_state;	       /* the backend's own, opaque to everything else */
+	pid_t creator;		       /* the process that created it: only it releases anything */
+	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages (backend) */
 	uint16_t handle_bytes;
-	uint64_t device_addr;
 	struct mc_registration registration; /* .ops set while registered */
 
 	uint32_t info_flags; /* MOONCAKE_SEGMENT_INFO_* known at create */
