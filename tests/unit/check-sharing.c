@@ -155,7 +155,9 @@ START_TEST(test_peer_after_finish_gets_esrch)
 	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
 	ck_assert_int_eq(mooncake_segment_finish(owner), 0);
 	maps = count_mappings();
-	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), ESRCH, "no longer holds");
+	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), ESRCH,
+			"Shared segment rank 1: the owner process");
+	ck_assert(strstr(mooncake_segment_last_error(), "no longer holds"));
 	ck_assert(!mooncake_segment_ready(peer));
 	ck_assert_int_eq(count_mappings(), maps);
 	mooncake_segment_destroy(peer);
