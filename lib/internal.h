@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "mooncake/segment.h"
 #include "accel.h"
@@ -51,7 +52,13 @@ void mc_log(int priority, const char *fmt, ...) MC_PRINTF(2, 3);
 bool mc_log_enabled(int priority);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
-uint64_t mc_now_ns(void);
+static inline uint64_t mc_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Map an errno from the system onto the documented set of create/complete. */
 int mc_fold_errno(int sys_errno);
@@ -71,7 +78,9 @@ uint64_t mc_host_thp_pmd_size(void);
 bool mc_host_shmem_thp_allowed(void);
 /* CPUs this process may run on (at least 1). */
 unsigned int mc_host_cpus_allowed(void);
-/* HugeTLB: the default huge page size (Hugepagesize in /proc/meminfo), 0 if none. */
+/* --- HugeTLB pools (hugetlb.c) ----------------------------------------------- */
+
+/* The default huge page size (Hugepagesize in /proc/meminfo), 0 if none. */
 uint64_t mc_hugetlb_default_size(void);
 /* Whether the kernel has a pool of @page_size pages (sysfs hugepages-NkB). */
 bool mc_hugetlb_size_configured(uint64_t page_size);
@@ -249,6 +258,26 @@ struct mc_commit_lock {
 bool mc_commit_lock_acquire(const char *cgroup_dir, struct mc_commit_lock *lock);
 /* Let go of @lock (NONE is fine). */
 void mc_commit_lock_release(struct mc_commit_lock *lock);
+
+/* --- reaching another process's descriptor (peer-fd.c) ---------------------- */
+
+struct mc_owner_ref;
+
+/* One descriptor of the owner's: where it is and which file it must be. */
+struct mc_peer_fd {
+	uint32_t pid;
+	uint32_t fd;
+	uint64_t dev;
+	uint64_t ino;
+};
+
+/* Open descriptor @target of the process @owner describes (/proc/PID/fd/N,
+ * else pidfd_getfd), only if it is still the file the owner published; call
+ * it between mc_fd_track_begin() and _end().  The descriptor, or a negative
+ * errno with a message naming the first cause that holds and its fix. */
+int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *target);
+/* -ESRCH saying whether the owner process is gone or only its descriptor. */
+int mc_peer_fd_gone(const struct mc_peer_fd *target);
 
 /* --- address windows (window.c) ---------------------------------------------- */
 
