@@ -45,14 +45,6 @@ START_TEST(test_defaults)
 }
 END_TEST
 
-START_TEST(test_rejects_world_size_zero)
-{
-	struct mooncake_segment_options opt = test_options(0, 0, 0);
-
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "world_size must not be zero");
-}
-END_TEST
-
 /* A struct zeroed instead of filled by mooncake_segment_options_init() gets the hint. */
 START_TEST(test_zeroed_options_are_told_to_call_options_init)
 {
@@ -67,61 +59,56 @@ START_TEST(test_zeroed_options_are_told_to_call_options_init)
 }
 END_TEST
 
-START_TEST(test_rejects_rank_at_world_size)
+static void mmap_off_host_register_on(struct mooncake_segment_options *opt)
 {
-	struct mooncake_segment_options opt = test_options(2, 2, 0);
-
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "must be below world_size");
+	opt->mmap = false;
+	opt->host_register = true;
 }
-END_TEST
 
-START_TEST(test_rejects_owner_at_world_size)
+static void mmap_off_hugetlb_on(struct mooncake_segment_options *opt)
 {
-	struct mooncake_segment_options opt = test_options(2, 0, 5);
-
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "must be below world_size");
+	opt->mmap = false;
+	opt->hugetlb = true;
 }
-END_TEST
 
-START_TEST(test_rejects_size_zero_and_too_large)
+static void device_below_minus_one(struct mooncake_segment_options *opt)
 {
-	struct mooncake_segment_options opt = test_options(1, 0, 0);
-
-	expect_create_fails(0, &opt, EINVAL, "size must be in (0, 70368744177664]");
-	expect_create_fails(MOONCAKE_SEGMENT_MAX_SIZE + 1, &opt, EINVAL, "size must be in");
-	expect_create_fails(UINT64_MAX, &opt, EINVAL, "size must be in");
+	opt->device_id = -2;
 }
-END_TEST
 
-START_TEST(test_rejects_host_register_without_mmap)
+static void numa_below_interleave(struct mooncake_segment_options *opt)
 {
-	struct mooncake_segment_options opt = test_options(1, 0, 0);
-
-	opt.mmap = false;
-	opt.host_register = true;
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "host_register requires mmap=true");
+	opt->numa_node = -3;
 }
-END_TEST
 
-START_TEST(test_rejects_hugetlb_without_mmap)
+/* One invalid input each: the group, the size, then option combinations. */
+static const struct rejection {
+	uint32_t world, rank, owner;
+	uint64_t size;
+	void (*edit)(struct mooncake_segment_options *opt); /* NULL: test_options() as is */
+	int err;
+	const char *needle;
+} rejections[] = {
+	{ 0, 0, 0, TEST_SIZE, NULL, EINVAL, "world_size must not be zero" },
+	{ 2, 2, 0, TEST_SIZE, NULL, EINVAL, "must be below world_size" }, /* rank */
+	{ 2, 0, 5, TEST_SIZE, NULL, EINVAL, "must be below world_size" }, /* owner */
+	{ 1, 0, 0, 0, NULL, EINVAL, "size must be in (0, 70368744177664]" },
+	{ 1, 0, 0, MOONCAKE_SEGMENT_MAX_SIZE + 1, NULL, EINVAL, "size must be in" },
+	{ 1, 0, 0, UINT64_MAX, NULL, EINVAL, "size must be in" },
+	{ 1, 0, 0, TEST_SIZE, mmap_off_host_register_on, EINVAL, "host_register requires mmap=true" },
+	{ 1, 0, 0, TEST_SIZE, mmap_off_hugetlb_on, EINVAL, "hugetlb requires mmap=true" },
+	{ 1, 0, 0, TEST_SIZE, device_below_minus_one, EINVAL, "device_id" },
+	{ 1, 0, 0, TEST_SIZE, numa_below_interleave, EINVAL, "numa_node" },
+};
+
+START_TEST(test_rejects_invalid_options)
 {
-	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	const struct rejection *r = &rejections[_i];
+	struct mooncake_segment_options opt = test_options(r->world, r->rank, r->owner);
 
-	opt.mmap = false;
-	opt.hugetlb = true;
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "hugetlb requires mmap=true");
-}
-END_TEST
-
-START_TEST(test_rejects_bad_device_and_numa)
-{
-	struct mooncake_segment_options opt = test_options(1, 0, 0);
-
-	opt.device_id = -2;
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "device_id");
-	opt.device_id = -1;
-	opt.numa_node = -3;
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "numa_node");
+	if (r->edit)
+		r->edit(&opt);
+	expect_create_fails(r->size, &opt, r->err, r->needle);
 }
 END_TEST
 
@@ -187,14 +174,9 @@ Suite *suite_options(void)
 	TCase *tc = tcase_create("validation");
 
 	tcase_add_test(tc, test_defaults);
-	tcase_add_test(tc, test_rejects_world_size_zero);
+	tcase_add_loop_test(tc, test_rejects_invalid_options, 0,
+			    (int)(sizeof(rejections) / sizeof(rejections[0])));
 	tcase_add_test(tc, test_zeroed_options_are_told_to_call_options_init);
-	tcase_add_test(tc, test_rejects_rank_at_world_size);
-	tcase_add_test(tc, test_rejects_owner_at_world_size);
-	tcase_add_test(tc, test_rejects_size_zero_and_too_large);
-	tcase_add_test(tc, test_rejects_host_register_without_mmap);
-	tcase_add_test(tc, test_rejects_hugetlb_without_mmap);
-	tcase_add_test(tc, test_rejects_bad_device_and_numa);
 	tcase_add_test(tc, test_rejects_null_arguments);
 	tcase_add_test(tc, test_unsupported_capabilities_are_enotsup);
 	tcase_add_test(tc, test_getters_are_null_safe);
