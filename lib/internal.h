@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Internal interfaces of libmooncake-segment: the export macro, error and log
- * helpers, the segment object, and the backend table that separates the
- * state machine (segment.c) from the memory (host-memfd.c).
+ * helpers, the interfaces between the library's files, the segment object,
+ * and the backend contract that separates the state machine (segment.c)
+ * from the memory (the backends in backends.c's table).
  */
 #ifndef MOONCAKE_SEGMENT_INTERNAL_H
 #define MOONCAKE_SEGMENT_INTERNAL_H
@@ -342,11 +343,6 @@ struct mc_backend_ops {
 extern const struct mc_backend_ops *const mc_backends[];
 /* The backend serving @mmap in this build, NULL when there is none. */
 const struct mc_backend_ops *mc_backend_for(bool mmap);
-
-extern const struct mc_backend_ops mc_backend_memfd;
-#if HAVE_ASCEND_VMM
-extern const struct mc_backend_ops mc_backend_ascend_vmm;
-#endif
 
 /* For white-box tests: the owner's memfd (-1 when none), the VMM's physical handle. */
 int mc_memfd_descriptor(const struct mooncake_segment *seg);
