@@ -68,8 +68,8 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 	full.huge_bytes = t.huge;
 	full.commit_ns = seg->commit.ns;
 	full.commit_threads = seg->commit.threads;
-	full.flags =
-		seg->info_flags | (mooncake_segment_device_addr(seg) ? MOONCAKE_SEGMENT_INFO_REGISTERED : 0);
+	full.flags = seg->info_flags | (seg->is_owner ? MOONCAKE_SEGMENT_INFO_OWNER : 0) |
+		     (mooncake_segment_device_addr(seg) ? MOONCAKE_SEGMENT_INFO_REGISTERED : 0);
 	full.numa_node_requested = seg->numa_node_requested;
 	full.numa_node = -1;
 	if (seg->mapped)

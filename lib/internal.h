@@ -369,7 +369,7 @@ struct mooncake_segment {
 	uint16_t handle_bytes;
 	struct mc_registration registration; /* .ops set while registered */
 
-	uint32_t info_flags; /* MOONCAKE_SEGMENT_INFO_* known at create */
+	uint32_t info_flags; /* MOONCAKE_SEGMENT_INFO_* the backend learnt at create (its only writer) */
 	int32_t numa_node_requested;
 	struct mc_placement placement;
 	struct mc_commit_result commit;

@@ -247,7 +247,6 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	if (err)
 		goto fail;
 	if (seg->is_owner) {
-		seg->info_flags |= MOONCAKE_SEGMENT_INFO_OWNER;
 		/* An oversized commit ends in the OOM killer: refuse it first, and
 		 * hold the cgroup's commit lock until the pages are charged. */
 		err = mc_check_memory_room(seg, &commit_lock);
