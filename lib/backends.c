@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The table of backends this build has.  A backend (internal.h's
- * mc_backend_ops) is one file and its lines here; create() picks the one that
- * serves the options' mmap value, supported() asks it what it can do.
+ * mc_backend_ops) is one file and its lines here; create() and supported()
+ * take the one that serves the options' mmap value (of several, the first
+ * that can serve the flags on this host, in table order).
  */
 #include "config.h"
 
@@ -23,10 +24,25 @@ const struct mc_backend_ops *const mc_backends[] = {
 	NULL,
 };
 
-const struct mc_backend_ops *mc_backend_for(bool mmap)
+const struct mc_backend_ops *mc_backend_choose(const struct mc_backend_ops *const *table, bool mmap,
+					       bool host_register, bool hugetlb)
 {
-	for (size_t i = 0; mc_backends[i]; i++)
-		if (mc_backends[i]->mmap == mmap)
-			return mc_backends[i];
-	return NULL;
+	const struct mc_backend_ops *first = NULL;
+	size_t serving = 0;
+
+	for (size_t i = 0; table[i]; i++)
+		if (table[i]->mmap == mmap && !serving++)
+			first = table[i];
+	if (serving <= 1)
+		return first; /* the only one: its own ops say what is missing */
+	/* Several serve this mmap value: the first that can serve the flags here. */
+	for (size_t i = 0; table[i]; i++)
+		if (table[i]->mmap == mmap && table[i]->supported(host_register, hugetlb))
+			return table[i];
+	return first;
+}
+
+const struct mc_backend_ops *mc_backend_for(bool mmap, bool host_register, bool hugetlb)
+{
+	return mc_backend_choose(mc_backends, mmap, host_register, hugetlb);
 }

@@ -341,8 +341,12 @@ struct mc_backend_ops {
 
 /* The backends of this build (backends.c), NULL-terminated. */
 extern const struct mc_backend_ops *const mc_backends[];
-/* The backend serving @mmap in this build, NULL when there is none. */
-const struct mc_backend_ops *mc_backend_for(bool mmap);
+/* The backend serving @mmap in this build, NULL when there is none; where
+ * several do, the first whose supported() accepts the flags (else the first). */
+const struct mc_backend_ops *mc_backend_for(bool mmap, bool host_register, bool hugetlb);
+/* The same choice from another NULL-terminated @table (tests). */
+const struct mc_backend_ops *mc_backend_choose(const struct mc_backend_ops *const *table, bool mmap,
+					       bool host_register, bool hugetlb);
 
 /* For white-box tests: the owner's memfd (-1 when none), the VMM's physical handle. */
 int mc_memfd_descriptor(const struct mooncake_segment *seg);

@@ -11,7 +11,7 @@
 
 MC_EXPORT bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb)
 {
-	const struct mc_backend_ops *backend = mc_backend_for(mmap);
+	const struct mc_backend_ops *backend = mc_backend_for(mmap, host_register, hugetlb);
 
 	if (!backend || !backend->supported(host_register, hugetlb))
 		return false;

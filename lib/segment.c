@@ -96,7 +96,7 @@ static int hint_zeroed_options(const struct mooncake_segment_options *opt, int e
 /* The backend for these options, or NULL with the error recorded. */
 static const struct mc_backend_ops *pick_backend(const struct mooncake_segment_options *opt)
 {
-	const struct mc_backend_ops *backend = mc_backend_for(opt->mmap);
+	const struct mc_backend_ops *backend = mc_backend_for(opt->mmap, opt->host_register, opt->hugetlb);
 
 	if (!backend)
 		mc_error(ENOTSUP,

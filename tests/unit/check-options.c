@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "helpers.h"
+#include "internal.h"
 
 static uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
 
@@ -112,6 +113,39 @@ START_TEST(test_rejects_invalid_options)
 }
 END_TEST
 
+static bool never(bool host_register, bool hugetlb)
+{
+	(void)host_register;
+	(void)hugetlb;
+	return false;
+}
+
+static bool without_hugetlb(bool host_register, bool hugetlb)
+{
+	(void)host_register;
+	return !hugetlb;
+}
+
+/* A second backend for one mmap value is one more table line: the first that can serve wins. */
+START_TEST(test_backend_choice_follows_the_table)
+{
+	const struct mc_backend_ops host = { .name = "host", .mmap = true, .supported = never },
+				    vmm_a = { .name = "vmm-a", .mmap = false, .supported = never },
+				    vmm_b = { .name = "vmm-b", .mmap = false, .supported = without_hugetlb };
+	const struct mc_backend_ops *const one[] = { &host, NULL }, *const two[] = { &host, &vmm_a, &vmm_b,
+										     NULL };
+
+	/* The only one serving a value is taken even when unsupported: its ops name what is missing. */
+	ck_assert_ptr_eq(mc_backend_choose(one, true, false, false), &host);
+	ck_assert_ptr_null(mc_backend_choose(one, false, false, false));
+	ck_assert_ptr_eq(mc_backend_choose(two, false, false, false), &vmm_b);
+	/* None can: the first, whose error is the one to show. */
+	ck_assert_ptr_eq(mc_backend_choose(two, false, false, true), &vmm_a);
+	/* This build's own table serves mmap=true. */
+	ck_assert_ptr_eq(mc_backend_for(true, false, false), mc_backends[0]);
+}
+END_TEST
+
 START_TEST(test_rejects_null_arguments)
 {
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
@@ -177,6 +211,7 @@ Suite *suite_options(void)
 	tcase_add_loop_test(tc, test_rejects_invalid_options, 0,
 			    (int)(sizeof(rejections) / sizeof(rejections[0])));
 	tcase_add_test(tc, test_zeroed_options_are_told_to_call_options_init);
+	tcase_add_test(tc, test_backend_choice_follows_the_table);
 	tcase_add_test(tc, test_rejects_null_arguments);
 	tcase_add_test(tc, test_unsupported_capabilities_are_enotsup);
 	tcase_add_test(tc, test_getters_are_null_safe);
