@@ -82,7 +82,12 @@ void mc_unregister_chunks(struct mc_registration *reg, const struct mc_chunk_ops
 
 /* The runtime host registration would use here, or NULL when none is available. */
 const struct mc_accel_ops *mc_accel_for_host_register(void);
-/* The PCI bus id of @device from whichever runtime knows it. */
-bool mc_accel_pci_bus_id(int device, char *buf, size_t size);
+/* 0 when a runtime can register host memory here, else -ENOTSUP naming the
+ * runtimes this build would load and how to point at them. */
+int mc_accel_require_host_register(void);
+/* The host NUMA node of @device (its PCI device's numa_node under
+ * @sysfs_root), from whichever runtime names the device; -1 when unknown.
+ * Loads runtimes: call it only when the answer is needed. */
+int mc_accel_device_node(int device, const char *sysfs_root);
 
 #endif

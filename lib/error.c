@@ -105,6 +105,24 @@ int mc_error_sys(int err, int sys_errno, const char *fmt, ...)
 	return ret;
 }
 
+int mc_error_name_rank(int err, uint32_t rank)
+{
+	static const char unnamed[] = "Shared segment: ";
+	size_t skip = sizeof(unnamed) - 1, prefix_len, rest;
+	char prefix[48];
+
+	if (!err || strncmp(last_error, unnamed, skip) != 0)
+		return err;
+	prefix_len = (size_t)snprintf(prefix, sizeof(prefix), "Shared segment rank %u: ", rank);
+	rest = strlen(last_error) - skip;
+	if (prefix_len + rest >= sizeof(last_error))
+		rest = sizeof(last_error) - 1 - prefix_len;
+	memmove(last_error + prefix_len, last_error + skip, rest);
+	memcpy(last_error, prefix, prefix_len);
+	last_error[prefix_len + rest] = '\0';
+	return err;
+}
+
 void mc_clear_error(void)
 {
 	last_error[0] = '\0';

@@ -8,37 +8,44 @@
  * the first touch, commits every page and keeps the descriptor open until
  * finish() (tracked by fork.c, so that no forked child keeps it); the size
  * is checked against RLIMIT_FSIZE first, past which the kernel would answer
- * with SIGXFSZ.  A peer opens the owner's /proc/PID/fd/N (or, when that is
- * refused, pidfd_open + pidfd_getfd), checks that it reached the very file the
- * owner published (device and inode), and maps it over its reservation.  When
- * both are refused, the error names the first cause that holds: another user
- * namespace, another user, a /proc that hides the owner, Yama, dumpability.
+ * with SIGXFSZ.  A peer reaches the owner's descriptor through peer-fd.c,
+ * checks that the file is the sealed memfd of the right size, and maps it
+ * over its reservation.
  */
 #include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "linux-compat.h"
 
-/* The handle a memfd owner publishes: enough to find the file and to prove a
- * peer reached that file and not another one behind a reused pid. */
-struct memfd_handle {
-	uint32_t pid;
-	uint32_t fd;
-	uint64_t dev;
-	uint64_t ino;
-};
+/* The handle a memfd owner publishes is a struct mc_peer_fd (peer-fd.c):
+ * enough to find the file and to prove a peer reached that file and not
+ * another one behind a reused pid. */
 #define MEMFD_HANDLE_BYTES 24
+
+/* The owner's own: the memfd it keeps for importers until finish(). */
+struct memfd_state {
+	int fd;
+	struct mc_tracked_fd tracking; /* closes fd in a forked child */
+};
+
+static struct memfd_state *state_of(const struct mooncake_segment *seg)
+{
+	return seg->backend_state;
+}
+
+int mc_memfd_descriptor(const struct mooncake_segment *seg)
+{
+	return state_of(seg) ? state_of(seg)->fd : -1;
+}
 
 static void put_le(uint8_t *p, uint64_t v, int bytes)
 {
@@ -55,7 +62,7 @@ static uint64_t get_le(const uint8_t *p, int bytes)
 	return v;
 }
 
-static uint16_t encode_handle(const struct memfd_handle *h, uint8_t *out)
+static uint16_t encode_handle(const struct mc_peer_fd *h, uint8_t *out)
 {
 	put_le(out, h->pid, 4);
 	put_le(out + 4, h->fd, 4);
@@ -64,7 +71,7 @@ static uint16_t encode_handle(const struct memfd_handle *h, uint8_t *out)
 	return MEMFD_HANDLE_BYTES;
 }
 
-static bool decode_handle(const struct mc_blob *b, struct memfd_handle *h)
+static bool decode_handle(const struct mc_owner_ref *b, struct mc_peer_fd *h)
 {
 	if (b->handle_bytes != MEMFD_HANDLE_BYTES)
 		return false;
@@ -176,17 +183,22 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	char name[96];
 	unsigned int flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	struct stat st;
-	struct memfd_handle handle;
+	struct mc_peer_fd handle;
 	struct mc_commit_request req;
+	struct memfd_state *state = calloc(1, sizeof(*state));
 	int err;
 
+	if (!state)
+		return mc_error(ENOMEM, "Shared segment: out of memory");
+	state->fd = -1;
+	seg->backend_state = state;
 	if (seg->opt.hugetlb)
 		flags |= MFD_HUGETLB | hugetlb_size_flag(seg->page_size);
 	snprintf(name, sizeof(name), "mooncake-segment:%s|owner=%d", seg->label, (int)getpid());
 	mc_fd_track_begin();
-	seg->fd = memfd_create(name, flags);
-	mc_fd_track_end(&seg->fd_tracking, &seg->fd);
-	if (seg->fd < 0) {
+	state->fd = memfd_create(name, flags);
+	mc_fd_track_end(&state->tracking, &state->fd);
+	if (state->fd < 0) {
 		err = errno;
 		if (seg->opt.hugetlb && err == EINVAL)
 			return mc_error_sys(ENOTSUP, err,
@@ -198,18 +210,18 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	err = mc_check_file_size_limit(seg);
 	if (err)
 		return err;
-	if (ftruncate(seg->fd, (off_t)seg->alloc_size) != 0)
+	if (ftruncate(state->fd, (off_t)seg->alloc_size) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno,
 				    "Shared segment ftruncate to %llu bytes failed",
 				    (unsigned long long)seg->alloc_size);
 	/* Nobody may shrink or grow the file under the others' mappings. */
-	if (fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+	if (fcntl(state->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno, "Shared segment cannot seal its memfd");
 
 	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
 	if (!seg->base)
 		return mc_address_space_error(seg, errno);
-	err = map_over_window(seg, seg->fd);
+	err = map_over_window(seg, state->fd);
 	if (err) {
 		/* HugeTLB reserves the pool at mmap: ENOMEM means the pool is short. */
 		if (seg->opt.hugetlb && err == -ENOMEM)
@@ -224,7 +236,7 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 	mc_placement_apply(&seg->placement, seg->base, seg->alloc_size);
 
 	req = (struct mc_commit_request){
-		.fd = seg->fd,
+		.fd = state->fd,
 		.addr = seg->base,
 		.len = seg->alloc_size,
 		.page_size = seg->page_size,
@@ -253,11 +265,10 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 		       seg->label);
 	}
 
-	if (fstat(seg->fd, &st) != 0)
+	if (fstat(state->fd, &st) != 0)
 		return mc_error_sys(EIO, errno, "Shared segment fstat of its memfd failed");
-	seg->file_dev = (uint64_t)st.st_dev;
-	seg->file_ino = (uint64_t)st.st_ino;
-	handle = (struct memfd_handle){ (uint32_t)getpid(), (uint32_t)seg->fd, seg->file_dev, seg->file_ino };
+	handle = (struct mc_peer_fd){ (uint32_t)getpid(), (uint32_t)state->fd, (uint64_t)st.st_dev,
+				      (uint64_t)st.st_ino };
 	seg->handle_bytes = encode_handle(&handle, seg->handle);
 	return 0;
 }
@@ -270,194 +281,8 @@ static int memfd_reserve(struct mooncake_segment *seg)
 	return 0;
 }
 
-/* Whether this rank's /proc shows process @pid at all. */
-static bool proc_shows(uint32_t pid)
-{
-	char path[64];
-	struct stat st;
-
-	snprintf(path, sizeof(path), "/proc/%u/fd", pid);
-	return stat(path, &st) == 0;
-}
-
-/* Alive, not a zombie (which has no descriptors left). */
-static bool process_exists(pid_t pid)
-{
-	char path[64], line[512], *close;
-
-	if (kill(pid, 0) != 0 && errno != EPERM)
-		return false;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (!mc_read_line(path, line, sizeof(line)))
-		return true; /* /proc does not show it: trust kill() */
-	close = strrchr(line, ')');
-	return !(close && (close[2] == 'Z' || close[2] == 'X'));
-}
-
-static int owner_gone_error(const struct mooncake_segment *seg, const struct memfd_handle *h)
-{
-	if (!process_exists((pid_t)h->pid))
-		return mc_error(ESRCH,
-				"Shared segment rank %u: the owner process %u is gone before this rank "
-				"mapped its pages; the owner must stay alive until every rank has completed",
-				seg->opt.rank_id, h->pid);
-	return mc_error(
-		ESRCH,
-		"Shared segment rank %u: the owner process %u no longer holds descriptor %u "
-		"(it called finish() or destroy() before every rank completed, or the pid was reused)",
-		seg->opt.rank_id, h->pid, h->fd);
-}
-
-/* The whole of a small /proc file into @buf; false when unreadable. */
-static bool read_small_file(const char *path, char *buf, size_t size)
-{
-	FILE *f = fopen(path, "re");
-	size_t n;
-
-	if (!f)
-		return false;
-	n = fread(buf, 1, size - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	return n > 0;
-}
-
-/* Whether @pid is in another user namespace than this process.  A uid_map
- * reads the same from here for two processes of one namespace, and differs
- * otherwise (the map is shown relative to the reader's namespace, one's own
- * relative to its parent).  Readable by anyone, unlike /proc/PID/ns/user. */
-static bool in_another_user_namespace(uint32_t pid)
-{
-	char path[64], mine[512], theirs[512];
-
-	snprintf(path, sizeof(path), "/proc/%u/uid_map", pid);
-	return read_small_file("/proc/self/uid_map", mine, sizeof(mine)) &&
-	       read_small_file(path, theirs, sizeof(theirs)) && strcmp(mine, theirs) != 0;
-}
-
-/* The owner's real uid as this rank's user namespace sees it (the blob holds
- * the owner's own view); the blob's when /proc/PID/status is hidden. */
-static uint32_t owner_uid_here(const struct mc_blob *owner, uint32_t pid)
-{
-	char path[64], line[128];
-	unsigned int uid;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%u/status", pid);
-	f = fopen(path, "re");
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "Uid: %u", &uid) == 1) {
-			fclose(f);
-			return uid;
-		}
-	if (f)
-		fclose(f);
-	return owner->uid;
-}
-
-static int access_denied_error(const struct mooncake_segment *seg, const struct mc_blob *owner,
-			       const struct memfd_handle *h, const char *path, int open_errno,
-			       int getfd_errno)
-{
-	char scope[16] = "", cause[512];
-	uint32_t owner_uid = owner_uid_here(owner, h->pid);
-	struct stat ns;
-
-	/* First the causes that hold whatever this /proc shows: namespace, then user. */
-	if (in_another_user_namespace(h->pid))
-		snprintf(
-			cause, sizeof(cause),
-			"this rank runs in another user namespace than the owner (user:[%llu] here), and the "
-			"kernel lets a process take another's descriptor only from the owner's user namespace "
-			"(or with CAP_SYS_PTRACE over it), even for the same real user; start every rank in one "
-			"user namespace (no unshare -U or per-rank --userns; Docker/Podman: the same --userns "
-			"for every container of the group)",
-			stat("/proc/self/ns/user", &ns) == 0 ? (unsigned long long)ns.st_ino : 0ULL);
-	else if (owner_uid != (uint32_t)getuid())
-		snprintf(cause, sizeof(cause),
-			 "the owner runs as uid %u and this rank as uid %u; run every rank "
-			 "as the same user",
-			 owner_uid, (unsigned int)getuid());
-	else if (open_errno == ENOENT)
-		snprintf(
-			cause, sizeof(cause),
-			"this rank's /proc does not show the live owner (mounted with hidepid=, or the /proc of "
-			"another PID namespace); mount /proc without hidepid and run the ranks in one PID namespace");
-	else if (mc_read_host_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) &&
-		 strtol(scope, NULL, 10) >= 2)
-		snprintf(cause, sizeof(cause),
-			 "kernel.yama.ptrace_scope is %s; set it to 0 or 1 "
-			 "(sysctl -w kernel.yama.ptrace_scope=1)",
-			 scope);
-	else
-		snprintf(
-			cause, sizeof(cause),
-			"the owner may not be dumpable (setuid, prctl(PR_SET_DUMPABLE, 0)) "
-			"or a ptrace restriction applies (a container without CAP_SYS_PTRACE, an LSM); "
-			"Docker: --cap-add SYS_PTRACE; Kubernetes: securityContext.capabilities.add [SYS_PTRACE]");
-	return mc_error(EACCES,
-			"Shared segment rank %u cannot open the owner's pages: %s: %s, pidfd_getfd: %s. "
-			"Likely cause: %s",
-			seg->opt.rank_id, path, strerror(open_errno),
-			getfd_errno ? strerror(getfd_errno) : "not available", cause);
-}
-
-/* The second route: same descriptor, through a pidfd (needs ptrace attach rights). */
-static int open_through_pidfd(const struct memfd_handle *h, int *getfd_errno)
-{
-	int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
-	int fd;
-
-	if (pidfd < 0) {
-		*getfd_errno = errno;
-		return -1;
-	}
-	fd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)h->fd, 0);
-	*getfd_errno = fd < 0 ? errno : 0;
-	close(pidfd);
-	return fd;
-}
-
-static int open_owner_file(struct mooncake_segment *seg, const struct mc_blob *owner,
-			   const struct memfd_handle *h)
-{
-	char path[64];
-	struct stat st;
-	int fd = -1, open_errno, getfd_errno = 0;
-
-	snprintf(path, sizeof(path), "/proc/%u/fd/%u", h->pid, h->fd);
-	/* Look before opening: a forged or stale handle must never make this rank
-	 * open someone else's file (a device, a FIFO...), only the owner's memfd. */
-	if (stat(path, &st) == 0) {
-		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_dev != h->dev || (uint64_t)st.st_ino != h->ino)
-			return owner_gone_error(seg, h);
-		fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
-	}
-	if (fd >= 0)
-		return fd;
-	open_errno = errno;
-	/* ENOENT from a live owner: this /proc hides it (hidepid, another
-	 * mount); the pidfd route does not go through /proc. */
-	if (open_errno == ENOENT && !process_exists((pid_t)h->pid))
-		return owner_gone_error(seg, h);
-	if (open_errno != ENOENT && open_errno != EACCES && open_errno != EPERM)
-		return mc_error_sys(mc_fold_errno(open_errno), open_errno,
-				    "Shared segment rank %u: open %s failed", seg->opt.rank_id, path);
-	fd = open_through_pidfd(h, &getfd_errno);
-	if (fd >= 0)
-		return fd;
-	if (getfd_errno == ESRCH || getfd_errno == EBADF)
-		return owner_gone_error(seg, h);
-	if (getfd_errno == ENOSYS)
-		getfd_errno = 0;
-	/* No second route, but /proc shows the owner: its descriptor is just gone. */
-	if (open_errno == ENOENT && proc_shows(h->pid))
-		return owner_gone_error(seg, h);
-	return access_denied_error(seg, owner, h, path, open_errno, getfd_errno);
-}
-
 /* The file we opened must be the sealed memfd the owner published. */
-static int check_owner_file(const struct mooncake_segment *seg, int fd, const struct memfd_handle *h)
+static int check_owner_file(const struct mooncake_segment *seg, int fd, const struct mc_peer_fd *h)
 {
 	struct stat st;
 	int seals;
@@ -466,7 +291,7 @@ static int check_owner_file(const struct mooncake_segment *seg, int fd, const st
 		return mc_error_sys(EIO, errno, "Shared segment fstat of the owner's memfd failed");
 	if ((uint64_t)st.st_dev != h->dev || (uint64_t)st.st_ino != h->ino) {
 		errno = 0;
-		return owner_gone_error(seg, h);
+		return mc_peer_fd_gone(h);
 	}
 	if ((uint64_t)st.st_size != seg->alloc_size)
 		return mc_error(EPROTO, "Shared segment owner's memfd holds %llu bytes, the blobs say %llu",
@@ -483,30 +308,18 @@ static void memfd_unimport(struct mooncake_segment *seg)
 		seg->mapped = false;
 }
 
-static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owner)
+static int memfd_import(struct mooncake_segment *seg, const struct mc_owner_ref *owner)
 {
-	struct memfd_handle h;
+	struct mc_peer_fd h;
 	struct mc_tracked_fd tracking;
-	uint64_t own_ns = mc_host_pid_namespace();
 	int fd, err;
 
 	if (!decode_handle(owner, &h))
 		return mc_error(EPROTO,
-				"Shared segment owner rank %u exported a handle that is not a memfd handle",
-				seg->opt.owner_rank);
-	if (owner->pid_namespace && own_ns && owner->pid_namespace != own_ns)
-		return mc_error(
-			EACCES,
-			"Shared segment rank %u runs in another PID namespace than the owner "
-			"(pid:[%llu] here, pid:[%llu] there), so the owner's pid %u means nothing here; run "
-			"the ranks in one PID namespace (docker run --pid=host or --pid=container:NAME; "
-			"Kubernetes: one pod with shareProcessNamespace: true)",
-			seg->opt.rank_id, (unsigned long long)own_ns,
-			(unsigned long long)owner->pid_namespace, h.pid);
-
+				"Shared segment: the owner exported a handle that is not a memfd handle");
 	/* Opened under the fork registry: a child forked meanwhile never holds it. */
 	mc_fd_track_begin();
-	fd = open_owner_file(seg, owner, &h);
+	fd = mc_peer_fd_open(owner, &h);
 	mc_fd_track_end(&tracking, &fd);
 	if (fd < 0)
 		return fd;
@@ -515,9 +328,8 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 		err = map_over_window(seg, fd);
 		if (err)
 			err = mc_error_sys(mc_fold_errno(-err), -err,
-					   "Shared segment rank %u cannot map the owner's "
-					   "%llu bytes",
-					   seg->opt.rank_id, (unsigned long long)seg->alloc_size);
+					   "Shared segment: cannot map the owner's %llu bytes",
+					   (unsigned long long)seg->alloc_size);
 	}
 	mc_fd_close(&tracking);
 	if (err)
@@ -537,7 +349,8 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_blob *owne
 
 static void memfd_finish(struct mooncake_segment *seg)
 {
-	mc_fd_close(&seg->fd_tracking);
+	if (state_of(seg))
+		mc_fd_close(&state_of(seg)->tracking);
 }
 
 static void memfd_release(struct mooncake_segment *seg)
@@ -546,16 +359,55 @@ static void memfd_release(struct mooncake_segment *seg)
 	seg->base = NULL;
 	seg->mapped = false;
 	memfd_finish(seg);
+	free(seg->backend_state);
+	seg->backend_state = NULL;
+}
+
+static bool kernel_has_hugetlb_memfd(void)
+{
+	int saved_errno = errno;
+	int fd;
+
+	if (!mc_hugetlb_default_size())
+		return false;
+	fd = memfd_create("mooncake-segment-probe", MFD_CLOEXEC | MFD_HUGETLB);
+	if (fd >= 0)
+		close(fd);
+	errno = saved_errno;
+	return fd >= 0;
+}
+
+static bool memfd_supported(bool host_register, bool hugetlb)
+{
+	/* host_register is the runtimes' answer (probe.c). */
+	return host_register || !hugetlb || kernel_has_hugetlb_memfd();
+}
+
+static bool memfd_charges_memory_cgroup(const struct mooncake_segment_options *opt)
+{
+	return !opt->hugetlb; /* HugeTLB pages come from their own pool */
+}
+
+static void memfd_describe(const struct mooncake_segment *seg, struct mooncake_segment_info *info)
+{
+	snprintf(info->backend, sizeof(info->backend), "memfd%s", seg->opt.hugetlb ? "-hugetlb" : "");
+	/* HugeTLB pages are counted by the *_Hugetlb fields, not in Rss. */
+	if (seg->opt.hugetlb)
+		info->resident_bytes = info->huge_bytes;
 }
 
 const struct mc_backend_ops mc_backend_memfd = {
 	.name = "memfd",
 	.id = MC_BACKEND_MEMFD,
+	.mmap = true,
+	.supported = memfd_supported,
 	.granularity = memfd_granularity,
+	.charges_memory_cgroup = memfd_charges_memory_cgroup,
 	.create_owner = memfd_create_owner,
 	.reserve = memfd_reserve,
 	.import = memfd_import,
 	.unimport = memfd_unimport,
 	.finish = memfd_finish,
 	.release = memfd_release,
+	.describe = memfd_describe,
 };

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -105,57 +104,4 @@ unsigned int mc_host_cpus_allowed(void)
 	}
 	n = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (unsigned int)n : 1;
-}
-
-uint64_t mc_hugetlb_default_size(void)
-{
-	return mc_meminfo_field("Hugepagesize");
-}
-
-static bool read_u64_file(const char *path, uint64_t *value)
-{
-	char line[32], *end;
-
-	if (!mc_read_host_line(path, line, sizeof(line)))
-		return false;
-	errno = 0;
-	*value = strtoull(line, &end, 10);
-	return !errno && end != line;
-}
-
-bool mc_hugetlb_size_configured(uint64_t page_size)
-{
-	char path[96], full[1024];
-	struct stat st;
-
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%llukB",
-		 (unsigned long long)(page_size >> 10));
-	return stat(mc_host_path(full, sizeof(full), path), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available)
-{
-	char path[128];
-	uint64_t free_pages, reserved;
-	unsigned long long kb = (unsigned long long)(page_size >> 10);
-
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%llukB/nr_hugepages", kb);
-	if (!read_u64_file(path, total))
-		return false;
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%llukB/free_hugepages", kb);
-	if (!read_u64_file(path, &free_pages))
-		return false;
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%llukB/resv_hugepages", kb);
-	if (!read_u64_file(path, &reserved))
-		reserved = 0;
-	*available = free_pages > reserved ? free_pages - reserved : 0;
-	return true;
-}
-
-uint64_t mc_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }

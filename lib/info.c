@@ -65,27 +65,23 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 	if (seg->mapped)
 		read_smaps((uintptr_t)seg->base, (uintptr_t)seg->base + seg->alloc_size, &t);
 	full.resident_bytes = t.rss;
-	/* HugeTLB pages are counted by the *_Hugetlb fields, not in Rss. */
-	if (seg->opt.hugetlb)
-		full.resident_bytes = t.huge;
 	full.huge_bytes = t.huge;
 	full.commit_ns = seg->commit.ns;
 	full.commit_threads = seg->commit.threads;
-	full.flags = seg->info_flags | (seg->device_addr ? MOONCAKE_SEGMENT_INFO_REGISTERED : 0);
+	full.flags = seg->info_flags | (seg->is_owner ? MOONCAKE_SEGMENT_INFO_OWNER : 0) |
+		     (mooncake_segment_device_addr(seg) ? MOONCAKE_SEGMENT_INFO_REGISTERED : 0);
 	full.numa_node_requested = seg->numa_node_requested;
 	full.numa_node = -1;
 	if (seg->mapped)
 		mc_placement_query(seg->base, seg->alloc_size, seg->page_size, &full.numa_node,
 				   &full.numa_node_mask);
-	snprintf(full.backend, sizeof(full.backend), "%s%s", seg->backend->name,
-		 seg->opt.hugetlb ? "-hugetlb" : "");
 	full.register_ns = seg->registration.ns;
-	snprintf(full.accelerator, sizeof(full.accelerator), "%s",
-		 seg->registration.ops	     ? seg->registration.ops->name
-		 : seg->backend->accelerator ? seg->backend->accelerator
-					     : "");
+	if (seg->registration.ops)
+		snprintf(full.accelerator, sizeof(full.accelerator), "%s", seg->registration.ops->name);
 	snprintf(full.commit_method, sizeof(full.commit_method), "%s",
 		 seg->is_owner ? seg->commit.method : "none (peer)");
+	/* The backend names itself, and what it counts its own way. */
+	seg->backend->describe(seg, &full);
 	memcpy(info, &full, info_size < sizeof(full) ? info_size : sizeof(full));
 	return 0;
 }

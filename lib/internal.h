@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Internal interfaces of libmooncake-segment: the export macro, error and log
- * helpers, the segment object, and the backend table that separates the
- * state machine (segment.c) from the memory (host-memfd.c).
+ * helpers, the interfaces between the library's files, the segment object,
+ * and the backend contract that separates the state machine (segment.c)
+ * from the memory (the backends in backends.c's table).
  */
 #ifndef MOONCAKE_SEGMENT_INTERNAL_H
 #define MOONCAKE_SEGMENT_INTERNAL_H
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "mooncake/segment.h"
 #include "accel.h"
@@ -43,11 +45,21 @@ int mc_error(int err, const char *fmt, ...) MC_PRINTF(2, 3);
 /* Same, appending ": strerror(sys_errno)". */
 int mc_error_sys(int err, int sys_errno, const char *fmt, ...) MC_PRINTF(3, 4);
 void mc_clear_error(void);
+/* Backends know no ranks: a message of theirs that starts "Shared segment: "
+ * becomes "Shared segment rank @rank: ..." (the state machine calls this);
+ * returns @err. */
+int mc_error_name_rank(int err, uint32_t rank);
 void mc_log(int priority, const char *fmt, ...) MC_PRINTF(2, 3);
 bool mc_log_enabled(int priority);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
-uint64_t mc_now_ns(void);
+static inline uint64_t mc_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Map an errno from the system onto the documented set of create/complete. */
 int mc_fold_errno(int sys_errno);
@@ -67,7 +79,9 @@ uint64_t mc_host_thp_pmd_size(void);
 bool mc_host_shmem_thp_allowed(void);
 /* CPUs this process may run on (at least 1). */
 unsigned int mc_host_cpus_allowed(void);
-/* HugeTLB: the default huge page size (Hugepagesize in /proc/meminfo), 0 if none. */
+/* --- HugeTLB pools (hugetlb.c) ----------------------------------------------- */
+
+/* The default huge page size (Hugepagesize in /proc/meminfo), 0 if none. */
 uint64_t mc_hugetlb_default_size(void);
 /* Whether the kernel has a pool of @page_size pages (sysfs hugepages-NkB). */
 bool mc_hugetlb_size_configured(uint64_t page_size);
@@ -141,9 +155,16 @@ bool mc_parse_node_list(const char *text, uint64_t *mask);
 bool mc_topology_online_nodes(const char *sysfs_root, uint64_t *mask);
 /* The NUMA node of PCI device @pci_bus_id ("0000:3b:00.0"), -1 when unknown. */
 int mc_topology_pci_node(const char *sysfs_root, const char *pci_bus_id);
-/* Turn the options into a policy; -EINVAL for a node that does not exist. */
-int mc_placement_resolve(const struct mooncake_segment_options *opt, const char *sysfs_root,
-			 struct mc_placement *p);
+/* -EINVAL when @numa_node names a node this host does not have (every rank checks). */
+int mc_placement_check(int numa_node, const char *sysfs_root);
+/* Whether automatic placement would follow the device's host node: numa_node
+ * is automatic and more than one node is online.  Only then is it worth
+ * asking an accelerator runtime where the device sits. */
+bool mc_placement_wants_device_node(int numa_node, const char *sysfs_root);
+/* The owner's policy from the requested @numa_node (a node, AUTO or
+ * INTERLEAVE) and, for AUTO, the device's host node @device_node (-1:
+ * unknown); -EINVAL for a node that does not exist.  Loads no runtime. */
+int mc_placement_resolve(int numa_node, int device_node, const char *sysfs_root, struct mc_placement *p);
 /* mbind the mapping before its first page; a refusal degrades (p->degraded). */
 void mc_placement_apply(struct mc_placement *p, void *addr, uint64_t len);
 /* Set this thread's policy (HugeTLB fallocate follows it); false when nothing was set. */
@@ -243,6 +264,26 @@ bool mc_commit_lock_acquire(const char *cgroup_dir, struct mc_commit_lock *lock)
 /* Let go of @lock (NONE is fine). */
 void mc_commit_lock_release(struct mc_commit_lock *lock);
 
+/* --- reaching another process's descriptor (peer-fd.c) ---------------------- */
+
+struct mc_owner_ref;
+
+/* One descriptor of the owner's: where it is and which file it must be. */
+struct mc_peer_fd {
+	uint32_t pid;
+	uint32_t fd;
+	uint64_t dev;
+	uint64_t ino;
+};
+
+/* Open descriptor @target of the process @owner describes (/proc/PID/fd/N,
+ * else pidfd_getfd), only if it is still the file the owner published; call
+ * it between mc_fd_track_begin() and _end().  The descriptor, or a negative
+ * errno with a message naming the first cause that holds and its fix. */
+int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *target);
+/* -ESRCH saying whether the owner process is gone or only its descriptor. */
+int mc_peer_fd_gone(const struct mc_peer_fd *target);
+
 /* --- address windows (window.c) ---------------------------------------------- */
 
 /* Reserve @len bytes of address space aligned to @align (PROT_NONE); NULL on failure (errno set). */
@@ -255,33 +296,65 @@ void mc_window_release(void *addr, uint64_t len);
 
 struct mooncake_segment;
 
-/* A backend owns the memory of a segment; it knows nothing of blobs or ranks. */
+/* What a peer knows of the owner, from the owner's blob: enough to reach its
+ * pages and to explain why they cannot be reached. */
+struct mc_owner_ref {
+	uint32_t pid;		/* in the owner's PID namespace */
+	uint32_t uid;		/* its real uid, as its own user namespace sees it */
+	uint64_t pid_namespace; /* inode of the owner's PID namespace, 0 unknown */
+	const uint8_t *handle;	/* what the owner's backend exported */
+	uint16_t handle_bytes;
+};
+
+/*
+ * A backend owns the memory of a segment.  It knows nothing of blobs or ranks
+ * (a message that starts "Shared segment: " gets the rank from the state
+ * machine) and keeps its own state behind seg->backend_state, which nothing
+ * else reads.  Adding a backend: one file defining one of these, one line in
+ * backends.c, its tests.
+ */
 struct mc_backend_ops {
-	const char *name;
+	const char *name; /* as info reports it, before any "-hugetlb" describe() adds */
 	enum mc_backend_id id;
-	const char *accelerator; /* the runtime that owns the memory, NULL for host memory */
-	/* The page size (and hence allocation granularity) for these options. */
+	bool mmap;		 /* serves mmap=true (host pages) or mmap=false (VMM) */
+	bool device_addressable; /* the mapping's address is also the device's (SVM) */
+	/* mooncake_segment_supported() for this backend's mmap value; may load its runtime. */
+	bool (*supported)(bool host_register, bool hugetlb);
+	/* The page size (and hence allocation granularity) for these options;
+	 * -ENOTSUP naming what is missing. */
 	int (*granularity)(const struct mooncake_segment_options *opt, uint64_t *page_size);
-	/* Owner: allocate, map, commit; fill seg->base, seg->handle. */
+	/* Whether the owner's commit is charged to its memory cgroup, so that
+	 * limits.c checks the room first. */
+	bool (*charges_memory_cgroup)(const struct mooncake_segment_options *opt);
+	/* Owner: allocate, place (seg->placement), map, commit; fill seg->base, seg->handle. */
 	int (*create_owner)(struct mooncake_segment *seg);
 	/* Non-owner: reserve seg->alloc_size bytes of address space at seg->base. */
 	int (*reserve)(struct mooncake_segment *seg);
-	/* Non-owner: map the owner's pages described by @owner into the reservation. */
-	int (*import)(struct mooncake_segment *seg, const struct mc_blob *owner);
+	/* Non-owner: map the pages @owner exported into the reservation. */
+	int (*import)(struct mooncake_segment *seg, const struct mc_owner_ref *owner);
 	/* Non-owner: undo a successful import (the reservation comes back). */
 	void (*unimport)(struct mooncake_segment *seg);
 	/* Owner: drop what importers needed (the memfd). */
 	void (*finish)(struct mooncake_segment *seg);
-	/* Release everything; must cope with any partly built state. */
+	/* Release everything, backend_state included; must cope with any partly built state. */
 	void (*release)(struct mooncake_segment *seg);
+	/* What get_info reports of the backend: info->backend, and whatever it
+	 * counts its own way (HugeTLB pages are not in Rss). */
+	void (*describe)(const struct mooncake_segment *seg, struct mooncake_segment_info *info);
 };
 
-extern const struct mc_backend_ops mc_backend_memfd;
-#if HAVE_ASCEND_VMM
-extern const struct mc_backend_ops mc_backend_ascend_vmm;
-/* The Ascend runtime loads, has a device and the VMM entry points. */
-bool mc_ascend_vmm_available(void);
-#endif
+/* The backends of this build (backends.c), NULL-terminated. */
+extern const struct mc_backend_ops *const mc_backends[];
+/* The backend serving @mmap in this build, NULL when there is none; where
+ * several do, the first whose supported() accepts the flags (else the first). */
+const struct mc_backend_ops *mc_backend_for(bool mmap, bool host_register, bool hugetlb);
+/* The same choice from another NULL-terminated @table (tests). */
+const struct mc_backend_ops *mc_backend_choose(const struct mc_backend_ops *const *table, bool mmap,
+					       bool host_register, bool hugetlb);
+
+/* For white-box tests: the owner's memfd (-1 when none), the VMM's physical handle. */
+int mc_memfd_descriptor(const struct mooncake_segment *seg);
+void *mc_ascend_vmm_physical(const struct mooncake_segment *seg);
 
 /* The page size create() would use for @opt (segment.c), or the error it would give. */
 int mc_segment_page_size(const struct mooncake_segment_options *opt, uint64_t *page_size);
@@ -299,19 +372,15 @@ struct mooncake_segment {
 	bool ready;
 	bool finished;
 
-	void *base;			  /* this rank's mapping or reservation */
-	bool mapped;			  /* base holds the shared pages (not just a reservation) */
-	int fd;				  /* owner: the memfd kept for importers; -1 otherwise */
-	struct mc_tracked_fd fd_tracking; /* closes fd in a forked child */
-	pid_t creator;			  /* the process that created it: only it releases anything */
-	uint64_t file_dev, file_ino;
-	void *physical; /* VMM: the runtime's physical memory handle (owner: allocated, peer: imported) */
-	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages */
+	void *base;		       /* this rank's mapping or reservation (written by the backend) */
+	bool mapped;		       /* base holds the shared pages, not just a reservation (backend) */
+	void *backend_state;	       /* the backend's own, opaque to everything else */
+	pid_t creator;		       /* the process that created it: only it releases anything */
+	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages (backend) */
 	uint16_t handle_bytes;
-	uint64_t device_addr;
 	struct mc_registration registration; /* .ops set while registered */
 
-	uint32_t info_flags; /* MOONCAKE_SEGMENT_INFO_* known at create */
+	uint32_t info_flags; /* MOONCAKE_SEGMENT_INFO_* the backend learnt at create (its only writer) */
 	int32_t numa_node_requested;
 	struct mc_placement placement;
 	struct mc_commit_result commit;

@@ -10,8 +10,8 @@
  * checked again before each chunk is committed, so that memory another
  * program took meanwhile ends the commit with an error, not the OOM killer.
  *
- * HugeTLB pages are not charged to the memory cgroup and come from their own
- * pool, which mmap checks for us.
+ * Only what the backend says is charged to the memory cgroup is checked:
+ * HugeTLB pages are not, and come from their own pool, which mmap checks.
  *
  * mooncake_segment_room() (room.c) reports the same figures as a number: both
  * read them through mc_self_cgroup_room() and mc_host_memory_room().
@@ -75,7 +75,7 @@ int mc_check_memory_room(struct mooncake_segment *seg, struct mc_commit_lock *lo
 	struct mc_memory_room room;
 	uint64_t available, swap, total;
 
-	if (seg->opt.hugetlb)
+	if (!seg->backend->charges_memory_cgroup(&seg->opt))
 		return 0;
 	if (mc_self_cgroup_room(&room)) {
 		seg->memcg_limited = true; /* the commit checks again per chunk */

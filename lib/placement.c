@@ -87,44 +87,60 @@ static int node_count(uint64_t mask)
 	return n;
 }
 
-int mc_placement_resolve(const struct mooncake_segment_options *opt, const char *sysfs_root,
-			 struct mc_placement *p)
+/* An explicit node must exist here; -EINVAL naming the fix otherwise. */
+static int check_node(int numa_node, uint64_t online)
+{
+	if (numa_node >= 0 && (numa_node >= MAX_NODES || !(online & (UINT64_C(1) << numa_node))))
+		return mc_error(EINVAL,
+				"Shared segment numa_node %d does not exist on this host (online nodes: %d "
+				"of them); use -1 for automatic placement",
+				numa_node, node_count(online));
+	return 0;
+}
+
+static uint64_t online_nodes(const char *sysfs_root)
 {
 	uint64_t online = 0;
+
+	if (!mc_topology_online_nodes(sysfs_root, &online))
+		online = 1; /* no NUMA in sysfs: one node, 0 */
+	return online;
+}
+
+int mc_placement_check(int numa_node, const char *sysfs_root)
+{
+	return numa_node >= 0 ? check_node(numa_node, online_nodes(sysfs_root)) : 0;
+}
+
+bool mc_placement_wants_device_node(int numa_node, const char *sysfs_root)
+{
+	return numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && node_count(online_nodes(sysfs_root)) > 1;
+}
+
+int mc_placement_resolve(int numa_node, int device_node, const char *sysfs_root, struct mc_placement *p)
+{
+	uint64_t online = online_nodes(sysfs_root);
+	int err = check_node(numa_node, online);
 
 	memset(p, 0, sizeof(*p));
 	p->mode = MC_PLACE_DEFAULT;
 	p->node = -1;
-	if (!mc_topology_online_nodes(sysfs_root, &online))
-		online = 1; /* no NUMA in sysfs: one node, 0 */
 	p->online = online;
-
-	if (opt->numa_node >= 0) {
-		if (opt->numa_node >= MAX_NODES || !(online & (UINT64_C(1) << opt->numa_node)))
-			return mc_error(
-				EINVAL,
-				"Shared segment numa_node %d does not exist on this host (online nodes: %d "
-				"of them); use -1 for automatic placement",
-				opt->numa_node, node_count(online));
+	if (err)
+		return err;
+	if (numa_node >= 0) {
 		p->mode = MC_PLACE_BIND;
-		p->node = opt->numa_node;
-		p->nodes = UINT64_C(1) << opt->numa_node;
-	} else if (opt->numa_node == MOONCAKE_SEGMENT_NUMA_INTERLEAVE) {
+		p->node = numa_node;
+		p->nodes = UINT64_C(1) << numa_node;
+	} else if (numa_node == MOONCAKE_SEGMENT_NUMA_INTERLEAVE) {
 		p->mode = node_count(online) > 1 ? MC_PLACE_INTERLEAVE : MC_PLACE_DEFAULT;
 		p->nodes = online;
-	}
-	/* Automatic: prefer the host node of the accelerator when a runtime can
-	 * name its PCI device; otherwise the process's own policy. */
-	if (opt->numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && opt->device_id >= 0 && node_count(online) > 1) {
-		char bus[32];
-		int node;
-
-		if (mc_accel_pci_bus_id(opt->device_id, bus, sizeof(bus)) &&
-		    (node = mc_topology_pci_node(sysfs_root, bus)) >= 0 && (online & (UINT64_C(1) << node))) {
-			p->mode = MC_PLACE_PREFERRED;
-			p->node = node;
-			p->nodes = UINT64_C(1) << node;
-		}
+	} else if (device_node >= 0 && device_node < MAX_NODES && node_count(online) > 1 &&
+		   (online & (UINT64_C(1) << device_node))) {
+		/* Automatic: prefer the accelerator's host node; otherwise the process's own policy. */
+		p->mode = MC_PLACE_PREFERRED;
+		p->node = device_node;
+		p->nodes = UINT64_C(1) << device_node;
 	}
 	return 0;
 }

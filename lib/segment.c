@@ -3,7 +3,9 @@
  * The segment state machine: option validation, create (owner allocates,
  * others reserve), complete (check every rank's blob, then import), finish
  * and destroy.  It knows nothing of memfd or accelerators: a backend
- * (internal.h) owns the memory.
+ * (internal.h, chosen from backends.c's table) owns the memory and its
+ * private state; the state machine names ranks in messages, places the
+ * owner's pages (placement.c) and registers mappings (accel.h).
  *
  *   create() -> created --complete()--> ready --finish()--> finished
  *                  \______________ destroy() from any state ______/
@@ -94,27 +96,16 @@ static int hint_zeroed_options(const struct mooncake_segment_options *opt, int e
 /* The backend for these options, or NULL with the error recorded. */
 static const struct mc_backend_ops *pick_backend(const struct mooncake_segment_options *opt)
 {
-	if (!opt->mmap) {
-#if HAVE_ASCEND_VMM
-		return &mc_backend_ascend_vmm; /* its granularity() says when the runtime is missing */
-#else
-		mc_error(ENOTSUP, "This build has no VMM backend for shared segments (mmap=false needs the "
-				  "Ascend runtime); use mmap=true");
+	const struct mc_backend_ops *backend = mc_backend_for(opt->mmap, opt->host_register, opt->hugetlb);
+
+	if (!backend)
+		mc_error(ENOTSUP,
+			 "This build has no %s backend for shared segments (mmap=%s needs one); use mmap=%s",
+			 opt->mmap ? "host memory" : "VMM", opt->mmap ? "true" : "false",
+			 opt->mmap ? "false" : "true");
+	else if (opt->host_register && mc_accel_require_host_register() != 0)
 		return NULL;
-#endif
-	}
-	if (opt->host_register && !mc_accel_for_host_register()) {
-		mc_error(
-			ENOTSUP,
-			"Shared segment host_register=true needs an accelerator runtime with a device, and none "
-			"was found (%s); use host_register=false",
-			HAVE_CUDA || HAVE_ASCEND
-				? "CUDA: libcuda.so.1 or MOONCAKE_SEGMENT_CUDA_LIBRARY; Ascend: "
-				  "libascendcl.so or MOONCAKE_SEGMENT_ASCEND_LIBRARY"
-				: "this build has neither CUDA nor Ascend support");
-		return NULL;
-	}
-	return &mc_backend_memfd;
+	return backend;
 }
 
 int mc_segment_page_size(const struct mooncake_segment_options *opt, uint64_t *page_size)
@@ -151,7 +142,6 @@ static int register_mapping(struct mooncake_segment *seg)
 		return err;
 	reg.ns = mc_now_ns() - start;
 	seg->registration = reg;
-	seg->device_addr = reg.device_addr;
 	return 0;
 }
 
@@ -162,7 +152,6 @@ static void unregister_mapping(struct mooncake_segment *seg)
 		return;
 	seg->registration.ops->unregister_host(&seg->registration);
 	seg->registration.ops = NULL;
-	seg->device_addr = 0;
 }
 
 static void copy_label(char *label, size_t size, const char *name)
@@ -197,6 +186,29 @@ static void fill_blob(const struct mooncake_segment *seg, struct mc_blob *b)
 	memcpy(b->handle, seg->handle, seg->handle_bytes);
 }
 
+static const char *sysfs_root(char buf[1024])
+{
+	return mc_host_path(buf, 1024, "/sys");
+}
+
+/* Owner only: where its pages go.  A peer places nothing, so it never asks
+ * an accelerator runtime where the device sits; the owner asks only when
+ * automatic placement on a multi-node host needs the answer. */
+static int resolve_placement(struct mooncake_segment *seg)
+{
+	const struct mooncake_segment_options *opt = &seg->opt;
+	char sysfs[1024];
+	int device_node = -1, err;
+
+	if (opt->device_id >= 0 && mc_placement_wants_device_node(opt->numa_node, sysfs_root(sysfs)))
+		device_node = mc_accel_device_node(opt->device_id, sysfs);
+	err = mc_placement_resolve(opt->numa_node, device_node, sysfs, &seg->placement);
+	/* Report the node automatic placement chose. */
+	if (!err && opt->numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && seg->placement.node >= 0)
+		seg->numa_node_requested = seg->placement.node;
+	return err;
+}
+
 /* Is this a forked child's copy of another process's segment? */
 static bool inherited(const struct mooncake_segment *seg)
 {
@@ -221,7 +233,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	if (!seg)
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	seg->opt = *opt;
-	seg->fd = -1;
+	seg->placement.node = -1; /* a peer places nothing */
 	seg->creator = getpid();
 	seg->size = size;
 	seg->is_owner = opt->rank_id == opt->owner_rank;
@@ -240,14 +252,10 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		goto fail;
 	}
 	seg->alloc_size = mc_align_up(size, seg->page_size);
-	err = mc_placement_resolve(opt, mc_host_path(sysfs, sizeof(sysfs), "/sys"), &seg->placement);
+	err = seg->is_owner ? resolve_placement(seg) : mc_placement_check(opt->numa_node, sysfs_root(sysfs));
 	if (err)
 		goto fail;
-	/* Report the node automatic placement chose. */
-	if (opt->numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && seg->placement.node >= 0)
-		seg->numa_node_requested = seg->placement.node;
 	if (seg->is_owner) {
-		seg->info_flags |= MOONCAKE_SEGMENT_INFO_OWNER;
 		/* An oversized commit ends in the OOM killer: refuse it first, and
 		 * hold the cgroup's commit lock until the pages are charged. */
 		err = mc_check_memory_room(seg, &commit_lock);
@@ -256,6 +264,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	}
 
 	err = seg->is_owner ? seg->backend->create_owner(seg) : seg->backend->reserve(seg);
+	err = mc_error_name_rank(err, opt->rank_id);
 	mc_commit_lock_release(&commit_lock);
 	if (!err && seg->is_owner && opt->host_register)
 		err = register_mapping(seg);
@@ -390,9 +399,17 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 				seg->opt.owner_rank);
 
 	if (!seg->is_owner) {
-		err = seg->backend->import(seg, &owner);
+		struct mc_owner_ref ref = {
+			.pid = owner.pid,
+			.uid = owner.uid,
+			.pid_namespace = owner.pid_namespace,
+			.handle = owner.handle,
+			.handle_bytes = owner.handle_bytes,
+		};
+
+		err = seg->backend->import(seg, &ref);
 		if (err)
-			return err;
+			return mc_error_name_rank(err, seg->opt.rank_id);
 		if (seg->opt.host_register) {
 			err = register_mapping(seg);
 			if (err) {
@@ -455,5 +472,10 @@ MC_EXPORT uint64_t mooncake_segment_alloc_size(const struct mooncake_segment *se
 
 MC_EXPORT uint64_t mooncake_segment_device_addr(const struct mooncake_segment *seg)
 {
-	return seg ? seg->device_addr : 0;
+	if (!seg)
+		return 0;
+	if (seg->registration.ops)
+		return seg->registration.device_addr;
+	/* A VMM mapping is the device's address too, once mapped (and granted). */
+	return seg->backend->device_addressable && seg->mapped ? (uint64_t)(uintptr_t)seg->base : 0;
 }

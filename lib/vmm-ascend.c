@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ascend-runtime.h"
@@ -31,6 +32,21 @@
 #define RESERVE_HUGE_PAGES   1
 #define DEFAULT_HANDLE_BYTES sizeof(uint64_t)
 #define FABRIC_HANDLE_BYTES  sizeof(aclrtMemFabricHandle)
+
+/* Each rank's own: the runtime's physical memory handle (owner: allocated, peer: imported). */
+struct vmm_state {
+	void *physical;
+};
+
+static struct vmm_state *state_of(const struct mooncake_segment *seg)
+{
+	return seg->backend_state;
+}
+
+void *mc_ascend_vmm_physical(const struct mooncake_segment *seg)
+{
+	return state_of(seg) ? state_of(seg)->physical : NULL;
+}
 
 static int acl_errno(aclError r)
 {
@@ -82,19 +98,20 @@ static int vmm_granularity(const struct mooncake_segment_options *opt, uint64_t 
 }
 
 /* Every rank runs on its device_id: the runtime allocates for, and grants, the current device. */
-static int require_device(const struct mooncake_segment *seg)
+static int require_device(struct mooncake_segment *seg)
 {
-	char what[48];
+	int err;
 
 	if (seg->opt.device_id < 0)
 		return mc_error(EINVAL,
 				"Shared segment mmap=false needs a device_id (the NPU that uses it), got %d",
 				seg->opt.device_id);
-	if (seg->is_owner)
-		snprintf(what, sizeof(what), "owner");
-	else
-		snprintf(what, sizeof(what), "rank %u", seg->opt.rank_id);
-	return mc_acl_require_device(seg->opt.device_id, what);
+	/* A peer's message gets its rank from the state machine. */
+	err = mc_acl_require_device(seg->opt.device_id, seg->is_owner ? "owner" : NULL);
+	if (err)
+		return err;
+	seg->backend_state = calloc(1, sizeof(struct vmm_state));
+	return seg->backend_state ? 0 : mc_error(ENOMEM, "Shared segment: out of memory");
 }
 
 /* The placement's node where the runtime can place there, else any host memory (degraded). */
@@ -105,14 +122,14 @@ static int allocate_physical(struct mooncake_segment *seg)
 	aclrtPhysicalMemProp prop = on_node ? host_memory(ACL_MEM_LOCATION_TYPE_HOST_NUMA, (uint32_t)p->node)
 					    : host_memory(ACL_MEM_LOCATION_TYPE_HOST, 0);
 	uint64_t start = mc_now_ns();
-	aclError r = mc_acl.aclrtMallocPhysical(&seg->physical, seg->alloc_size, &prop, 0);
+	aclError r = mc_acl.aclrtMallocPhysical(&state_of(seg)->physical, seg->alloc_size, &prop, 0);
 
 	if (r != ACL_SUCCESS && on_node && r != ACL_ERROR_RT_MEMORY_ALLOCATION) {
 		snprintf(p->why, sizeof(p->why),
 			 "the Ascend runtime cannot allocate on node %d (returned %d)", p->node, (int)r);
 		p->degraded = true;
 		prop = host_memory(ACL_MEM_LOCATION_TYPE_HOST, 0);
-		r = mc_acl.aclrtMallocPhysical(&seg->physical, seg->alloc_size, &prop, 0);
+		r = mc_acl.aclrtMallocPhysical(&state_of(seg)->physical, seg->alloc_size, &prop, 0);
 	} else if (p->mode == MC_PLACE_INTERLEAVE) {
 		snprintf(p->why, sizeof(p->why), "the Ascend runtime cannot interleave its pinned memory");
 		p->degraded = true;
@@ -120,7 +137,7 @@ static int allocate_physical(struct mooncake_segment *seg)
 	if (r != ACL_SUCCESS) {
 		char text[192];
 
-		seg->physical = NULL;
+		state_of(seg)->physical = NULL;
 		mc_acl_describe(r, text, sizeof(text));
 		return mc_error(
 			acl_errno(r),
@@ -154,13 +171,13 @@ static int vmm_reserve_range(struct mooncake_segment *seg)
 	return 0;
 }
 
-/* Map @seg->physical over the reservation and let this rank's current device use it. */
+/* Map the physical handle over the reservation and let this rank's current device use it. */
 static int map_and_grant(struct mooncake_segment *seg)
 {
 	aclrtMemAccessDesc access;
 	int32_t logical = -1;
 	int user = mc_acl_current_device();
-	aclError r = mc_acl.aclrtMapMem(seg->base, seg->alloc_size, 0, seg->physical, 0);
+	aclError r = mc_acl.aclrtMapMem(seg->base, seg->alloc_size, 0, state_of(seg)->physical, 0);
 
 	if (r != ACL_SUCCESS)
 		return acl_failure(r, "aclrtMapMem", "cannot map the pinned memory");
@@ -176,7 +193,6 @@ static int map_and_grant(struct mooncake_segment *seg)
 	r = mc_acl.aclrtMemSetAccess(seg->base, seg->alloc_size, &access, 1);
 	if (r != ACL_SUCCESS)
 		return acl_failure(r, "aclrtMemSetAccess", "cannot grant the device access");
-	seg->device_addr = (uint64_t)(uintptr_t)seg->base; /* one SVM address for host and device */
 	return 0;
 }
 
@@ -187,7 +203,7 @@ static int export_handle(struct mooncake_segment *seg)
 	aclError r;
 
 	memset(&fabric, 0, sizeof(fabric));
-	r = mc_acl.aclrtMemExportToShareableHandleV2(seg->physical,
+	r = mc_acl.aclrtMemExportToShareableHandleV2(state_of(seg)->physical,
 						     ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
 						     ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, &fabric);
 	if (r == ACL_SUCCESS) {
@@ -197,7 +213,7 @@ static int export_handle(struct mooncake_segment *seg)
 	}
 	if (r != ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
 		return acl_failure(r, "aclrtMemExportToShareableHandleV2", "cannot export its pinned memory");
-	r = mc_acl.aclrtMemExportToShareableHandleV2(seg->physical,
+	r = mc_acl.aclrtMemExportToShareableHandleV2(state_of(seg)->physical,
 						     ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
 						     ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, &in_server);
 	if (r != ACL_SUCCESS)
@@ -232,16 +248,17 @@ static int vmm_reserve(struct mooncake_segment *seg)
 /* Unmap and free the physical handle (imported, or the owner's own); the range stays reserved. */
 static void vmm_unimport(struct mooncake_segment *seg)
 {
+	struct vmm_state *state = state_of(seg);
+
 	if (seg->mapped && mc_acl.aclrtUnmapMem(seg->base) == ACL_SUCCESS)
 		seg->mapped = false;
-	if (!seg->mapped && seg->physical) {
-		mc_acl.aclrtFreePhysical(seg->physical);
-		seg->physical = NULL;
+	if (!seg->mapped && state && state->physical) {
+		mc_acl.aclrtFreePhysical(state->physical);
+		state->physical = NULL;
 	}
-	seg->device_addr = 0;
 }
 
-static int vmm_import(struct mooncake_segment *seg, const struct mc_blob *owner)
+static int vmm_import(struct mooncake_segment *seg, const struct mc_owner_ref *owner)
 {
 	aclrtMemSharedHandleType type;
 	aclrtMemFabricHandle fabric;
@@ -260,13 +277,13 @@ static int vmm_import(struct mooncake_segment *seg, const struct mc_blob *owner)
 		handle = &in_server;
 	} else {
 		return mc_error(EPROTO,
-				"Shared segment owner rank %u exported a handle of %u bytes, not an Ascend "
+				"Shared segment: the owner exported a handle of %u bytes, not an Ascend "
 				"shareable handle (8 or 128 bytes)",
-				seg->opt.owner_rank, owner->handle_bytes);
+				owner->handle_bytes);
 	}
-	r = mc_acl.aclrtMemImportFromShareableHandleV2(handle, type, 0, &seg->physical);
+	r = mc_acl.aclrtMemImportFromShareableHandleV2(handle, type, 0, &state_of(seg)->physical);
 	if (r != ACL_SUCCESS) {
-		seg->physical = NULL;
+		state_of(seg)->physical = NULL;
 		return acl_failure(r, "aclrtMemImportFromShareableHandleV2",
 				   "cannot import the owner's memory");
 	}
@@ -288,22 +305,42 @@ static void vmm_release(struct mooncake_segment *seg)
 	if (seg->base)
 		mc_acl.aclrtReleaseMemAddress(seg->base);
 	seg->base = NULL;
+	free(seg->backend_state);
+	seg->backend_state = NULL;
 }
 
-bool mc_ascend_vmm_available(void)
+static bool vmm_supported(bool host_register, bool hugetlb)
 {
-	return mc_acl_vmm_ready(NULL);
+	return !host_register && !hugetlb && mc_acl_vmm_ready(NULL);
+}
+
+static bool vmm_charges_memory_cgroup(const struct mooncake_segment_options *opt)
+{
+	(void)opt;
+	return true; /* checked as before; whether pinned runtime memory is charged is the runtime's */
+}
+
+static void vmm_describe(const struct mooncake_segment *seg, struct mooncake_segment_info *info)
+{
+	(void)seg;
+	snprintf(info->backend, sizeof(info->backend), "ascend-vmm");
+	if (!info->accelerator[0])
+		snprintf(info->accelerator, sizeof(info->accelerator), "ascend");
 }
 
 const struct mc_backend_ops mc_backend_ascend_vmm = {
 	.name = "ascend-vmm",
 	.id = MC_BACKEND_ASCEND_VMM,
-	.accelerator = "ascend",
+	.mmap = false,
+	.device_addressable = true, /* one SVM address for host and device */
+	.supported = vmm_supported,
 	.granularity = vmm_granularity,
+	.charges_memory_cgroup = vmm_charges_memory_cgroup,
 	.create_owner = vmm_create_owner,
 	.reserve = vmm_reserve,
 	.import = vmm_import,
 	.unimport = vmm_unimport,
 	.finish = vmm_finish,
 	.release = vmm_release,
+	.describe = vmm_describe,
 };

@@ -31,12 +31,11 @@ pid_t group_pid(uint32_t rank)
 	return rank < GROUP_MAX ? pids[rank] : -1;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
+/* Send (@sending) or read exactly @len bytes; -EPIPE once the other end is gone. */
+static int transfer_all(int fd, uint8_t *p, size_t len, bool sending)
 {
-	const uint8_t *p = buf;
-
 	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		ssize_t n = sending ? send(fd, p, len, MSG_NOSIGNAL) : read(fd, p, len);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -48,21 +47,14 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+static int write_all(int fd, const void *buf, size_t len)
+{
+	return transfer_all(fd, (uint8_t *)(uintptr_t)buf, len, true); /* send() only reads it */
+}
+
 static int read_all(int fd, void *buf, size_t len)
 {
-	uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = read(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -EPIPE;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	return transfer_all(fd, buf, len, false);
 }
 
 int group_allgather(struct group_rank *self, const void *mine, size_t len, void *all)

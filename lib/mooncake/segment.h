@@ -258,7 +258,7 @@ struct mooncake_segment_info {
 	uint64_t commit_ns;	     /* owner: time spent committing the pages */
 	uint32_t commit_threads;     /* owner: threads that committed them */
 	uint32_t flags;		     /* MOONCAKE_SEGMENT_INFO_* */
-	int32_t numa_node_requested; /* as in the options, after automatic selection */
+	int32_t numa_node_requested; /* as in the options; the owner's after automatic selection */
 	int32_t numa_node;	     /* the node holding most of the pages, -1 unknown */
 	uint64_t numa_node_mask;     /* bit n: some page sits on node n (nodes < 64) */
 	char backend[16];	     /* "memfd", "memfd-hugetlb", ... NUL-terminated */

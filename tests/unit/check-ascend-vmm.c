@@ -206,7 +206,7 @@ START_TEST(test_every_rank_must_run_on_its_device)
 	ck_assert_error(mooncake_segment_create("vmm", SIZE, &o, &seg, blob), EINVAL,
 			"Shared segment owner must run on device 1, but the current device is 0");
 	ck_assert_error(mooncake_segment_create("vmm", SIZE, &p, &seg, blob), EINVAL,
-			"Shared segment rank 1 must run on device 1, but the current device is 0");
+			"Shared segment rank 1: must run on device 1, but the current device is 0");
 	o.device_id = -1;
 	ck_assert_error(mooncake_segment_create("vmm", SIZE, &o, &seg, blob), EINVAL,
 			"mmap=false needs a device_id");
@@ -270,7 +270,7 @@ START_TEST(test_peer_failures_leave_nothing_mapped)
 	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), peer_failures[_i].err,
 			peer_failures[_i].call);
 	ck_assert(!mooncake_segment_ready(peer));
-	ck_assert(!peer->mapped && !peer->physical && mooncake_segment_device_addr(peer) == 0);
+	ck_assert(!peer->mapped && !mc_ascend_vmm_physical(peer) && mooncake_segment_device_addr(peer) == 0);
 	/* What the failed import took is back; the reservation stays until destroy. */
 	ck_assert_int_eq(calls("malloc ") + calls("import "), calls("free ") + 1);
 	unsetenv("FAKE_ACL_FAIL");

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -228,24 +229,81 @@ START_TEST(test_peer_registration_failure_leaves_nothing_mapped)
 }
 END_TEST
 
-START_TEST(test_automatic_numa_node_is_the_devices_host_node)
+/* Whether a fake runtime (libfake-cuda.so, libfake-ascend.so) is mapped into this process. */
+static bool fake_runtime_loaded(void)
 {
-	struct mooncake_segment_options opt = test_options(1, 0, 0);
-	struct mc_placement place;
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[1024];
+	bool loaded = false;
+
+	ck_assert_ptr_nonnull(f);
+	while (!loaded && fgets(line, sizeof(line), f))
+		loaded = strstr(line, "libfake-cuda.so") || strstr(line, "libfake-ascend.so");
+	fclose(f);
+	return loaded;
+}
+
+#define LOADED	   10
+#define NOT_LOADED 11
+
+/* Create rank @rank of @world (owner 0) with @numa_node and device 1 on a
+ * fixture host whose online nodes are @online and whose device 1
+ * (0000:3c:00.0 in the fake) sits on node 1, in a fresh child process (the
+ * runtimes load once per process): LOADED or NOT_LOADED. */
+static int create_on_fixture(const char *online, int numa_node, uint32_t world, uint32_t rank)
+{
+	const char *ascend = getenv("FAKE_ASCEND_LIBRARY");
 	char root[256];
+	int status;
+	pid_t pid;
 
 	use_fake_driver("2");
+	ck_assert_msg(ascend && *ascend, "FAKE_ASCEND_LIBRARY is not set (run through make check)");
+	setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", ascend, 1);
 	fixture_tree_create(root, sizeof(root));
-	fixture_put(root, "devices/system/node/online", "0-1\n");
-	fixture_put(root, "bus/pci/devices/0000:3c:00.0/numa_node", "1\n");
-	opt.device_id = 1; /* the fake puts device 1 at 0000:3c:00.0 */
-	ck_assert_int_eq(mc_placement_resolve(&opt, root, &place), 0);
-	ck_assert_int_eq(place.mode, MC_PLACE_PREFERRED);
-	ck_assert_int_eq(place.node, 1);
-	opt.device_id = 0; /* 0000:3b:00.0: not in the fixture, so no preference */
-	ck_assert_int_eq(mc_placement_resolve(&opt, root, &place), 0);
-	ck_assert_int_eq(place.mode, MC_PLACE_DEFAULT);
+	fixture_put(root, "sys/devices/system/node/online", online);
+	fixture_put(root, "sys/bus/pci/devices/0000:3c:00.0/numa_node", "1\n");
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct mooncake_segment_options opt = test_options(world, rank, 0);
+		struct mooncake_segment_info info;
+		struct mooncake_segment *seg;
+		uint8_t blob[BLOB];
+
+		opt.device_id = 1;
+		opt.numa_node = numa_node;
+		mc_host_root_set(root);
+		if (fake_runtime_loaded() || mooncake_segment_create("placed", SIZE, &opt, &seg, blob) != 0 ||
+		    mooncake_segment_get_info(seg, &info, sizeof(info)) != 0)
+			_exit(1);
+		/* The owner's automatic placement reports the device's node. */
+		if (rank == 0 && numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && online[1] == '-' &&
+		    info.numa_node_requested != 1)
+			_exit(2);
+		_exit(fake_runtime_loaded() ? LOADED : NOT_LOADED);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	fixture_tree_remove(root);
+	ck_assert(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+START_TEST(test_automatic_numa_node_is_the_devices_host_node)
+{
+	/* The one case that needs the runtime: the owner, automatic, several nodes. */
+	ck_assert_int_eq(create_on_fixture("0-1\n", MOONCAKE_SEGMENT_NUMA_AUTO, 2, 0), LOADED);
+}
+END_TEST
+
+START_TEST(test_placement_loads_no_runtime_when_it_needs_none)
+{
+	/* A peer places nothing. */
+	ck_assert_int_eq(create_on_fixture("0-1\n", MOONCAKE_SEGMENT_NUMA_AUTO, 2, 1), NOT_LOADED);
+	/* An explicit node, interleave, a single-node host: nothing to ask the device. */
+	ck_assert_int_eq(create_on_fixture("0-1\n", 0, 1, 0), NOT_LOADED);
+	ck_assert_int_eq(create_on_fixture("0-1\n", MOONCAKE_SEGMENT_NUMA_INTERLEAVE, 1, 0), NOT_LOADED);
+	ck_assert_int_eq(create_on_fixture("0\n", MOONCAKE_SEGMENT_NUMA_AUTO, 1, 0), NOT_LOADED);
 }
 END_TEST
 
@@ -266,6 +324,7 @@ int main(void)
 	tcase_add_test(tc, test_chunks_without_unified_addressing_are_refused);
 	tcase_add_test(tc, test_peer_registration_failure_leaves_nothing_mapped);
 	tcase_add_test(tc, test_automatic_numa_node_is_the_devices_host_node);
+	tcase_add_test(tc, test_placement_loads_no_runtime_when_it_needs_none);
 	suite_add_tcase(s, tc);
 	runner = srunner_create(s);
 	/* Each test loads the driver afresh: it must run in its own process. */

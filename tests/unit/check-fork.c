@@ -199,7 +199,7 @@ START_TEST(test_child_destroy_releases_nothing_of_the_parent)
 {
 	struct mooncake_segment *seg = solo_segment(21);
 	uint8_t *base = mooncake_segment_base(seg);
-	int fd = seg->fd, status;
+	int fd = mc_memfd_descriptor(seg), status;
 
 	fill_pattern(base + SIZE / 2, SIZE / 2, 22);
 	status = in_child(destroy_over_own_memory, seg);
@@ -207,7 +207,7 @@ START_TEST(test_child_destroy_releases_nothing_of_the_parent)
 	/* The parent's mapping, pages and descriptor are untouched. */
 	ck_assert(check_pattern(base, SIZE / 2, 21));
 	ck_assert(check_pattern(base + SIZE / 2, SIZE / 2, 22));
-	ck_assert_int_eq(seg->fd, fd);
+	ck_assert_int_eq(mc_memfd_descriptor(seg), fd);
 	ck_assert_int_ge(fcntl(fd, F_GETFD), 0);
 	ck_assert_int_eq(mooncake_segment_finish(seg), 0);
 	ck_assert_int_eq(fcntl(fd, F_GETFD), -1);
@@ -263,7 +263,7 @@ static int rank_forking_before_finish(struct group_rank *self, void *arg)
 	(void)arg;
 	RANK_CHECK(mooncake_segment_create("fork", SIZE, &opt, &seg, blob) == 0);
 	if (self->rank == 0) {
-		RANK_CHECK(fstat(seg->fd, &st) == 0);
+		RANK_CHECK(fstat(mc_memfd_descriptor(seg), &st) == 0);
 		dev = (uint64_t)st.st_dev;
 		ino = (uint64_t)st.st_ino;
 		RANK_CHECK(pipe(report) == 0 && pipe(release) == 0);

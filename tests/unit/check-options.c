@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "helpers.h"
+#include "internal.h"
 
 static uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
 
@@ -45,14 +46,6 @@ START_TEST(test_defaults)
 }
 END_TEST
 
-START_TEST(test_rejects_world_size_zero)
-{
-	struct mooncake_segment_options opt = test_options(0, 0, 0);
-
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "world_size must not be zero");
-}
-END_TEST
-
 /* A struct zeroed instead of filled by mooncake_segment_options_init() gets the hint. */
 START_TEST(test_zeroed_options_are_told_to_call_options_init)
 {
@@ -67,61 +60,89 @@ START_TEST(test_zeroed_options_are_told_to_call_options_init)
 }
 END_TEST
 
-START_TEST(test_rejects_rank_at_world_size)
+static void mmap_off_host_register_on(struct mooncake_segment_options *opt)
 {
-	struct mooncake_segment_options opt = test_options(2, 2, 0);
+	opt->mmap = false;
+	opt->host_register = true;
+}
 
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "must be below world_size");
+static void mmap_off_hugetlb_on(struct mooncake_segment_options *opt)
+{
+	opt->mmap = false;
+	opt->hugetlb = true;
+}
+
+static void device_below_minus_one(struct mooncake_segment_options *opt)
+{
+	opt->device_id = -2;
+}
+
+static void numa_below_interleave(struct mooncake_segment_options *opt)
+{
+	opt->numa_node = -3;
+}
+
+/* One invalid input each: the group, the size, then option combinations. */
+static const struct rejection {
+	uint32_t world, rank, owner;
+	uint64_t size;
+	void (*edit)(struct mooncake_segment_options *opt); /* NULL: test_options() as is */
+	int err;
+	const char *needle;
+} rejections[] = {
+	{ 0, 0, 0, TEST_SIZE, NULL, EINVAL, "world_size must not be zero" },
+	{ 2, 2, 0, TEST_SIZE, NULL, EINVAL, "must be below world_size" }, /* rank */
+	{ 2, 0, 5, TEST_SIZE, NULL, EINVAL, "must be below world_size" }, /* owner */
+	{ 1, 0, 0, 0, NULL, EINVAL, "size must be in (0, 70368744177664]" },
+	{ 1, 0, 0, MOONCAKE_SEGMENT_MAX_SIZE + 1, NULL, EINVAL, "size must be in" },
+	{ 1, 0, 0, UINT64_MAX, NULL, EINVAL, "size must be in" },
+	{ 1, 0, 0, TEST_SIZE, mmap_off_host_register_on, EINVAL, "host_register requires mmap=true" },
+	{ 1, 0, 0, TEST_SIZE, mmap_off_hugetlb_on, EINVAL, "hugetlb requires mmap=true" },
+	{ 1, 0, 0, TEST_SIZE, device_below_minus_one, EINVAL, "device_id" },
+	{ 1, 0, 0, TEST_SIZE, numa_below_interleave, EINVAL, "numa_node" },
+};
+
+START_TEST(test_rejects_invalid_options)
+{
+	const struct rejection *r = &rejections[_i];
+	struct mooncake_segment_options opt = test_options(r->world, r->rank, r->owner);
+
+	if (r->edit)
+		r->edit(&opt);
+	expect_create_fails(r->size, &opt, r->err, r->needle);
 }
 END_TEST
 
-START_TEST(test_rejects_owner_at_world_size)
+static bool never(bool host_register, bool hugetlb)
 {
-	struct mooncake_segment_options opt = test_options(2, 0, 5);
-
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "must be below world_size");
+	(void)host_register;
+	(void)hugetlb;
+	return false;
 }
-END_TEST
 
-START_TEST(test_rejects_size_zero_and_too_large)
+static bool without_hugetlb(bool host_register, bool hugetlb)
 {
-	struct mooncake_segment_options opt = test_options(1, 0, 0);
-
-	expect_create_fails(0, &opt, EINVAL, "size must be in (0, 70368744177664]");
-	expect_create_fails(MOONCAKE_SEGMENT_MAX_SIZE + 1, &opt, EINVAL, "size must be in");
-	expect_create_fails(UINT64_MAX, &opt, EINVAL, "size must be in");
+	(void)host_register;
+	return !hugetlb;
 }
-END_TEST
 
-START_TEST(test_rejects_host_register_without_mmap)
+/* A second backend for one mmap value is one more table line: the first that can serve wins. */
+START_TEST(test_backend_choice_follows_the_table)
 {
-	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	const struct mc_backend_ops host = { .name = "host", .mmap = true, .supported = never },
+				    vmm_a = { .name = "vmm-a", .mmap = false, .supported = never },
+				    vmm_b = { .name = "vmm-b", .mmap = false, .supported = without_hugetlb };
+	const struct mc_backend_ops *const one[] = { &host, NULL }, *const two[] = { &host, &vmm_a, &vmm_b,
+										     NULL };
 
-	opt.mmap = false;
-	opt.host_register = true;
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "host_register requires mmap=true");
-}
-END_TEST
-
-START_TEST(test_rejects_hugetlb_without_mmap)
-{
-	struct mooncake_segment_options opt = test_options(1, 0, 0);
-
-	opt.mmap = false;
-	opt.hugetlb = true;
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "hugetlb requires mmap=true");
-}
-END_TEST
-
-START_TEST(test_rejects_bad_device_and_numa)
-{
-	struct mooncake_segment_options opt = test_options(1, 0, 0);
-
-	opt.device_id = -2;
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "device_id");
-	opt.device_id = -1;
-	opt.numa_node = -3;
-	expect_create_fails(TEST_SIZE, &opt, EINVAL, "numa_node");
+	/* The only one serving a value is taken even when unsupported: its ops name what is missing. */
+	ck_assert_ptr_eq(mc_backend_choose(one, true, false, false), &host);
+	ck_assert_ptr_null(mc_backend_choose(one, false, false, false));
+	ck_assert_ptr_eq(mc_backend_choose(two, false, false, false), &vmm_b);
+	/* None can: the first, whose error is the one to show. */
+	ck_assert_ptr_eq(mc_backend_choose(two, false, false, true), &vmm_a);
+	/* This build's own table serves mmap=true. */
+	ck_assert_ptr_eq(mc_backend_for(true, false, false), mc_backends[0]);
 }
 END_TEST
 
@@ -187,14 +208,10 @@ Suite *suite_options(void)
 	TCase *tc = tcase_create("validation");
 
 	tcase_add_test(tc, test_defaults);
-	tcase_add_test(tc, test_rejects_world_size_zero);
+	tcase_add_loop_test(tc, test_rejects_invalid_options, 0,
+			    (int)(sizeof(rejections) / sizeof(rejections[0])));
 	tcase_add_test(tc, test_zeroed_options_are_told_to_call_options_init);
-	tcase_add_test(tc, test_rejects_rank_at_world_size);
-	tcase_add_test(tc, test_rejects_owner_at_world_size);
-	tcase_add_test(tc, test_rejects_size_zero_and_too_large);
-	tcase_add_test(tc, test_rejects_host_register_without_mmap);
-	tcase_add_test(tc, test_rejects_hugetlb_without_mmap);
-	tcase_add_test(tc, test_rejects_bad_device_and_numa);
+	tcase_add_test(tc, test_backend_choice_follows_the_table);
 	tcase_add_test(tc, test_rejects_null_arguments);
 	tcase_add_test(tc, test_unsupported_capabilities_are_enotsup);
 	tcase_add_test(tc, test_getters_are_null_safe);

@@ -64,19 +64,33 @@ START_TEST(test_topology_of_a_two_socket_fixture)
 	ck_assert_int_eq(mc_topology_pci_node(root, "0000:99:00.0"), -1); /* no such device */
 
 	opt.numa_node = 1;
-	ck_assert_int_eq(mc_placement_resolve(&opt, root, &p), 0);
+	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, root, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_BIND);
 	ck_assert_int_eq(p.node, 1);
 	ck_assert_uint_eq(p.nodes, 2);
 	opt.numa_node = 2;
-	ck_assert_error(mc_placement_resolve(&opt, root, &p), EINVAL, "numa_node 2 does not exist");
+	ck_assert_error(mc_placement_resolve(opt.numa_node, -1, root, &p), EINVAL,
+			"numa_node 2 does not exist");
 	opt.numa_node = MOONCAKE_SEGMENT_NUMA_INTERLEAVE;
-	ck_assert_int_eq(mc_placement_resolve(&opt, root, &p), 0);
+	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, root, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_INTERLEAVE);
 	ck_assert_uint_eq(p.nodes, 3);
 	opt.numa_node = MOONCAKE_SEGMENT_NUMA_AUTO;
-	ck_assert_int_eq(mc_placement_resolve(&opt, root, &p), 0);
+	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, root, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_DEFAULT);
+	/* Automatic follows the device's host node when it is online, and only then. */
+	ck_assert(mc_placement_wants_device_node(MOONCAKE_SEGMENT_NUMA_AUTO, root));
+	ck_assert(!mc_placement_wants_device_node(0, root));
+	ck_assert(!mc_placement_wants_device_node(MOONCAKE_SEGMENT_NUMA_INTERLEAVE, root));
+	ck_assert_int_eq(mc_placement_resolve(MOONCAKE_SEGMENT_NUMA_AUTO, 1, root, &p), 0);
+	ck_assert_int_eq(p.mode, MC_PLACE_PREFERRED);
+	ck_assert_int_eq(p.node, 1);
+	ck_assert_int_eq(mc_placement_resolve(MOONCAKE_SEGMENT_NUMA_AUTO, 5, root, &p), 0);
+	ck_assert_int_eq(p.mode, MC_PLACE_DEFAULT);
+	ck_assert_int_eq(mc_placement_resolve(0, 1, root, &p), 0); /* explicit wins */
+	ck_assert_int_eq(p.node, 0);
+	ck_assert_int_eq(mc_placement_check(1, root), 0);
+	ck_assert_error(mc_placement_check(2, root), EINVAL, "numa_node 2 does not exist");
 	remove_root();
 }
 END_TEST
@@ -89,7 +103,11 @@ START_TEST(test_interleave_on_one_node_is_the_default_policy)
 	make_root();
 	put("devices/system/node/online", "0\n");
 	opt.numa_node = MOONCAKE_SEGMENT_NUMA_INTERLEAVE;
-	ck_assert_int_eq(mc_placement_resolve(&opt, root, &p), 0);
+	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, root, &p), 0);
+	ck_assert_int_eq(p.mode, MC_PLACE_DEFAULT);
+	/* One node: nothing to choose, so no device to ask about. */
+	ck_assert(!mc_placement_wants_device_node(MOONCAKE_SEGMENT_NUMA_AUTO, root));
+	ck_assert_int_eq(mc_placement_resolve(MOONCAKE_SEGMENT_NUMA_AUTO, 0, root, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_DEFAULT);
 	remove_root();
 }

@@ -155,7 +155,9 @@ START_TEST(test_peer_after_finish_gets_esrch)
 	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
 	ck_assert_int_eq(mooncake_segment_finish(owner), 0);
 	maps = count_mappings();
-	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), ESRCH, "no longer holds");
+	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), ESRCH,
+			"Shared segment rank 1: the owner process");
+	ck_assert(strstr(mooncake_segment_last_error(), "no longer holds"));
 	ck_assert(!mooncake_segment_ready(peer));
 	ck_assert_int_eq(count_mappings(), maps);
 	mooncake_segment_destroy(peer);
@@ -171,15 +173,15 @@ START_TEST(test_memfd_is_sealed_against_resizing)
 	int seals;
 
 	ck_assert_int_eq(mooncake_segment_create("sealed", TEST_SIZE, &opt, &seg, blob), 0);
-	seals = fcntl(seg->fd, F_GET_SEALS);
+	seals = fcntl(mc_memfd_descriptor(seg), F_GET_SEALS);
 	ck_assert_int_eq(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
 			 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-	ck_assert_int_eq(ftruncate(seg->fd, 0), -1);
+	ck_assert_int_eq(ftruncate(mc_memfd_descriptor(seg), 0), -1);
 	ck_assert_int_eq(errno, EPERM);
-	ck_assert_int_eq(ftruncate(seg->fd, (off_t)seg->alloc_size * 2), -1);
+	ck_assert_int_eq(ftruncate(mc_memfd_descriptor(seg), (off_t)seg->alloc_size * 2), -1);
 	ck_assert_int_eq(errno, EPERM);
 	/* The close-on-exec flag keeps it out of exec'd children. */
-	ck_assert(fcntl(seg->fd, F_GETFD) & FD_CLOEXEC);
+	ck_assert(fcntl(mc_memfd_descriptor(seg), F_GETFD) & FD_CLOEXEC);
 	mooncake_segment_destroy(seg);
 }
 END_TEST
@@ -215,7 +217,7 @@ START_TEST(test_a_rank_can_discard_pages_but_never_resize_them)
 		ck_assert_uint_eq(a[off + i], 0);
 	ck_assert(check_pattern(a, off, 5));
 	ck_assert(check_pattern(a + off + len, TEST_SIZE - off - len, 8));
-	ck_assert_int_eq(fstat(owner->fd, &st), 0);
+	ck_assert_int_eq(fstat(mc_memfd_descriptor(owner), &st), 0);
 	ck_assert_uint_eq((uint64_t)st.st_size, owner->alloc_size);
 	/* The size is sealed, so touching the hole allocates again: no SIGBUS. */
 	fill_pattern(b + off, len, 6);

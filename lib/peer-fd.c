@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Reaching another process's descriptor: a peer opens the owner's
+ * /proc/PID/fd/N (or, when that is refused, pidfd_open + pidfd_getfd),
+ * never following a forged or stale handle to any file but the one the
+ * owner published (device and inode).  Both routes need one PID namespace.
+ * When both are refused, the error names the first cause that holds:
+ * another PID or user namespace, another user, a /proc that hides the
+ * owner, Yama, dumpability, with its fix.  (Descriptors handed over a Unix
+ * socket will be the next route.)
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Whether this rank's /proc shows process @pid at all. */
+static bool proc_shows(uint32_t pid)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%u/fd", pid);
+	return stat(path, &st) == 0;
+}
+
+/* Alive, not a zombie (which has no descriptors left). */
+static bool process_exists(pid_t pid)
+{
+	char path[64], line[512], *close;
+
+	if (kill(pid, 0) != 0 && errno != EPERM)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!mc_read_line(path, line, sizeof(line)))
+		return true; /* /proc does not show it: trust kill() */
+	close = strrchr(line, ')');
+	return !(close && (close[2] == 'Z' || close[2] == 'X'));
+}
+
+int mc_peer_fd_gone(const struct mc_peer_fd *h)
+{
+	if (!process_exists((pid_t)h->pid))
+		return mc_error(ESRCH,
+				"Shared segment: the owner process %u is gone before this rank "
+				"mapped its pages; the owner must stay alive until every rank has completed",
+				h->pid);
+	return mc_error(
+		ESRCH,
+		"Shared segment: the owner process %u no longer holds descriptor %u "
+		"(it called finish() or destroy() before every rank completed, or the pid was reused)",
+		h->pid, h->fd);
+}
+
+/* The whole of a small /proc file into @buf; false when unreadable. */
+static bool read_small_file(const char *path, char *buf, size_t size)
+{
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, size - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return n > 0;
+}
+
+/* Whether @pid is in another user namespace than this process.  A uid_map
+ * reads the same from here for two processes of one namespace, and differs
+ * otherwise (the map is shown relative to the reader's namespace, one's own
+ * relative to its parent).  Readable by anyone, unlike /proc/PID/ns/user. */
+static bool in_another_user_namespace(uint32_t pid)
+{
+	char path[64], mine[512], theirs[512];
+
+	snprintf(path, sizeof(path), "/proc/%u/uid_map", pid);
+	return read_small_file("/proc/self/uid_map", mine, sizeof(mine)) &&
+	       read_small_file(path, theirs, sizeof(theirs)) && strcmp(mine, theirs) != 0;
+}
+
+/* The owner's real uid as this rank's user namespace sees it (the blob holds
+ * the owner's own view); the blob's when /proc/PID/status is hidden. */
+static uint32_t owner_uid_here(const struct mc_owner_ref *owner, uint32_t pid)
+{
+	char path[64], line[128];
+	unsigned int uid;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%u/status", pid);
+	f = fopen(path, "re");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Uid: %u", &uid) == 1) {
+			fclose(f);
+			return uid;
+		}
+	if (f)
+		fclose(f);
+	return owner->uid;
+}
+
+static int access_denied_error(const struct mc_owner_ref *owner, const struct mc_peer_fd *h, const char *path,
+			       int open_errno, int getfd_errno)
+{
+	char scope[16] = "", cause[512];
+	uint32_t owner_uid = owner_uid_here(owner, h->pid);
+	struct stat ns;
+
+	/* First the causes that hold whatever this /proc shows: namespace, then user. */
+	if (in_another_user_namespace(h->pid))
+		snprintf(
+			cause, sizeof(cause),
+			"this rank runs in another user namespace than the owner (user:[%llu] here), and the "
+			"kernel lets a process take another's descriptor only from the owner's user namespace "
+			"(or with CAP_SYS_PTRACE over it), even for the same real user; start every rank in one "
+			"user namespace (no unshare -U or per-rank --userns; Docker/Podman: the same --userns "
+			"for every container of the group)",
+			stat("/proc/self/ns/user", &ns) == 0 ? (unsigned long long)ns.st_ino : 0ULL);
+	else if (owner_uid != (uint32_t)getuid())
+		snprintf(cause, sizeof(cause),
+			 "the owner runs as uid %u and this rank as uid %u; run every rank "
+			 "as the same user",
+			 owner_uid, (unsigned int)getuid());
+	else if (open_errno == ENOENT)
+		snprintf(
+			cause, sizeof(cause),
+			"this rank's /proc does not show the live owner (mounted with hidepid=, or the /proc of "
+			"another PID namespace); mount /proc without hidepid and run the ranks in one PID namespace");
+	else if (mc_read_host_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) &&
+		 strtol(scope, NULL, 10) >= 2)
+		snprintf(cause, sizeof(cause),
+			 "kernel.yama.ptrace_scope is %s; set it to 0 or 1 "
+			 "(sysctl -w kernel.yama.ptrace_scope=1)",
+			 scope);
+	else
+		snprintf(
+			cause, sizeof(cause),
+			"the owner may not be dumpable (setuid, prctl(PR_SET_DUMPABLE, 0)) "
+			"or a ptrace restriction applies (a container without CAP_SYS_PTRACE, an LSM); "
+			"Docker: --cap-add SYS_PTRACE; Kubernetes: securityContext.capabilities.add [SYS_PTRACE]");
+	return mc_error(EACCES,
+			"Shared segment: cannot open the owner's pages: %s: %s, pidfd_getfd: %s. "
+			"Likely cause: %s",
+			path, strerror(open_errno), getfd_errno ? strerror(getfd_errno) : "not available",
+			cause);
+}
+
+/* The second route: same descriptor, through a pidfd (needs ptrace attach rights). */
+static int open_through_pidfd(const struct mc_peer_fd *h, int *getfd_errno)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
+	int fd;
+
+	if (pidfd < 0) {
+		*getfd_errno = errno;
+		return -1;
+	}
+	fd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)h->fd, 0);
+	*getfd_errno = fd < 0 ? errno : 0;
+	close(pidfd);
+	return fd;
+}
+
+int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h)
+{
+	uint64_t own_ns = mc_host_pid_namespace();
+	char path[64];
+	struct stat st;
+	int fd = -1, open_errno, getfd_errno = 0;
+
+	/* A pid from another PID namespace names another process here, or none. */
+	if (owner->pid_namespace && own_ns && owner->pid_namespace != own_ns)
+		return mc_error(
+			EACCES,
+			"Shared segment: this rank runs in another PID namespace than the owner "
+			"(pid:[%llu] here, pid:[%llu] there), so the owner's pid %u means nothing here; run "
+			"the ranks in one PID namespace (docker run --pid=host or --pid=container:NAME; "
+			"Kubernetes: one pod with shareProcessNamespace: true)",
+			(unsigned long long)own_ns, (unsigned long long)owner->pid_namespace, h->pid);
+
+	snprintf(path, sizeof(path), "/proc/%u/fd/%u", h->pid, h->fd);
+	/* Look before opening: a forged or stale handle must never make this rank
+	 * open someone else's file (a device, a FIFO...), only the owner's memfd. */
+	if (stat(path, &st) == 0) {
+		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_dev != h->dev || (uint64_t)st.st_ino != h->ino)
+			return mc_peer_fd_gone(h);
+		fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+	}
+	if (fd >= 0)
+		return fd;
+	open_errno = errno;
+	/* ENOENT from a live owner: this /proc hides it (hidepid, another
+	 * mount); the pidfd route does not go through /proc. */
+	if (open_errno == ENOENT && !process_exists((pid_t)h->pid))
+		return mc_peer_fd_gone(h);
+	if (open_errno != ENOENT && open_errno != EACCES && open_errno != EPERM)
+		return mc_error_sys(mc_fold_errno(open_errno), open_errno, "Shared segment: open %s failed",
+				    path);
+	fd = open_through_pidfd(h, &getfd_errno);
+	if (fd >= 0)
+		return fd;
+	if (getfd_errno == ESRCH || getfd_errno == EBADF)
+		return mc_peer_fd_gone(h);
+	if (getfd_errno == ENOSYS)
+		getfd_errno = 0;
+	/* No second route, but /proc shows the owner: its descriptor is just gone. */
+	if (open_errno == ENOENT && proc_shows(h->pid))
+		return mc_peer_fd_gone(h);
+	return access_denied_error(owner, h, path, open_errno, getfd_errno);
+}

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Host registration in chunks, for every runtime: drivers cap one call, so a
+ * mapping is registered a chunk at a time; the chunks must form one
+ * contiguous device range, and a failing chunk unregisters the ones before
+ * it in reverse, so a failure leaves nothing registered.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#include "accel.h"
+#include "internal.h"
+
+void mc_unregister_chunks(struct mc_registration *reg, const struct mc_chunk_ops *ops)
+{
+	while (reg->chunks > 0) {
+		reg->chunks--;
+		ops->unregister_chunk((char *)reg->addr + (uint64_t)reg->chunks * reg->chunk);
+	}
+}
+
+int mc_register_chunks(struct mc_registration *reg, const struct mc_chunk_ops *ops)
+{
+	unsigned int total = (unsigned int)((reg->len + reg->chunk - 1) / reg->chunk);
+	uint64_t base = 0;
+	char why[160];
+
+	for (reg->chunks = 0; reg->chunks < total; reg->chunks++) {
+		uint64_t off = (uint64_t)reg->chunks * reg->chunk, device_addr = 0, done;
+		uint64_t len = reg->len - off < reg->chunk ? reg->len - off : reg->chunk;
+		int err = ops->register_chunk((char *)reg->addr + off, len, &device_addr, why, sizeof(why));
+
+		if (!err && reg->chunks == 0)
+			base = device_addr;
+		if (!err && device_addr != base + off) {
+			/* Registered, but not where the range continues: undo it too. */
+			ops->unregister_chunk((char *)reg->addr + off);
+			snprintf(why, sizeof(why),
+				 "the chunks are not contiguous on the device (no unified addressing)");
+			err = -ENOTSUP;
+		}
+		if (err) {
+			unsigned int before = reg->chunks;
+
+			mc_unregister_chunks(reg, ops);
+			return mc_error(
+				-err,
+				"Shared segment %s host registration of chunk %u of %u (%llu bytes at offset "
+				"%llu) on device %d failed: %s; the %u chunk(s) before it were unregistered",
+				ops->runtime, before + 1, total, (unsigned long long)len,
+				(unsigned long long)off, reg->device, why, before);
+		}
+		done = off + len;
+		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
+		       "Shared segment: registered %llu of %llu bytes with %s device %d",
+		       (unsigned long long)done, (unsigned long long)reg->len, ops->runtime, reg->device);
+	}
+	reg->device_addr = base;
+	return 0;
+}
