@@ -3,6 +3,12 @@
  * Address windows: a PROT_NONE reservation of the segment's size, aligned so
  * that huge pages can back it.  A non-owner knows its base address from
  * create() on, and a failed import puts the reservation back.
+ *
+ * A window maps an empty memfd named "mooncake-segment-window" rather than
+ * anonymous memory, so /proc/PID/maps says what the range is (operators,
+ * `mooncake-segment list`, and tests that count only the library's own
+ * mappings).  PROT_NONE: no page of the empty file is ever touched.  Where
+ * memfd_create is refused, the window is anonymous.
  */
 #include "config.h"
 
@@ -12,7 +18,24 @@
 
 #include "internal.h"
 
-#define RESERVE_FLAGS (MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
+#define RESERVE_FLAGS (MAP_PRIVATE | MAP_NORESERVE)
+#define WINDOW_NAME   "mooncake-segment-window"
+
+/* mmap(PROT_NONE) of @len bytes of the named empty file (anonymous without one). */
+static void *map_window(void *addr, uint64_t len, int extra_flags)
+{
+	struct mc_tracked_fd tracking = { NULL, NULL };
+	int fd, flags = RESERVE_FLAGS | extra_flags;
+	void *p;
+
+	/* Tracked (fork.c) for the microseconds it is open. */
+	mc_fd_track_begin();
+	fd = memfd_create(WINDOW_NAME, MFD_CLOEXEC);
+	mc_fd_track_end(&tracking, &fd);
+	p = mmap(addr, len, PROT_NONE, fd >= 0 ? flags : flags | MAP_ANONYMOUS, fd, 0);
+	mc_fd_close(&tracking);
+	return p;
+}
 
 void *mc_window_reserve(uint64_t len, uint64_t align)
 {
@@ -28,9 +51,9 @@ void *mc_window_reserve(uint64_t len, uint64_t align)
 	if (align <= page || !mc_is_power_of_two(align))
 		align = page;
 	/* Over-reserve by the alignment, then trim both ends. */
-	p = mmap(NULL, len + align - page, PROT_NONE, RESERVE_FLAGS, -1, 0);
+	p = map_window(NULL, len + align - page, 0);
 	if (p == MAP_FAILED) {
-		p = mmap(NULL, len, PROT_NONE, RESERVE_FLAGS, -1, 0);
+		p = map_window(NULL, len, 0);
 		return p == MAP_FAILED ? NULL : p;
 	}
 	start = (uintptr_t)p;
@@ -46,7 +69,7 @@ void *mc_window_reserve(uint64_t len, uint64_t align)
 
 int mc_window_reset(void *addr, uint64_t len)
 {
-	void *p = mmap(addr, len, PROT_NONE, RESERVE_FLAGS | MAP_FIXED, -1, 0);
+	void *p = map_window(addr, len, MAP_FIXED);
 
 	return p == MAP_FAILED ? -errno : 0;
 }

@@ -20,42 +20,14 @@ def count_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _is_ours(line: str) -> bool:
-    """A mapping the library makes: its memfd's pages, or an unused address window.
-
-    Only these are counted, never the process's own: malloc and the
-    interpreter map and unmap memory at any moment (heap growth, arenas), and
-    a count of every mapping would fail for that.  A window is anonymous
-    PROT_NONE and starts on a 2 MiB boundary (the library aligns every window
-    to the huge page size); glibc's reservations start past their used part.
-    """
-    fields = line.split()
-    if "mooncake-segment" in line:
-        return True
-    if len(fields) != 5 or fields[1] != "---p":
-        return False
-    start = int(fields[0].split("-")[0], 16)
-    return start % (2 << 20) == 0
-
-
-def _under_a_checker() -> bool:
-    """ASan (preloaded for a sanitizer build) or valgrind: both map memory of their own at any moment."""
-    if "libasan" in os.environ.get("LD_PRELOAD", ""):
-        return True
-    with open("/proc/self/maps") as f:
-        return any("vgpreload" in line for line in f)
-
-
-# Under them only the segments' memfd mappings can be counted exactly: their
-# own PROT_NONE reservations sit on huge page boundaries too.
-_ONLY_SEGMENTS = _under_a_checker()
-
-
 def count_mappings() -> int:
+    """The library's own mappings: segment pages and address windows carry its name.
+
+    Never the process's other mappings: malloc, the interpreter, ASan and
+    valgrind map and unmap memory at any moment.
+    """
     with open("/proc/self/maps") as f:
-        if _ONLY_SEGMENTS:
-            return sum(1 for line in f if "mooncake-segment" in line)
-        return sum(1 for line in f if _is_ours(line))
+        return sum(1 for line in f if "mooncake-segment" in line)
 
 
 def free_port() -> int:

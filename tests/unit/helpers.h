@@ -13,8 +13,8 @@
  * multiple of 4 KiB but not of 2 MiB, so rounding is exercised. */
 #define TEST_SIZE (UINT64_C(61) * (4096 + 8192))
 
-/* Descriptors open and mappings present in this process (under ASan or
- * valgrind: only the segments' memfd mappings). */
+/* Descriptors open in this process, and the library's mappings in it
+ * (segment pages and address windows, which carry its name). */
 int count_fds(void);
 int count_mappings(void);
 /* Running under ASan or valgrind, which map and use memory of their own. */
