@@ -29,7 +29,8 @@ static int ascend_register_chunk(void *addr, uint64_t len, uint64_t *device_addr
 
 	if (r != ACL_SUCCESS) {
 		mc_acl_describe(r, text, sizeof(text));
-		snprintf(why, why_size, "aclrtHostRegister %s", text);
+		snprintf(why, why_size, "aclrtHostRegister failed for shared segment mmap, ret %d: %s",
+			 (int)r, text);
 		return r == ACL_ERROR_RT_MEMORY_ALLOCATION ? -ENOMEM : -EIO;
 	}
 	*device_addr = (uint64_t)(uintptr_t)dev_ptr;

@@ -159,8 +159,10 @@ static bool all_zero(const uint8_t *p, size_t len)
 	return true;
 }
 
-/* Every format error names the rank whose blob it is (the `rank` in scope). */
-#define MALFORMED(fmt, ...) mc_error(EPROTO, "Shared segment blob of rank %u: " fmt, rank, ##__VA_ARGS__)
+/* Every format error leads with upstream's wording and then names the rank
+ * whose blob it is (the `rank` in scope). */
+#define MALFORMED(fmt, ...) \
+	mc_error(EPROTO, "Shared segment blob " fmt " (the blob of rank %u)", ##__VA_ARGS__, rank)
 
 int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, struct mc_blob *b)
 {
@@ -168,15 +170,16 @@ int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, 
 
 	memset(b, 0, sizeof(*b));
 	if (magic != MC_BLOB_MAGIC)
-		return MALFORMED("magic mismatch (0x%08x, expected 0x%08x): not a mooncake-segment blob",
+		return MALFORMED("magic mismatch: 0x%08x, expected 0x%08x, not a mooncake-segment blob",
 				 magic, MC_BLOB_MAGIC);
 	b->version = get_u16(in + OFF_VERSION);
 	if (b->version != MC_BLOB_VERSION)
 		return MALFORMED(
-			"format version %u, this build speaks %u: peers run different builds of mooncake-segment",
+			"version mismatch, peers run different builds of mooncake-segment: format version %u, "
+			"this build speaks %u",
 			b->version, MC_BLOB_VERSION);
 	if (get_u64(in + OFF_CHECKSUM) != checksum(in))
-		return MALFORMED("checksum mismatch: the blob was corrupted or truncated in transit");
+		return MALFORMED("checksum mismatch: it was corrupted or truncated in transit");
 
 	b->backend_id = get_u16(in + OFF_BACKEND);
 	b->rank_id = get_u32(in + OFF_RANK);
@@ -193,15 +196,15 @@ int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, 
 	b->handle_bytes = get_u16(in + OFF_HANDLE_BYTES);
 
 	if (b->flags & ~MC_BLOB_FLAGS_KNOWN)
-		return MALFORMED("unknown flags 0x%x", b->flags & ~MC_BLOB_FLAGS_KNOWN);
+		return MALFORMED("has unknown flags 0x%x", b->flags & ~MC_BLOB_FLAGS_KNOWN);
 	if (b->handle_bytes > MC_HANDLE_MAX)
-		return MALFORMED("declares an oversized handle of %u bytes (%d at most)", b->handle_bytes,
+		return MALFORMED("declares an oversized handle of %u bytes, %d at most", b->handle_bytes,
 				 MC_HANDLE_MAX);
 	if (!!(b->flags & MC_BLOB_FLAG_HANDLE) != (b->handle_bytes > 0))
-		return MALFORMED("handle flag and handle length (%u) disagree", b->handle_bytes);
+		return MALFORMED("handle flag and handle length %u disagree", b->handle_bytes);
 	if (!all_zero(in + OFF_RESERVED1, OFF_HANDLE - OFF_RESERVED1) ||
 	    !all_zero(in + OFF_HANDLE + b->handle_bytes, OFF_CHECKSUM - OFF_HANDLE - b->handle_bytes))
-		return MALFORMED("reserved bytes are not zero");
+		return MALFORMED("has reserved bytes that are not zero");
 	if (b->world_size == 0 || b->rank_id >= b->world_size || b->owner_rank >= b->world_size)
 		return MALFORMED("rank %u and owner %u do not fit world size %u", b->rank_id, b->owner_rank,
 				 b->world_size);

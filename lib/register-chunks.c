@@ -47,10 +47,10 @@ int mc_register_chunks(struct mc_registration *reg, const struct mc_chunk_ops *o
 			mc_unregister_chunks(reg, ops);
 			return mc_error(
 				-err,
-				"Shared segment %s host registration of chunk %u of %u (%llu bytes at offset "
-				"%llu) on device %d failed: %s; the %u chunk(s) before it were unregistered",
-				ops->runtime, before + 1, total, (unsigned long long)len,
-				(unsigned long long)off, reg->device, why, before);
+				"%s (Shared segment %s host registration of chunk %u of %u, %llu bytes at "
+				"offset %llu, on device %d; the %u chunk(s) before it were unregistered)",
+				why, ops->runtime, before + 1, total, (unsigned long long)len,
+				(unsigned long long)off, reg->device, before);
 		}
 		done = off + len;
 		mc_log(MOONCAKE_SEGMENT_LOG_INFO,

@@ -50,10 +50,10 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 			"mooncake_segment_options_init() before setting fields (a zeroed struct is not "
 			"the defaults)");
 	if (opt->rank_id >= opt->world_size || opt->owner_rank >= opt->world_size)
-		return mc_error(
-			EINVAL,
-			"Shared segment rank_id (%u) and owner_rank (%u) must be below world_size (%u)",
-			opt->rank_id, opt->owner_rank, opt->world_size);
+		return mc_error(EINVAL,
+				"Shared segment rank_id and owner_rank must be below world_size (rank_id %u, "
+				"owner_rank %u, world_size %u)",
+				opt->rank_id, opt->owner_rank, opt->world_size);
 	if (size == 0 || size > MOONCAKE_SEGMENT_MAX_SIZE)
 		return mc_error(EINVAL, "Shared segment size must be in (0, %llu], got %llu",
 				(unsigned long long)MOONCAKE_SEGMENT_MAX_SIZE, (unsigned long long)size);
@@ -311,8 +311,8 @@ static int check_agreement(const struct mooncake_segment *seg, uint32_t k, const
 
 	if (b->rank_id != k)
 		return mc_error(EINVAL,
-				"Shared segment blob at position %u carries rank id %u: blobs must be in "
-				"rank order and rank_id must be each process's rank in the group",
+				"Shared segment blob of rank %u carries a different rank id (%u): blobs must "
+				"be in rank order and rank_id must be each process's rank in the group",
 				k, b->rank_id);
 	/* An all-zero boot id means "unknown" (no /proc): only a known difference counts. */
 	if (!boot_id_unknown(b->boot_id) && !boot_id_unknown(local->boot_id) &&
@@ -322,8 +322,7 @@ static int check_agreement(const struct mooncake_segment *seg, uint32_t k, const
 				"segment spans the ranks of one host only; use a group of the local ranks",
 				k);
 	if (b->backend_id != local->backend_id)
-		return mc_error(EINVAL,
-				"Shared segment backend of rank %u (%u) differs from this rank's (%u)", k,
+		return mc_error(EINVAL, "Shared segment backend of rank %u differs (%u, this rank's %u)", k,
 				b->backend_id, local->backend_id);
 	if (b->world_size != local->world_size || b->owner_rank != local->owner_rank)
 		return mc_error(EINVAL,
@@ -352,8 +351,8 @@ static int check_agreement(const struct mooncake_segment *seg, uint32_t k, const
 				k, (unsigned long long)b->page_size, (unsigned long long)local->page_size);
 	if (b->alloc_size != local->alloc_size)
 		return mc_error(EINVAL,
-				"Shared segment allocation size of rank %u (%llu) differs from the local "
-				"one (%llu)",
+				"Shared segment allocation size of rank %u differs from the local one (%llu, "
+				"local %llu)",
 				k, (unsigned long long)b->alloc_size, (unsigned long long)local->alloc_size);
 	return 0;
 }
@@ -377,12 +376,15 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			"complete the parent's segment (create a segment in the child instead)",
 			(int)seg->creator);
 	if (seg->ready)
-		return mc_error(EALREADY, "Shared segment complete has already been called on this segment");
+		return mc_error(EALREADY, "SharedSegment::Complete has already been called (complete() runs "
+					  "once per segment)");
 	expected = (size_t)seg->opt.world_size * MOONCAKE_SEGMENT_BLOB_SIZE;
 	if (blobs_len != expected)
 		return mc_error(EINVAL,
-				"Shared segment expects one blob per rank: %u x %d = %zu bytes, got %zu",
-				seg->opt.world_size, MOONCAKE_SEGMENT_BLOB_SIZE, expected, blobs_len);
+				"Shared segment expects one blob per rank, got %zu (%zu bytes; %u ranks need "
+				"%u x %d = %zu bytes)",
+				blobs_len / MOONCAKE_SEGMENT_BLOB_SIZE, blobs_len, seg->opt.world_size,
+				seg->opt.world_size, MOONCAKE_SEGMENT_BLOB_SIZE, expected);
 
 	fill_blob(seg, &local);
 	for (uint32_t k = 0; k < seg->opt.world_size; k++) {
@@ -395,7 +397,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			owner = b;
 	}
 	if (!(owner.flags & MC_BLOB_FLAG_HANDLE))
-		return mc_error(EPROTO, "Shared segment owner rank %u did not export a handle",
+		return mc_error(EPROTO, "Shared segment owner rank did not export a handle (owner rank %u)",
 				seg->opt.owner_rank);
 
 	if (!seg->is_owner) {

@@ -126,7 +126,8 @@ static void not_a_memfd_handle(struct mc_blob *b)
 	}                                             \
 	END_TEST
 
-REJECTION_TEST(test_rejects_out_of_order_rank, 2, swap_rank, EINVAL, "position 2 carries rank id 1")
+REJECTION_TEST(test_rejects_out_of_order_rank, 2, swap_rank, EINVAL,
+	       "blob of rank 2 carries a different rank id (1)")
 REJECTION_TEST(test_rejects_other_host, 2, other_host, EXDEV, "rank 2 runs on another host")
 REJECTION_TEST(test_rejects_forged_backend, 2, other_backend, EINVAL, "backend of rank 2")
 REJECTION_TEST(test_rejects_other_world_size, 2, other_world, EINVAL, "rank 2 declares world_size 4")
@@ -143,8 +144,9 @@ START_TEST(test_rejects_wrong_blob_buffer_length)
 
 	trio_create(&t, "kv", TEST_SIZE);
 	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, 2 * BLOB), EINVAL,
-			"3 x 256 = 768 bytes, got 512");
-	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, 3 * BLOB + 1), EINVAL, "got 769");
+			"one blob per rank, got 2 (512 bytes; 3 ranks need 3 x 256 = 768 bytes)");
+	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, 3 * BLOB + 1), EINVAL,
+			"got 3 (769 bytes;");
 	trio_destroy(&t);
 }
 END_TEST
@@ -157,7 +159,9 @@ START_TEST(test_first_failure_wins_in_rank_order)
 	forge(&t, 2, other_host);  /* would be EXDEV */
 	t.blobs[1 * BLOB] ^= 0xFF; /* rank 1: bad magic, checked first */
 	ck_assert_error(mooncake_segment_complete(t.seg[0], t.blobs, sizeof(t.blobs)), EPROTO,
-			"blob of rank 1: magic mismatch");
+			"Shared segment blob magic mismatch");
+	ck_assert_msg(strstr(mooncake_segment_last_error(), "(the blob of rank 1)"), "%s",
+		      mooncake_segment_last_error());
 	trio_destroy(&t);
 }
 END_TEST
