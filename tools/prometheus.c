@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "segments.h"
 
@@ -78,12 +79,14 @@ static void per_process(FILE *out, const struct segment_scan *scan, const char *
 
 		for (unsigned int j = 0; j < s->nprocs; j++) {
 			const struct segment_process *p = &s->procs[j];
+			uint64_t value;
 
+			/* The field at @offset, by copy: no cast that assumes its alignment. */
+			memcpy(&value, (const char *)p + offset, sizeof(value));
 			sample_start(out, name, s);
 			fprintf(out, ",pid=\"%d\",command=", (int)p->pid);
 			label_value(out, p->command);
-			fprintf(out, "} %llu\n",
-				(unsigned long long)*(const uint64_t *)((const char *)p + offset));
+			fprintf(out, "} %llu\n", (unsigned long long)value);
 		}
 	}
 }
