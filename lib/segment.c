@@ -200,7 +200,8 @@ static int resolve_placement(struct mooncake_segment *seg)
 	char sysfs[1024];
 	int device_node = -1, err;
 
-	if (opt->device_id >= 0 && mc_placement_wants_device_node(opt->numa_node, sysfs_root(sysfs)))
+	sysfs_root(sysfs);
+	if (opt->device_id >= 0 && mc_placement_wants_device_node(opt->numa_node, sysfs))
 		device_node = mc_accel_device_node(opt->device_id, sysfs);
 	err = mc_placement_resolve(opt->numa_node, device_node, sysfs, &seg->placement);
 	/* Report the node automatic placement chose. */

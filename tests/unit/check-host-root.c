@@ -125,6 +125,28 @@ START_TEST(test_memavailable_comes_from_the_host_root)
 }
 END_TEST
 
+/* The NUMA topology comes from the host root too, with or without a device:
+ * node 1 of a two-node fixture host is a node that exists. */
+START_TEST(test_numa_topology_comes_from_the_host_root_without_a_device)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+
+	host_fixture(BOOT_A, "[never]\n", PLENTY);
+	fixture_put(root, "sys/devices/system/node/online", "0-1\n");
+	opt.device_id = -1;
+	opt.numa_node = 1;
+	/* The real host may lack node 1: binding then degrades, but the node is known. */
+	ck_assert_int_eq(mooncake_segment_create("numa", TEST_SIZE, &opt, &seg, blob), 0);
+	mooncake_segment_destroy(seg);
+	opt.numa_node = 2;
+	ck_assert_error(mooncake_segment_create("numa", TEST_SIZE, &opt, &seg, blob), EINVAL,
+			"numa_node 2 does not exist on this host (online nodes: 2 of them)");
+	host_fixture_remove();
+}
+END_TEST
+
 START_TEST(test_cgroup_limit_comes_from_the_host_root)
 {
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
@@ -211,6 +233,7 @@ Suite *suite_host_root(void)
 	tcase_add_test(tc, test_thp_never_keeps_base_pages);
 	tcase_add_test(tc, test_memavailable_comes_from_the_host_root);
 	tcase_add_test(tc, test_cgroup_limit_comes_from_the_host_root);
+	tcase_add_test(tc, test_numa_topology_comes_from_the_host_root_without_a_device);
 	tcase_add_test(tc, test_hugetlb_pool_numbers_come_from_the_host_root);
 	tcase_add_test(tc, test_hugetlb_size_not_configured_on_the_host);
 	suite_add_tcase(s, tc);
