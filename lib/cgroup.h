@@ -21,8 +21,8 @@ struct mc_memory_room {
 	uint64_t limit;
 	uint64_t usage;
 	struct mc_page_cache cache;
-	char where[256];     /* the cgroup directory that binds */
-	char outermost[256]; /* the outermost limited directory: every limit of ours nests in it */
+	char where[256];      /* the cgroup directory that binds */
+	char outermost[1280]; /* the outermost limited directory: every limit of ours nests in it */
 };
 
 /* The tightest memory cgroup room of the process described by @proc_cgroup

@@ -45,15 +45,38 @@ bool mc_log_enabled(int priority)
 	return enabled;
 }
 
+/* While this thread holds the fork registry (fork.c), the user's callback
+ * must not run: it may fork() or call into the library, which would wait for
+ * that lock for ever.  The last message is kept and delivered afterwards. */
+static __thread bool log_deferred;
+static __thread bool deferred_pending;
+static __thread int deferred_priority;
+static __thread char deferred_message[1024];
+
 static void log_message(int priority, const char *message)
 {
 	struct log_sink copy;
 
+	if (log_deferred) {
+		deferred_pending = true;
+		deferred_priority = priority;
+		snprintf(deferred_message, sizeof(deferred_message), "%s", message);
+		return;
+	}
 	pthread_mutex_lock(&log_lock);
 	copy = sink;
 	pthread_mutex_unlock(&log_lock);
 	if (copy.fn && priority <= copy.max_priority)
 		copy.fn(priority, message, copy.userdata);
+}
+
+void mc_log_defer(bool defer)
+{
+	log_deferred = defer;
+	if (!defer && deferred_pending) {
+		deferred_pending = false;
+		log_message(deferred_priority, deferred_message);
+	}
 }
 
 void mc_log(int priority, const char *fmt, ...)

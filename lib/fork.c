@@ -61,6 +61,7 @@ void mc_fd_track_begin(void)
 {
 	pthread_once(&handlers_once, install_handlers);
 	pthread_mutex_lock(&registry_lock);
+	mc_log_defer(true);
 }
 
 void mc_fd_track_end(struct mc_tracked_fd *t, int *fd)
@@ -72,6 +73,7 @@ void mc_fd_track_end(struct mc_tracked_fd *t, int *fd)
 		tracked = t;
 	}
 	pthread_mutex_unlock(&registry_lock);
+	mc_log_defer(false);
 }
 
 void mc_fd_close(struct mc_tracked_fd *t)

@@ -379,8 +379,9 @@ static bool kernel_has_hugetlb_memfd(void)
 
 static bool memfd_supported(bool host_register, bool hugetlb)
 {
-	/* host_register is the runtimes' answer (probe.c). */
-	return host_register || !hugetlb || kernel_has_hugetlb_memfd();
+	/* host_register is the runtimes' answer (probe.c); HugeTLB is this kernel's. */
+	(void)host_register;
+	return !hugetlb || kernel_has_hugetlb_memfd();
 }
 
 static bool memfd_charges_memory_cgroup(const struct mooncake_segment_options *opt)

@@ -50,6 +50,9 @@ void mc_clear_error(void);
  * returns @err. */
 int mc_error_name_rank(int err, uint32_t rank);
 void mc_log(int priority, const char *fmt, ...) MC_PRINTF(2, 3);
+/* Hold back this thread's log lines (delivering the last one when @defer goes
+ * false again): no user callback may run while fork.c's registry is locked. */
+void mc_log_defer(bool defer);
 bool mc_log_enabled(int priority);
 
 /* CLOCK_MONOTONIC in nanoseconds. */

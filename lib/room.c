@@ -71,7 +71,8 @@ MC_EXPORT int mooncake_segment_room(const struct mooncake_segment_options *opt, 
 	} else {
 		room = memory_room();
 	}
-	if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY)
+	/* The file size limit binds only the memfd create sizes (mmap=true). */
+	if (opt->mmap && getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY)
 		room = min_u64(room, fsize.rlim_cur);
 	room = min_u64(room, MOONCAKE_SEGMENT_MAX_SIZE);
 	*bytes = room / page_size * page_size;

@@ -217,9 +217,12 @@ static void check_cgroup(void)
 {
 	uint64_t total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
 	struct mc_memory_room room;
-	char a[32], b[32], c[32], d[32], e[32];
+	char a[32], b[32], c[32], d[32], e[32], proc_cgroup[1024], cgroup_root[1024];
 
-	if (!mc_cgroup_memory_room("/proc/self/cgroup", "/sys/fs/cgroup", &room) || room.limit >= total) {
+	/* Under the host root, as create's room check reads them. */
+	if (!mc_cgroup_memory_room(mc_host_path(proc_cgroup, sizeof(proc_cgroup), "/proc/self/cgroup"),
+				   mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup"), &room) ||
+	    room.limit >= total) {
 		add("memory cgroup", OK, NULL, "no limit below RAM (%s)", format_size(total, a, sizeof(a)));
 		return;
 	}

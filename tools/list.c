@@ -101,8 +101,8 @@ static void write_table(FILE *out, const struct segment_scan *scan)
 		fprintf(out, "; one copy for %u mapping processes", s->mappers);
 		if (s->named_owner >= 0 && s->owner < 0)
 			fprintf(out, "; owner pid %ld (its namespace) maps it no more", s->named_owner);
-		fprintf(out, "\n  %8s %-16s %-5s %10s %10s %-20s %s\n", "PID", "COMMAND", "ROLE", "RESIDENT",
-			"PSS", "NODES", "CGROUP");
+		fprintf(out, "\n  %8s %-16s %-5s %10s %-20s %s\n", "PID", "COMMAND", "ROLE", "RESIDENT",
+			"NODES", "CGROUP");
 		for (unsigned int j = 0; j < s->nprocs; j++) {
 			const struct segment_process *p = &s->procs[j];
 			char nodes[128] = "";
@@ -240,8 +240,9 @@ static int write_atomically(const struct list_config *cfg, const struct segment_
 		err = errno ? errno : EIO;
 		goto fail;
 	}
-	fclose(f);
+	fclose(f); /* closes fd too */
 	f = NULL;
+	fd = -1;
 	if (rename(tmp, cfg->output) != 0) {
 		err = errno;
 		goto fail;

@@ -630,9 +630,10 @@ static pid_t *list_pids(int procfd, unsigned int *count)
 		if (*end || pid <= 0)
 			continue;
 		if (!grow((void **)&pids, *count, sizeof(*pids))) {
+			closedir(dir);
 			free(pids);
-			pids = NULL;
-			break;
+			*count = 0;
+			return NULL; /* out of memory: no list rather than a short one */
 		}
 		pids[(*count)++] = (pid_t)pid;
 	}

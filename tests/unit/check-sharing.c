@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -162,6 +163,54 @@ START_TEST(test_peer_after_finish_gets_esrch)
 	ck_assert_int_eq(count_mappings(), maps);
 	mooncake_segment_destroy(peer);
 	mooncake_segment_destroy(owner);
+}
+END_TEST
+
+/* A log callback that forks (or calls the library) while a peer's import
+ * fails must not deadlock on the library's fork registry: the failure's log
+ * line is delivered once the registry is let go. */
+static void forking_log_fn(int priority, const char *message, void *userdata)
+{
+	pid_t child = fork();
+
+	(void)priority;
+	if (child == 0)
+		_exit(0);
+	if (child > 0)
+		waitpid(child, NULL, 0);
+	if (strstr(message, "owner process"))
+		++*(int *)userdata;
+}
+
+/* The peer's import fails inside the fork registry (the owner is gone). */
+static int forking_log_rank(struct group_rank *self, void *arg)
+{
+	struct mooncake_segment_options opt = test_options(2, self->rank, 0);
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *seg = NULL;
+	int failures_logged = 0;
+
+	(void)arg;
+	RANK_CHECK(mooncake_segment_create("forking-log", TEST_SIZE, &opt, &seg, blob) == 0);
+	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
+	if (self->rank == 0)
+		_exit(0);
+	RANK_CHECK(wait_until_dead(group_pid(0), 5000));
+	mooncake_segment_set_log_fn(forking_log_fn, MOONCAKE_SEGMENT_LOG_DEBUG, &failures_logged);
+	RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == -ESRCH);
+	mooncake_segment_set_log_fn(NULL, MOONCAKE_SEGMENT_LOG_DEBUG, NULL);
+	RANK_CHECK(failures_logged >= 1);
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+START_TEST(test_a_log_callback_may_fork_when_an_import_fails)
+{
+	int codes[2];
+
+	/* A deadlock here is the test's timeout. */
+	ck_assert_int_eq(group_run(2, forking_log_rank, NULL, 20000, codes), 0);
+	ck_assert_int_eq(codes[1], 0);
 }
 END_TEST
 
@@ -396,6 +445,7 @@ Suite *suite_sharing(void)
 	tcase_add_test(one, test_finish_before_complete_is_einval);
 	tcase_add_test(one, test_peer_after_finish_gets_esrch);
 	tcase_add_test(one, test_memfd_is_sealed_against_resizing);
+	tcase_add_test(one, test_a_log_callback_may_fork_when_an_import_fails);
 	tcase_add_test(one, test_a_rank_can_discard_pages_but_never_resize_them);
 	tcase_add_test(one, test_log_callback_is_silent_by_default_and_routes_lines);
 	tcase_add_test(one, test_mapping_usage_counts_every_vma_of_a_split_mapping);
