@@ -279,13 +279,13 @@ struct mc_peer_fd {
 	uint64_t ino;
 };
 
-/* Open descriptor @target of the process @owner describes (/proc/PID/fd/N,
+/* Open descriptor @h of the process @owner describes (/proc/PID/fd/N,
  * else pidfd_getfd), only if it is still the file the owner published; call
  * it between mc_fd_track_begin() and _end().  The descriptor, or a negative
  * errno with a message naming the first cause that holds and its fix. */
-int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *target);
+int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h);
 /* -ESRCH saying whether the owner process is gone or only its descriptor. */
-int mc_peer_fd_gone(const struct mc_peer_fd *target);
+int mc_peer_fd_gone(const struct mc_peer_fd *h);
 
 /* --- address windows (window.c) ---------------------------------------------- */
 

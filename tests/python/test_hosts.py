@@ -110,7 +110,8 @@ def test_a_declaration_differing_between_hosts_raises_on_every_rank(roots):
     results = run_hosts("mismatch", roots, odd_rank=3, field="shape")
     assert_same_error(
         results,
-        "Shared segment create failed: rank 3: InvalidArgument: Shared segment declaration of rank 3 differs from the local one: ",
+        "Shared segment create failed: rank 3: "
+        "InvalidArgument: Shared segment declaration of rank 3 differs from the local one: ",
         "block 'k' shape (512, 65) on rank 3, (512, 64) on rank 0",
     )
 

@@ -84,22 +84,82 @@ static void numa_below_interleave(struct mooncake_segment_options *opt)
 
 /* One invalid input each: the group, the size, then option combinations. */
 static const struct rejection {
-	uint32_t world, rank, owner;
 	uint64_t size;
 	void (*edit)(struct mooncake_segment_options *opt); /* NULL: test_options() as is */
-	int err;
 	const char *needle;
+	uint32_t world, rank, owner;
+	int err;
 } rejections[] = {
-	{ 0, 0, 0, TEST_SIZE, NULL, EINVAL, "world_size must not be zero" },
-	{ 2, 2, 0, TEST_SIZE, NULL, EINVAL, "must be below world_size" }, /* rank */
-	{ 2, 0, 5, TEST_SIZE, NULL, EINVAL, "must be below world_size" }, /* owner */
-	{ 1, 0, 0, 0, NULL, EINVAL, "size must be in (0, 70368744177664]" },
-	{ 1, 0, 0, MOONCAKE_SEGMENT_MAX_SIZE + 1, NULL, EINVAL, "size must be in" },
-	{ 1, 0, 0, UINT64_MAX, NULL, EINVAL, "size must be in" },
-	{ 1, 0, 0, TEST_SIZE, mmap_off_host_register_on, EINVAL, "host_register requires mmap=true" },
-	{ 1, 0, 0, TEST_SIZE, mmap_off_hugetlb_on, EINVAL, "hugetlb requires mmap=true" },
-	{ 1, 0, 0, TEST_SIZE, device_below_minus_one, EINVAL, "device_id" },
-	{ 1, 0, 0, TEST_SIZE, numa_below_interleave, EINVAL, "numa_node" },
+	{ .world = 0,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = NULL,
+	  .err = EINVAL,
+	  .needle = "world_size must not be zero" },
+	{ .world = 2,
+	  .rank = 2,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = NULL,
+	  .err = EINVAL,
+	  .needle = "must be below world_size" }, /* rank */
+	{ .world = 2,
+	  .rank = 0,
+	  .owner = 5,
+	  .size = TEST_SIZE,
+	  .edit = NULL,
+	  .err = EINVAL,
+	  .needle = "must be below world_size" }, /* owner */
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = 0,
+	  .edit = NULL,
+	  .err = EINVAL,
+	  .needle = "size must be in (0, 70368744177664]" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = MOONCAKE_SEGMENT_MAX_SIZE + 1,
+	  .edit = NULL,
+	  .err = EINVAL,
+	  .needle = "size must be in" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = UINT64_MAX,
+	  .edit = NULL,
+	  .err = EINVAL,
+	  .needle = "size must be in" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = mmap_off_host_register_on,
+	  .err = EINVAL,
+	  .needle = "host_register requires mmap=true" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = mmap_off_hugetlb_on,
+	  .err = EINVAL,
+	  .needle = "hugetlb requires mmap=true" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = device_below_minus_one,
+	  .err = EINVAL,
+	  .needle = "device_id" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = numa_below_interleave,
+	  .err = EINVAL,
+	  .needle = "numa_node" },
 };
 
 START_TEST(test_rejects_invalid_options)
