@@ -375,9 +375,11 @@ struct mooncake_segment {
 	bool ready;
 	bool finished;
 
-	void *base;		       /* this rank's mapping or reservation (written by the backend) */
-	bool mapped;		       /* base holds the shared pages, not just a reservation (backend) */
-	void *backend_state;	       /* the backend's own, opaque to everything else */
+	void *base;  /* this rank's mapping or reservation (written by the backend) */
+	bool mapped; /* base holds the shared pages, not just a reservation (backend) */
+	/* The backend's own, opaque to everything else: one malloc'd block (a
+	 * forked child's destroy frees it with free(), releasing nothing it names). */
+	void *backend_state;
 	pid_t creator;		       /* the process that created it: only it releases anything */
 	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages (backend) */
 	uint16_t handle_bytes;

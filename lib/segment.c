@@ -448,6 +448,8 @@ MC_EXPORT void mooncake_segment_destroy(struct mooncake_segment *seg)
 	if (!inherited(seg)) {
 		unregister_mapping(seg);
 		seg->backend->release(seg);
+	} else {
+		free(seg->backend_state); /* its memory only: what it names is the parent's */
 	}
 	free(seg);
 	errno = saved_errno;
