@@ -495,7 +495,8 @@ static void derive(int procfd, struct segment *s)
 	unsigned int holders = 0;
 	int holder = -1;
 
-	qsort(s->procs, s->nprocs, sizeof(*s->procs), by_pid);
+	if (s->nprocs > 1)
+		qsort(s->procs, s->nprocs, sizeof(*s->procs), by_pid);
 	for (unsigned int i = 0; i < s->nprocs; i++) {
 		struct segment_process *p = &s->procs[i];
 
@@ -694,7 +695,8 @@ bool segments_scan(const char *proc, struct segment_scan *scan)
 		errno = ENOMEM;
 		return false;
 	}
-	qsort(scan->segs, scan->nsegs, sizeof(*scan->segs), by_label);
+	if (scan->nsegs > 1) /* no segments: segs is NULL, which qsort must not get */
+		qsort(scan->segs, scan->nsegs, sizeof(*scan->segs), by_label);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	scan->duration_ns =
 		(uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;

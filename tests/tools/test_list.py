@@ -293,3 +293,9 @@ def test_a_scan_shared_by_threads_joins_every_process(tmp_path):
     assert seg["mapped_processes"] == len(mappers)
     assert seg["resident_bytes_by_node"] == {"0": max(mappers) * 4096}
     assert all(p["resident_bytes"] == p["pid"] * 4096 for p in seg["processes"])
+
+
+def test_a_host_without_segments_lists_none(tmp_path):
+    """An empty /proc: no segment, no process, exit 0 (and nothing a sanitizer build objects to)."""
+    doc = list_json("--proc", str(tmp_path))
+    assert doc["segments"] == []
