@@ -291,6 +291,7 @@ typedef void (*mooncake_segment_log_fn)(int priority, const char *message, void 
  * Route the library's log lines with a priority at most @max_priority to
  * @fn (NULL: silence, the default).  Process-wide; @fn may be called from
  * any thread that calls into the library, and must not call back into it.
+ * No lock of the library is held while @fn runs, so it may fork().
  */
 void mooncake_segment_set_log_fn(mooncake_segment_log_fn fn, int max_priority, void *userdata);
 
