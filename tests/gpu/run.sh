@@ -11,11 +11,15 @@
 #   tests/gpu/run.sh            (results in $OUT/gpu.json when OUT is set)
 #
 # It builds the dist tarball with --with-cuda against the system Python, then
-# shares a segment of several GiB between 4 processes with host_register=True,
-# checks that every rank's GPU reads what the owner wrote, and measures the
-# registration time per GiB and H2D/D2H bandwidth of the shared registered
-# pages against cudaMallocHost and pageable memory in the same run (target:
-# >= 0.95 x cudaMallocHost), printing JSON.  The Python GPU tests run too.
+# (gpu_check.py) shares a 4 GiB segment between 4 processes twice: mmap with
+# host_register=True (every rank pins the pages again) and the CUDA host VMM
+# backend (mmap=False: pinned once by the owner).  Every rank's GPU and CPU
+# read and write all of it; it measures the time until every rank can use the
+# segment on its GPU, VMM against registration, and H2D/D2H bandwidth of the
+# shared pages against cudaMallocHost and pageable memory in the same run
+# (target: >= 0.95 x cudaMallocHost), printing JSON.  The Python GPU tests run
+# too.  Without a GPU, `gpu_check.py --smoke` exercises the same steps on CPU
+# views (tests/python/test_gpu_script.py does, against the fake driver).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -71,7 +75,7 @@ log "bench with registration"
 	log "bench --register failed (exit $?)"
 cat "$out/bench.json" || true
 
-log "4 ranks, host_register=True"
+log "4 ranks: host_register=True, then the VMM backend (mmap=False)"
 status=0
 first_failure() { [ "$status" -ne 0 ] || status=$1; }
 "$python" "$here/gpu_check.py" --ranks 4 --size-gib 4 | tee "$out/gpu.json" || first_failure $?
