@@ -18,6 +18,12 @@
  *    connection: no busy polling.
  * Processes of one cgroup in different network namespaces do not exclude each
  * other; doc/guarantees.md says so.
+ *
+ * A holder that is stopped (SIGSTOP, a debugger, a frozen container) would
+ * make every other create in its cgroup wait for as long as it stays so: a
+ * waiter that sees its holder stopped for a second goes on without the lock,
+ * saying so; the per-chunk room re-check (limits.c) still keeps the two
+ * commits from overrunning the limit together.
  */
 #include "config.h"
 
@@ -36,6 +42,10 @@
 
 /* How often a waiter says whom it waits for. */
 #define WAIT_LOG_MS 10000
+/* How often a waiter looks whether its holder is stopped, and for how long
+ * a stopped holder is waited for. */
+#define WAIT_CHECK_MS	 200
+#define STOPPED_GRACE_MS 1000
 
 static socklen_t lock_address(const char *cgroup_dir, struct sockaddr_un *addr)
 {
@@ -59,31 +69,68 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
-/* Wait until the holder of @addr lets go (or a short while when it cannot be reached). */
-static void wait_for_holder(const struct sockaddr_un *addr, socklen_t len, const char *cgroup_dir,
+/* Whether process @pid (as this process's /proc numbers it) is stopped or
+ * traced-stopped; false when unknown. */
+static bool process_stopped(pid_t pid)
+{
+	char path[64], line[512], *close;
+
+	if (pid <= 0)
+		return false; /* SO_PEERCRED gives 0 for a holder in an unseen PID namespace */
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!mc_read_line(path, line, sizeof(line)))
+		return false;
+	close = strrchr(line, ')'); /* the command name may hold anything */
+	return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
+/* Wait until the holder of @addr lets go (or a short while when it cannot be
+ * reached); false when the holder is stopped and the caller should go on
+ * without the lock. */
+static bool wait_for_holder(const struct sockaddr_un *addr, socklen_t len, const char *cgroup_dir,
 			    uint64_t started_ns)
 {
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	struct pollfd p = { fd, POLLIN, 0 };
 	struct ucred peer = { 0 };
 	socklen_t peer_len = sizeof(peer);
+	uint64_t last_log = mc_now_ns(), stopped_since = 0, now;
 
 	/* Refused or full backlog: the holder is binding or releasing right now. */
 	if (fd < 0 || connect(fd, (const struct sockaddr *)addr, len) != 0) {
 		if (fd >= 0)
 			close(fd);
 		sleep_ms(2);
-		return;
+		return true;
 	}
 	getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len);
 	/* The holder never accepts nor writes: the connection ends when it closes. */
-	while (poll(&p, 1, WAIT_LOG_MS) == 0)
-		mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
-		       "Shared segment create has waited %llu s for pid %d, which is committing a segment in "
-		       "the same memory cgroup (%s)",
-		       (unsigned long long)((mc_now_ns() - started_ns) / 1000000000u), (int)peer.pid,
-		       cgroup_dir);
+	while (poll(&p, 1, WAIT_CHECK_MS) == 0) {
+		now = mc_now_ns();
+		if (!process_stopped(peer.pid))
+			stopped_since = 0;
+		else if (!stopped_since)
+			stopped_since = now;
+		else if (now - stopped_since >= STOPPED_GRACE_MS * UINT64_C(1000000)) {
+			mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
+			       "Shared segment create goes on without the commit lock of its memory cgroup (%s): "
+			       "pid %d, which holds it, is stopped (resume it with kill -CONT %d); the room is "
+			       "still checked before each chunk",
+			       cgroup_dir, (int)peer.pid, (int)peer.pid);
+			close(fd);
+			return false;
+		}
+		if (now - last_log >= WAIT_LOG_MS * UINT64_C(1000000)) {
+			last_log = now;
+			mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
+			       "Shared segment create has waited %llu s for pid %d, which is committing a "
+			       "segment in the same memory cgroup (%s)",
+			       (unsigned long long)((now - started_ns) / 1000000000u), (int)peer.pid,
+			       cgroup_dir);
+		}
+	}
 	close(fd);
+	return true;
 }
 
 bool mc_commit_lock_acquire(const char *cgroup_dir, struct mc_commit_lock *lock)
@@ -112,7 +159,8 @@ bool mc_commit_lock_acquire(const char *cgroup_dir, struct mc_commit_lock *lock)
 			return true;
 		if (err != EADDRINUSE)
 			return false; /* no lock to be had (seccomp, no AF_UNIX): the per-chunk re-check remains */
-		wait_for_holder(&addr, len, cgroup_dir, started);
+		if (!wait_for_holder(&addr, len, cgroup_dir, started))
+			return false;
 	}
 }
 

@@ -262,7 +262,7 @@ struct mc_commit_lock {
 	}
 
 /* Block until this process holds the commit lock of @cgroup_dir; false when
- * no lock can be had (the caller goes on without). */
+ * no lock can be had or its holder is stopped (the caller goes on without). */
 bool mc_commit_lock_acquire(const char *cgroup_dir, struct mc_commit_lock *lock);
 /* Let go of @lock (NONE is fine). */
 void mc_commit_lock_release(struct mc_commit_lock *lock);

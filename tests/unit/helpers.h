@@ -83,6 +83,7 @@ Suite *suite_room(void);
 Suite *suite_placement(void);
 Suite *suite_hardening(void);
 Suite *suite_fork(void);
+Suite *suite_commit_lock(void);
 Suite *suite_limits(void);
 
 #endif

@@ -20,6 +20,7 @@ int main(void)
 	srunner_add_suite(runner, suite_placement());
 	srunner_add_suite(runner, suite_hardening());
 	srunner_add_suite(runner, suite_fork());
+	srunner_add_suite(runner, suite_commit_lock());
 	srunner_add_suite(runner, suite_limits());
 	srunner_add_suite(runner, suite_room());
 	srunner_run_all(runner, CK_ENV);

@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The commit lock of a memory cgroup (commit-lock.c): who waits, and when a waiter goes on without it. */
+#include "config.h"
+
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "internal.h"
+
+static char logged[1024];
+
+static void keep_warning(int priority, const char *message, void *userdata)
+{
+	(void)userdata;
+	if (priority == MOONCAKE_SEGMENT_LOG_WARNING)
+		snprintf(logged, sizeof(logged), "%s", message);
+}
+
+/* A child that takes the lock of @root, says so on @ready and then does @then. */
+static pid_t fork_holder(const char *root, void (*then)(void))
+{
+	struct mc_commit_lock held = MC_COMMIT_LOCK_NONE;
+	int ready[2];
+	char byte = 0;
+	pid_t child;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		/* Never outlive the test, stopped or not (a timed-out case is killed). */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(ready[0]);
+		if (!mc_commit_lock_acquire(root, &held))
+			_exit(1);
+		if (write(ready[1], &byte, 1) != 1)
+			_exit(1);
+		then();
+		_exit(0);
+	}
+	close(ready[1]);
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	close(ready[0]);
+	return child;
+}
+
+static void stop_self(void)
+{
+	raise(SIGSTOP);
+}
+
+static void hold_a_moment(void)
+{
+	usleep(300 * 1000);
+}
+
+START_TEST(test_a_stopped_holder_does_not_block_other_creates)
+{
+	struct mc_commit_lock lock = MC_COMMIT_LOCK_NONE;
+	char root[256];
+	int status;
+	uint64_t t0;
+	pid_t holder;
+
+	fixture_tree_create(root, sizeof(root)); /* a directory to key the lock by */
+	holder = fork_holder(root, stop_self);
+	ck_assert_int_eq(waitpid(holder, &status, WUNTRACED), holder);
+	ck_assert(WIFSTOPPED(status));
+	mooncake_segment_set_log_fn(keep_warning, MOONCAKE_SEGMENT_LOG_WARNING, NULL);
+	logged[0] = '\0';
+	t0 = mc_now_ns();
+	/* Without the check this waits for ever: the case's timeout fails it. */
+	ck_assert(!mc_commit_lock_acquire(root, &lock));
+	ck_assert_int_eq(lock.fd, -1);
+	ck_assert_msg(mc_now_ns() - t0 < UINT64_C(10000000000), "waited %llu ms",
+		      (unsigned long long)((mc_now_ns() - t0) / 1000000));
+	ck_assert_msg(strstr(logged, "is stopped (resume it with kill -CONT") != NULL, "logged: '%s'",
+		      logged);
+	mooncake_segment_set_log_fn(NULL, 0, NULL);
+	kill(holder, SIGKILL);
+	ck_assert_int_eq(waitpid(holder, &status, 0), holder);
+	/* The holder's end freed the lock: it is had again. */
+	ck_assert(mc_commit_lock_acquire(root, &lock));
+	mc_commit_lock_release(&lock);
+	fixture_tree_remove(root);
+}
+END_TEST
+
+START_TEST(test_a_running_holder_is_waited_for)
+{
+	struct mc_commit_lock lock = MC_COMMIT_LOCK_NONE;
+	char root[256];
+	int status;
+	uint64_t t0;
+	pid_t holder;
+
+	fixture_tree_create(root, sizeof(root));
+	t0 = mc_now_ns();
+	holder = fork_holder(root, hold_a_moment);
+	/* Got only once the holder let go, by exiting. */
+	ck_assert(mc_commit_lock_acquire(root, &lock));
+	ck_assert_msg(mc_now_ns() - t0 >= UINT64_C(250000000), "had the lock after %llu ms",
+		      (unsigned long long)((mc_now_ns() - t0) / 1000000));
+	ck_assert_int_eq(waitpid(holder, &status, 0), holder);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	mc_commit_lock_release(&lock);
+	fixture_tree_remove(root);
+}
+END_TEST
+
+Suite *suite_commit_lock(void)
+{
+	Suite *s = suite_create("commit-lock");
+	TCase *tc = tcase_create("holders");
+
+	tcase_add_test(tc, test_a_stopped_holder_does_not_block_other_creates);
+	tcase_add_test(tc, test_a_running_holder_is_waited_for);
+	tcase_set_timeout(tc, 30);
+	suite_add_tcase(s, tc);
+	return s;
+}
