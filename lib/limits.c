@@ -14,7 +14,8 @@
  * HugeTLB pages are not, and come from their own pool, which mmap checks.
  *
  * mooncake_segment_room() (room.c) reports the same figures as a number: both
- * read them through mc_self_cgroup_room() and mc_host_memory_room().
+ * read them through mc_self_cgroup_room() and mc_host_memory_room(); the
+ * CLI's doctor reads the first too (private.h).
  *
  * Process resource limits, too: RLIMIT_FSIZE (ulimit -f), which the kernel
  * enforces on the memfd with SIGXFSZ, is checked before the file is sized;
@@ -28,7 +29,7 @@
 
 #include "internal.h"
 
-bool mc_self_cgroup_room(struct mc_memory_room *room)
+MC_PRIVATE bool mc_self_cgroup_room(struct mc_memory_room *room)
 {
 	char proc_cgroup[1024], cgroup_root[1024];
 

@@ -248,7 +248,7 @@ static bool fake_runtime_loaded(void)
 
 /* Create rank @rank of @world (owner 0) with @numa_node and device 1 on a
  * fixture host whose online nodes are @online and whose device 1
- * (0000:3c:00.0 in the fake) sits on node 1, in a fresh child process (the
+ * (0000:3C:00.0 in the fake, spelled 0000:3c:00.0 in sysfs) sits on node 1, in a fresh child process (the
  * runtimes load once per process): LOADED or NOT_LOADED. */
 static int create_on_fixture(const char *online, int numa_node, uint32_t world, uint32_t rank)
 {
