@@ -66,12 +66,6 @@ static const struct fake_runtime fake_ascend = {
 	.check_registered = check_ascend_registered,
 };
 
-START_TEST(test_registration_on_the_current_device)
-{
-	scenario_each_rank_registers_its_own_mapping(&fake_ascend);
-}
-END_TEST
-
 START_TEST(test_another_current_device_is_refused_as_upstream)
 {
 	struct mooncake_segment_options opt = host_register_options(1, 0, 1);
@@ -87,12 +81,6 @@ START_TEST(test_another_current_device_is_refused_as_upstream)
 }
 END_TEST
 
-START_TEST(test_chunks_roll_back_on_failure)
-{
-	scenario_chunks_roll_back_on_failure(&fake_ascend);
-}
-END_TEST
-
 int main(void)
 {
 	Suite *s = suite_create("ascend");
@@ -101,9 +89,8 @@ int main(void)
 	int failed;
 
 	tcase_add_test(tc, test_runtime_without_devices_means_not_supported);
-	tcase_add_test(tc, test_registration_on_the_current_device);
 	tcase_add_test(tc, test_another_current_device_is_refused_as_upstream);
-	tcase_add_test(tc, test_chunks_roll_back_on_failure);
+	tcase_add_registration_scenarios(tc, &fake_ascend);
 	suite_add_tcase(s, tc);
 	runner = srunner_create(s);
 	srunner_set_fork_status(runner, CK_FORK); /* each test loads the runtime afresh */

@@ -116,18 +116,6 @@ static const struct fake_runtime fake_cuda = {
 	.check_rolled_back = check_cuda_rolled_back,
 };
 
-START_TEST(test_each_rank_registers_its_own_mapping_on_its_own_device)
-{
-	scenario_each_rank_registers_its_own_mapping(&fake_cuda);
-}
-END_TEST
-
-START_TEST(test_chunks_roll_back_on_failure)
-{
-	scenario_chunks_roll_back_on_failure(&fake_cuda);
-}
-END_TEST
-
 START_TEST(test_chunks_cover_the_segment_and_are_page_multiples)
 {
 	struct mooncake_segment_options opt = host_register_options(1, 0, 0);
@@ -304,8 +292,7 @@ int main(void)
 
 	tcase_add_test(tc, test_no_driver_means_not_supported);
 	tcase_add_test(tc, test_driver_without_devices_means_not_supported);
-	tcase_add_test(tc, test_each_rank_registers_its_own_mapping_on_its_own_device);
-	tcase_add_test(tc, test_chunks_roll_back_on_failure);
+	tcase_add_registration_scenarios(tc, &fake_cuda);
 	tcase_add_test(tc, test_chunks_cover_the_segment_and_are_page_multiples);
 	tcase_add_test(tc, test_no_registration_without_host_register);
 	tcase_add_test(tc, test_device_must_exist);

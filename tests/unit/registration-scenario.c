@@ -15,7 +15,10 @@
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
 #define SIZE (UINT64_C(8) << 20)
 
-void scenario_each_rank_registers_its_own_mapping(const struct fake_runtime *rt)
+/* The runtime of this run: Check runs each test in a forked child, which inherits it. */
+static const struct fake_runtime *rt;
+
+START_TEST(test_each_rank_registers_its_own_mapping)
 {
 	struct mooncake_segment_options o = host_register_options(2, 0, rt->owner_device),
 					p = host_register_options(2, 1, rt->peer_device);
@@ -52,8 +55,9 @@ void scenario_each_rank_registers_its_own_mapping(const struct fake_runtime *rt)
 		rt->check_released(log);
 	ck_assert_int_eq(count_mappings(), maps);
 }
+END_TEST
 
-void scenario_chunks_roll_back_on_failure(const struct fake_runtime *rt)
+START_TEST(test_chunks_roll_back_on_failure)
 {
 	struct mooncake_segment_options opt = host_register_options(1, 0, rt->owner_device);
 	struct mooncake_segment *seg = NULL;
@@ -85,4 +89,12 @@ void scenario_chunks_roll_back_on_failure(const struct fake_runtime *rt)
 		rt->check_rolled_back(log);
 	ck_assert_int_eq(count_fds(), fds);
 	ck_assert_int_eq(count_mappings(), maps);
+}
+END_TEST
+
+void tcase_add_registration_scenarios(TCase *tc, const struct fake_runtime *runtime)
+{
+	rt = runtime;
+	tcase_add_test(tc, test_each_rank_registers_its_own_mapping);
+	tcase_add_test(tc, test_chunks_roll_back_on_failure);
 }

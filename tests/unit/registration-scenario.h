@@ -8,6 +8,7 @@
 #ifndef MOONCAKE_SEGMENT_TEST_REGISTRATION_SCENARIO_H
 #define MOONCAKE_SEGMENT_TEST_REGISTRATION_SCENARIO_H
 
+#include <check.h>
 #include <stddef.h>
 
 #include <mooncake/segment.h>
@@ -32,12 +33,12 @@ struct fake_runtime {
 	void (*check_rolled_back)(const char *log);
 };
 
-/* An owner and a peer each register their own mapping (the owner at create,
- * the peer at complete), report the runtime, and unregister at destroy
- * before unmapping: nothing left mapped, no misuse logged. */
-void scenario_each_rank_registers_its_own_mapping(const struct fake_runtime *rt);
-/* The third of four chunks fails: the error names it and the runtime, the
- * two before it are unregistered after the failure, nothing leaks. */
-void scenario_chunks_roll_back_on_failure(const struct fake_runtime *rt);
+/* Add the scenarios to @tc, run against @rt (which must outlive the run):
+ * - an owner and a peer each register their own mapping (the owner at
+ *   create, the peer at complete), report the runtime, and unregister at
+ *   destroy before unmapping: nothing left mapped, no misuse logged;
+ * - the third of four chunks fails: the error names it and the runtime, the
+ *   two before it are unregistered after the failure, nothing leaks. */
+void tcase_add_registration_scenarios(TCase *tc, const struct fake_runtime *rt);
 
 #endif
