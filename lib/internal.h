@@ -170,6 +170,8 @@ void mc_placement_query(void *addr, uint64_t len, uint64_t page_size, int *major
 /* --- memory room (limits.c) ----------------------------------------------- */
 
 struct mc_commit_lock;
+/* VmSize of this process in bytes (what RLIMIT_AS counts), 0 when unknown. */
+uint64_t mc_address_space_in_use(void);
 /* MemAvailable + SwapFree in bytes (each also returned), UINT64_MAX when MemAvailable is unknown. */
 uint64_t mc_host_memory_room(uint64_t *available, uint64_t *swap);
 /* -ENOMEM with the numbers when the owner's segment cannot fit.  On success
