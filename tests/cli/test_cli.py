@@ -113,9 +113,7 @@ def test_bench_interleaves_the_memset_limit_and_reports_the_spread():
         assert r["seconds"] == pytest.approx(min(runs), abs=2e-9)
         assert r["worst"] == pytest.approx(max(runs), abs=2e-9)
         assert min(runs) - 2e-9 <= r["median"] <= max(runs) + 2e-9
-        assert r["spread_percent"] == pytest.approx(
-            (max(runs) - min(runs)) / min(runs) * 100, rel=1e-3, abs=0.2
-        )
+        assert r["spread_percent"] == pytest.approx((max(runs) - min(runs)) / min(runs) * 100, rel=1e-3, abs=0.2)
     # Round k's memset and ours: the memset runs both before and after ours
     # across the rounds, never at one fixed moment of the run.
     memset_starts = [x["start"] for x in results["memset"]["runs"]]
@@ -133,9 +131,7 @@ def test_bench_text_shows_the_spread_of_each_method():
     assert result.returncode == 0, result.stderr
     assert "2 interleaved rounds" in result.stdout, result.stdout
     for method in ("memset", "ours"):
-        assert re.search(
-            rf"^{method} +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +\d+% +2$", result.stdout, re.M
-        ), result.stdout
+        assert re.search(rf"^{method} +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +\d+% +2$", result.stdout, re.M), result.stdout
 
 
 def fixture_host(root, files):
@@ -190,9 +186,7 @@ def test_doctor_names_each_gpu_and_its_numa_node_through_the_library(tmp_path):
     none = doctor_findings(dict(env, FAKE_CUDA_DEVICES="0"))["CUDA driver"]
     assert none["status"] == "warn" and "no usable device" in none["value"], none
     assert "CUDA_VISIBLE_DEVICES" in none["fix"], none
-    missing = doctor_findings(dict(env, MOONCAKE_SEGMENT_CUDA_LIBRARY=str(tmp_path / "absent.so")))[
-        "CUDA driver"
-    ]
+    missing = doctor_findings(dict(env, MOONCAKE_SEGMENT_CUDA_LIBRARY=str(tmp_path / "absent.so")))["CUDA driver"]
     assert missing["status"] == "ok" and missing["value"].startswith("not loaded: "), missing
 
 
@@ -210,16 +204,9 @@ def test_the_command_links_the_librarys_public_and_private_nodes_only():
         / "lib/libmooncake-segment.sym"
     ).read_text()
     if not library.exists() or not BINARY.exists():
-        pytest.skip(
-            "needs the shared library build (lib/.libs, tools/.libs): configure without --disable-shared"
-        )
+        pytest.skip("needs the shared library build (lib/.libs, tools/.libs): configure without --disable-shared")
     nodes = dict(re.findall(r"(MOONCAKE_SEGMENT_[\w.]+) \{\s*global:([^}]*?)(?:local:|\})", script, re.S))
-    listed = {
-        f"{name.strip()}@@{node}"
-        for node, names in nodes.items()
-        for name in names.split(";")
-        if name.strip()
-    }
+    listed = {f"{name.strip()}@@{node}" for node, names in nodes.items() for name in names.split(";") if name.strip()}
     exported = {s for s in symbols(["--defined-only"], library) if "@@MOONCAKE_SEGMENT_" in s}
     assert exported == listed
     private = {s.split("@")[0] for s in exported if s.endswith("@@MOONCAKE_SEGMENT_PRIVATE")}
