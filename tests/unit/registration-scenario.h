@@ -33,12 +33,12 @@ struct fake_runtime {
 	void (*check_rolled_back)(const char *log);
 };
 
-/* Add the scenarios to @tc, run against @rt (which must outlive the run):
+/* Add the scenarios to @tc, run against @runtime (which must outlive the run):
  * - an owner and a peer each register their own mapping (the owner at
  *   create, the peer at complete), report the runtime, and unregister at
  *   destroy before unmapping: nothing left mapped, no misuse logged;
  * - the third of four chunks fails: the error names it and the runtime, the
  *   two before it are unregistered after the failure, nothing leaks. */
-void tcase_add_registration_scenarios(TCase *tc, const struct fake_runtime *rt);
+void tcase_add_registration_scenarios(TCase *tc, const struct fake_runtime *runtime);
 
 #endif
