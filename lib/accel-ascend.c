@@ -75,10 +75,21 @@ static bool ascend_pci_bus_id(int device, char *buf, size_t size)
 	return false; /* AscendCL names no PCI device: automatic placement keeps the local policy */
 }
 
+static const char *ascend_why_unavailable(bool *loaded)
+{
+	const char *why = "";
+
+	mc_acl_ready(&why);
+	*loaded = mc_acl.aclrtGetDeviceCount !=
+		  NULL; /* the loader clears every entry point when one is missing */
+	return why;
+}
+
 const struct mc_accel_ops mc_accel_ascend = {
 	.name = "ascend",
 	.available = ascend_available,
 	.register_host = ascend_register,
 	.unregister_host = ascend_unregister,
 	.pci_bus_id = ascend_pci_bus_id,
+	.why_unavailable = ascend_why_unavailable,
 };

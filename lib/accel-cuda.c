@@ -203,10 +203,19 @@ static bool cuda_pci_bus_id(int device, char *buf, size_t size)
 	       cuda.cuDeviceGetPCIBusId(buf, (int)size, dev) == CUDA_SUCCESS;
 }
 
+static const char *cuda_why_unavailable(bool *loaded)
+{
+	bool available = cuda_available();
+
+	*loaded = cuda.cuInit != NULL; /* the loader clears every entry point when one is missing */
+	return available ? "" : load_failure;
+}
+
 const struct mc_accel_ops mc_accel_cuda = {
 	.name = "cuda",
 	.available = cuda_available,
 	.register_host = cuda_register,
 	.unregister_host = cuda_unregister,
 	.pci_bus_id = cuda_pci_bus_id,
+	.why_unavailable = cuda_why_unavailable,
 };

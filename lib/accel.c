@@ -2,7 +2,8 @@
 /*
  * Which accelerator runtime, if any, serves this host (accel.h): the table of
  * runtimes this build has, asked in order of preference, for host
- * registration and for where a device sits.  Each is loaded on first use
+ * registration, for where a device sits and, for the CLI's doctor, for a
+ * report of each (private.h).  Each is loaded on first use
  * (runtime-loader.c), never before a caller needs it.
  */
 #include "config.h"
@@ -13,6 +14,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -56,4 +58,29 @@ int mc_accel_device_node(int device, const char *sysfs_root)
 		if (runtimes[i]->pci_bus_id(device, bus, sizeof(bus)))
 			return mc_topology_pci_node(sysfs_root, bus);
 	return -1;
+}
+
+MC_PRIVATE bool mc_accel_report(size_t index, struct mc_runtime_report *report)
+{
+	const struct mc_accel_ops *runtime;
+	char sysfs[1024];
+
+	for (size_t i = 0; i <= index; i++)
+		if (!runtimes[i])
+			return false;
+	runtime = runtimes[index];
+	memset(report, 0, sizeof(*report));
+	report->name = runtime->name;
+	report->available = runtime->available();
+	report->why = runtime->why_unavailable(&report->loaded);
+	mc_host_path(sysfs, sizeof(sysfs), "/sys");
+	for (int d = 0; d < MC_RUNTIME_REPORT_DEVICES; d++) {
+		char *bus = report->device[d].pci_bus_id;
+
+		if (!runtime->pci_bus_id(d, bus, sizeof(report->device[d].pci_bus_id)))
+			break;
+		report->device[d].numa_node = mc_topology_pci_node(sysfs, bus);
+		report->devices++;
+	}
+	return true;
 }

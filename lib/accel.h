@@ -37,8 +37,12 @@ struct mc_accel_ops {
 	int (*register_host)(struct mc_registration *reg);
 	/* Undo a successful register_host. */
 	void (*unregister_host)(struct mc_registration *reg);
-	/* The PCI bus id ("0000:3b:00.0") of @device; false when unknown. */
+	/* The PCI bus id of @device as the runtime spells it ("0000:3B:00.0");
+	 * false when unknown. */
 	bool (*pci_bus_id)(int device, char *buf, size_t size);
+	/* Why available() is false ("" when it is true); *@loaded says whether
+	 * the runtime's library and entry points loaded (for doctor). */
+	const char *(*why_unavailable)(bool *loaded);
 };
 
 #if HAVE_CUDA

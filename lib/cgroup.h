@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The memory cgroup room of a process (cgroup.c), for the library and the CLI. */
+/* The memory cgroup room of a process (cgroup.c); the CLI reads its own
+ * through mc_self_cgroup_room() (private.h). */
 #ifndef MOONCAKE_SEGMENT_CGROUP_H
 #define MOONCAKE_SEGMENT_CGROUP_H
 

@@ -1,59 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mooncake_segment_get_info(): what a segment actually got, read back from
- * the kernel (smaps for residency and huge pages), not from what was asked.
+ * the kernel (smaps.c for residency and huge pages), not from what was asked.
  */
 #include "config.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
 
-struct smaps_totals {
-	uint64_t rss;
-	uint64_t huge;
-};
-
-/* Sum the smaps fields of the VMAs inside [start, end). */
-static void read_smaps(uintptr_t start, uintptr_t end, struct smaps_totals *t)
-{
-	FILE *f = fopen("/proc/self/smaps", "re");
-	char line[256];
-	bool inside = false;
-	unsigned long long kb;
-
-	memset(t, 0, sizeof(*t));
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		uintptr_t lo, hi;
-
-		if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 &&
-		    strchr(line, '-') < strchr(line, ' ')) {
-			inside = lo >= start && hi <= end;
-			continue;
-		}
-		if (!inside)
-			continue;
-		if (sscanf(line, "Rss: %llu kB", &kb) == 1)
-			t->rss += (uint64_t)kb << 10;
-		else if (sscanf(line, "ShmemPmdMapped: %llu kB", &kb) == 1 ||
-			 sscanf(line, "FilePmdMapped: %llu kB", &kb) == 1 ||
-			 sscanf(line, "Shared_Hugetlb: %llu kB", &kb) == 1 ||
-			 sscanf(line, "Private_Hugetlb: %llu kB", &kb) == 1)
-			t->huge += (uint64_t)kb << 10;
-	}
-	fclose(f);
-}
-
 MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 					struct mooncake_segment_info *info, size_t info_size)
 {
 	struct mooncake_segment_info full;
-	struct smaps_totals t = { 0, 0 };
+	struct mc_mapping_usage usage = { 0 };
 
 	mc_clear_error();
 	if (!seg || !info || info_size < sizeof(uint64_t))
@@ -63,9 +25,9 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 	full.alloc_size = seg->alloc_size;
 	full.page_size = seg->page_size;
 	if (seg->mapped)
-		read_smaps((uintptr_t)seg->base, (uintptr_t)seg->base + seg->alloc_size, &t);
-	full.resident_bytes = t.rss;
-	full.huge_bytes = t.huge;
+		mc_mapping_usage(seg->base, seg->alloc_size, &usage);
+	full.resident_bytes = usage.rss;
+	full.huge_bytes = usage.pmd_mapped + usage.hugetlb;
 	full.commit_ns = seg->commit.ns;
 	full.commit_threads = seg->commit.threads;
 	full.flags = seg->info_flags | (seg->is_owner ? MOONCAKE_SEGMENT_INFO_OWNER : 0) |

@@ -18,6 +18,7 @@
 #include "mooncake/segment.h"
 #include "accel.h"
 #include "cgroup.h"
+#include "private.h"
 #include "procfs.h"
 
 /* Only definitions marked MC_EXPORT leave the library (with the version script). */
@@ -55,15 +56,6 @@ void mc_log(int priority, const char *fmt, ...) MC_PRINTF(2, 3);
 void mc_log_defer(bool defer);
 bool mc_log_enabled(int priority);
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-static inline uint64_t mc_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Map an errno from the system onto the documented set of create/complete. */
 int mc_fold_errno(int sys_errno);
 
@@ -88,8 +80,7 @@ unsigned int mc_host_cpus_allowed(void);
 uint64_t mc_hugetlb_default_size(void);
 /* Whether the kernel has a pool of @page_size pages (sysfs hugepages-NkB). */
 bool mc_hugetlb_size_configured(uint64_t page_size);
-/* Pool of @page_size pages: total and free minus reserved; false when unreadable. */
-bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available);
+/* mc_hugetlb_sizes() and mc_hugetlb_pool(), the CLI's too, are in private.h. */
 
 /* --- blob wire format (blob.c) ------------------------------------------ */
 
@@ -156,7 +147,7 @@ struct mc_placement {
 /* "0-3,5" -> bit mask (nodes < 64); false on junk. */
 bool mc_parse_node_list(const char *text, uint64_t *mask);
 bool mc_topology_online_nodes(const char *sysfs_root, uint64_t *mask);
-/* The NUMA node of PCI device @pci_bus_id ("0000:3b:00.0"), -1 when unknown. */
+/* The NUMA node of PCI device @pci_bus_id ("0000:3b:00.0", either case), -1 when unknown. */
 int mc_topology_pci_node(const char *sysfs_root, const char *pci_bus_id);
 /* -EINVAL when @numa_node names a node this host does not have (every rank checks). */
 int mc_placement_check(int numa_node, const char *sysfs_root);
@@ -179,8 +170,8 @@ void mc_placement_query(void *addr, uint64_t len, uint64_t page_size, int *major
 /* --- memory room (limits.c) ----------------------------------------------- */
 
 struct mc_commit_lock;
-/* This process's memory cgroup room, read under the host root; false when no limit applies. */
-bool mc_self_cgroup_room(struct mc_memory_room *room);
+/* VmSize of this process in bytes (what RLIMIT_AS counts), 0 when unknown. */
+uint64_t mc_address_space_in_use(void);
 /* MemAvailable + SwapFree in bytes (each also returned), UINT64_MAX when MemAvailable is unknown. */
 uint64_t mc_host_memory_room(uint64_t *available, uint64_t *swap);
 /* -ENOMEM with the numbers when the owner's segment cannot fit.  On success

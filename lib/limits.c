@@ -14,7 +14,8 @@
  * HugeTLB pages are not, and come from their own pool, which mmap checks.
  *
  * mooncake_segment_room() (room.c) reports the same figures as a number: both
- * read them through mc_self_cgroup_room() and mc_host_memory_room().
+ * read them through mc_self_cgroup_room() and mc_host_memory_room(); the
+ * CLI's doctor reads the first too (private.h).
  *
  * Process resource limits, too: RLIMIT_FSIZE (ulimit -f), which the kernel
  * enforces on the memfd with SIGXFSZ, is checked before the file is sized;
@@ -28,7 +29,7 @@
 
 #include "internal.h"
 
-bool mc_self_cgroup_room(struct mc_memory_room *room)
+MC_PRIVATE bool mc_self_cgroup_room(struct mc_memory_room *room)
 {
 	char proc_cgroup[1024], cgroup_root[1024];
 
@@ -139,8 +140,7 @@ int mc_check_file_size_limit(const struct mooncake_segment *seg)
 		seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)r.rlim_cur);
 }
 
-/* VmSize of this process in bytes, 0 when unknown. */
-static uint64_t address_space_in_use(void)
+uint64_t mc_address_space_in_use(void)
 {
 	FILE *f = fopen("/proc/self/status", "re");
 	char line[128];
@@ -166,7 +166,7 @@ int mc_address_space_error(const struct mooncake_segment *seg, int sys_errno)
 			"raise it before starting the ranks (ulimit -v unlimited; systemd: LimitAS=infinity; "
 			"a batch scheduler's virtual memory limit) or create a smaller segment",
 			seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)r.rlim_cur,
-			(unsigned long long)address_space_in_use());
+			(unsigned long long)mc_address_space_in_use());
 	return mc_error_sys(ENOMEM, sys_errno,
 			    "Shared segment '%s' cannot reserve %llu bytes of address space", seg->label,
 			    (unsigned long long)seg->alloc_size);

@@ -15,6 +15,7 @@
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <numa.h>
 #include <numaif.h>
@@ -70,8 +71,15 @@ int mc_topology_pci_node(const char *sysfs_root, const char *pci_bus_id)
 {
 	char path[512], line[32], *end;
 	long node;
+	int n = snprintf(path, sizeof(path), "%s/bus/pci/devices/", sysfs_root);
 
-	snprintf(path, sizeof(path), "%s/bus/pci/devices/%s/numa_node", sysfs_root, pci_bus_id);
+	/* The CUDA driver spells the hex digits in capitals ("0000:3B:00.0"), sysfs in small letters. */
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return -1;
+	for (const char *c = pci_bus_id; *c && (size_t)n < sizeof(path) - 1; c++)
+		path[n++] = (char)tolower((unsigned char)*c);
+	path[n] = '\0';
+	snprintf(path + n, sizeof(path) - (size_t)n, "/numa_node");
 	if (!mc_read_line(path, line, sizeof(line)))
 		return -1;
 	node = strtol(line, &end, 10);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Small readers of /proc and /sys files, shared by the library and the CLI
- * (which compiles this file too: it links only the library's public API),
- * and the host root that host facts are read under (see procfs.h).
+ * Small readers of /proc and /sys files and the host root that host facts
+ * are read under (see procfs.h).  The CLI reads host lines and meminfo
+ * through the library (private.h), so that it sees what create() sees.
  */
 #include "config.h"
 
@@ -42,7 +42,7 @@ const char *mc_host_path(char *buf, size_t size, const char *path)
 	return buf;
 }
 
-bool mc_read_host_line(const char *path, char *buf, size_t size)
+MC_PRIVATE bool mc_read_host_line(const char *path, char *buf, size_t size)
 {
 	char full[1024];
 
@@ -79,7 +79,7 @@ bool mc_selected_mode(const char *line, char *mode, size_t size)
 	return true;
 }
 
-uint64_t mc_meminfo_field(const char *name)
+MC_PRIVATE uint64_t mc_meminfo_field(const char *name)
 {
 	char path[1024];
 	FILE *f = fopen(mc_host_path(path, sizeof(path), "/proc/meminfo"), "re");

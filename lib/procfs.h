@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Readers of /proc and /sys files (procfs.c), for the library and the CLI.
+ * Readers of /proc and /sys files (procfs.c).  The two the CLI uses too are
+ * declared in private.h.
  *
  * Host facts (meminfo, THP modes, HugeTLB pools, cgroups, NUMA topology, the
  * boot id) are read under one host root: "" on a real host, a fixture tree
@@ -15,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "private.h" /* mc_read_host_line(), mc_meminfo_field(): the CLI's too */
+
 /* The first line of @path into @buf, newline stripped; false on error. */
 bool mc_read_line(const char *path, char *buf, size_t size);
 /* The host root, "" on a real host. */
@@ -23,11 +26,7 @@ const char *mc_host_root(void);
 void mc_host_root_set(const char *root);
 /* @path (absolute, under /proc or /sys) below the host root, into @buf. */
 const char *mc_host_path(char *buf, size_t size, const char *path);
-/* mc_read_line() of @path below the host root. */
-bool mc_read_host_line(const char *path, char *buf, size_t size);
 /* The word between [ and ] of a sysfs mode line ("always [madvise] never"). */
 bool mc_selected_mode(const char *line, char *mode, size_t size);
-/* A /proc/meminfo field in bytes ("kB" fields) or as a count; 0 when absent. */
-uint64_t mc_meminfo_field(const char *name);
 
 #endif

@@ -176,7 +176,7 @@ static double spread_percent(const struct result *res)
 
 static double seconds_since(uint64_t start)
 {
-	return (double)(monotonic_ns() - start) / 1e9;
+	return (double)(mc_now_ns() - start) / 1e9;
 }
 
 /* Anonymous memory populated like ours; then memset over it (the limit). */
@@ -191,10 +191,10 @@ static void bench_anon(size_t size, unsigned int threads, double *populate, doub
 		return;
 	/* Our default path on a host without shmem THP uses 4 KiB pages: compare like with like. */
 	madvise(p, size, MADV_NOHUGEPAGE);
-	t0 = monotonic_ns();
+	t0 = mc_now_ns();
 	if (parallel(p, size, 4096, threads, WORK_POPULATE) == 0)
 		*populate = seconds_since(t0);
-	t0 = *memset_start = monotonic_ns();
+	t0 = *memset_start = mc_now_ns();
 	parallel(p, size, 4096, threads, WORK_MEMSET);
 	*memset_s = seconds_since(t0);
 	munmap(p, size);
@@ -206,7 +206,7 @@ static void bench_anon(size_t size, unsigned int threads, double *populate, doub
 static double bench_raw_memfd(size_t size, size_t page, unsigned int threads, bool hugetlb)
 {
 	int fd = memfd_create("bench-raw", MFD_CLOEXEC | (hugetlb ? MFD_HUGETLB : 0));
-	uint64_t t0 = monotonic_ns();
+	uint64_t t0 = mc_now_ns();
 	double s = -1;
 	uint8_t *p;
 
@@ -243,7 +243,7 @@ static void bench_ours(size_t size, unsigned int threads, bool hugetlb, double *
 	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
 	struct mooncake_segment_options o = bench_options(0, threads, hugetlb);
 	struct mooncake_segment *owner = NULL, *peer;
-	uint64_t t0 = monotonic_ns();
+	uint64_t t0 = mc_now_ns();
 
 	*create_s = *import_s = *import_populate_s = -1;
 	if (mooncake_segment_create("bench", size, &o, &owner, blobs) != 0) {
@@ -258,7 +258,7 @@ static void bench_ours(size_t size, unsigned int threads, bool hugetlb, double *
 		if (mooncake_segment_create("bench", size, &p, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE) !=
 		    0)
 			break;
-		t0 = monotonic_ns();
+		t0 = mc_now_ns();
 		if (mooncake_segment_complete(peer, blobs, sizeof(blobs)) == 0)
 			*(populate ? import_populate_s : import_s) = seconds_since(t0);
 		mooncake_segment_destroy(peer);
@@ -277,7 +277,7 @@ static void bench_register(struct size_report *r, size_t size, unsigned int thre
 		struct mooncake_segment_info info;
 		struct mooncake_segment *seg;
 		uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
-		uint64_t t0 = monotonic_ns();
+		uint64_t t0 = mc_now_ns();
 
 		opt.world_size = 1;
 		opt.host_register = true;
@@ -301,7 +301,7 @@ static double bench_baseline(size_t size)
 	char path[64];
 	int fd;
 	uint8_t *p;
-	uint64_t t0 = monotonic_ns();
+	uint64_t t0 = mc_now_ns();
 	double s = -1;
 
 	snprintf(path, sizeof(path), "/dev/shm/mooncake-segment-bench-%d", (int)getpid());
@@ -343,7 +343,7 @@ struct size_samples {
 
 static void run_step(enum step step, size_t size, unsigned int threads, struct size_samples *m)
 {
-	uint64_t t0 = monotonic_ns(), memset_start = t0;
+	uint64_t t0 = mc_now_ns(), memset_start = t0;
 	double a, b, c;
 
 	switch (step) {
@@ -616,7 +616,7 @@ int cmd_bench(int argc, char **argv)
 	uint64_t v, available = mc_meminfo_field("MemAvailable");
 	int c;
 
-	bench_start_ns = monotonic_ns();
+	bench_start_ns = mc_now_ns();
 	cfg.threads = cpus > MAX_THREADS ? MAX_THREADS : cpus > 0 ? (unsigned int)cpus : 1;
 	parse_sizes(default_sizes, &cfg);
 	/* And larger where memory allows (a run holds about twice the size). */

@@ -8,7 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "procfs.h"
+/* What the library knows that the tool reports too (not for applications). */
+#include "private.h"
 
 int cmd_demo(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
@@ -22,17 +23,6 @@ bool parse_size(const char *text, uint64_t *bytes);
 bool parse_uint(const char *text, uint64_t min, uint64_t max, uint64_t *value);
 /* "256.0 MiB" into @buf. */
 const char *format_size(uint64_t bytes, char *buf, size_t size);
-
-/* Rss, Pss and HugeTLB of the mapping [@base, @base+@len), every VMA of it
- * (madvise may have split it), from /proc/self/smaps; false when none starts at @base. */
-struct mapping_usage {
-	uint64_t rss;
-	uint64_t pss;
-	uint64_t hugetlb; /* HugeTLB pages mapped: not part of Rss or Pss */
-};
-bool mapping_usage(const void *base, uint64_t len, struct mapping_usage *usage);
-
-uint64_t monotonic_ns(void);
 
 /* Write @s as a JSON string literal (with quotes). */
 void json_string(FILE *out, const char *s);

@@ -84,7 +84,7 @@ static int demo_rank(struct group_rank *self, void *arg)
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], *blobs, *base;
 	struct rank_report mine, all[MAX_RANKS];
-	struct mapping_usage usage;
+	struct mc_mapping_usage usage;
 	uint64_t slice = cfg->size / self->world_size / STRIDE * STRIDE;
 	int err;
 
@@ -133,7 +133,7 @@ static int demo_rank(struct group_rank *self, void *arg)
 	/* Measure only once every rank has touched every page. */
 	if (group_barrier(self) != 0)
 		return lost_group(self);
-	mapping_usage(base, mooncake_segment_alloc_size(seg), &usage);
+	mc_mapping_usage(base, mooncake_segment_alloc_size(seg), &usage);
 	mooncake_segment_get_info(seg, &info, sizeof(info));
 	mine.base = (uint64_t)(uintptr_t)base;
 	mine.rss = usage.rss;

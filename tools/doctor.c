@@ -4,15 +4,17 @@
  * warn or fail, with what was seen and, where there is one, the fix for a
  * bare host, Docker, Kubernetes and systemd.  Every check tries the real
  * thing (a memfd, a child's /proc/PID/fd, a mempolicy call) rather than
- * trusting a version number.  Exit status: 1 when any check fails.
+ * trusting a version number.  What the library itself reads (host files
+ * under the host root, the memory cgroup's room, the HugeTLB pools, the
+ * accelerator runtimes and each device's NUMA node) comes from the library
+ * (private.h), so doctor reports what create() would see.  Exit status: 1
+ * when any check fails.
  */
 #include "config.h"
 
 #include <ctype.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
-#include <glob.h>
 #include <numa.h>
 #include <numaif.h>
 #include <fcntl.h>
@@ -31,7 +33,6 @@
 
 #include <mooncake/segment.h>
 
-#include "cgroup.h"
 #include "cli.h"
 
 #include "linux-compat.h"
@@ -217,12 +218,10 @@ static void check_cgroup(void)
 {
 	uint64_t total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
 	struct mc_memory_room room;
-	char a[32], b[32], c[32], d[32], e[32], proc_cgroup[1024], cgroup_root[1024];
+	char a[32], b[32], c[32], d[32], e[32];
 
-	/* Under the host root, as create's room check reads them. */
-	if (!mc_cgroup_memory_room(mc_host_path(proc_cgroup, sizeof(proc_cgroup), "/proc/self/cgroup"),
-				   mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup"), &room) ||
-	    room.limit >= total) {
+	/* The library's reading, under the host root, as create's room check reads it. */
+	if (!mc_self_cgroup_room(&room) || room.limit >= total) {
 		add("memory cgroup", OK, NULL, "no limit below RAM (%s)", format_size(total, a, sizeof(a)));
 		return;
 	}
@@ -288,34 +287,26 @@ static void check_thp(void)
 	    "enabled %s; shmem_enabled %s; defrag %s", enabled, shmem, defrag);
 }
 
+/* The pools the library reads for hugetlb=true: "free" is free and not reserved. */
 static void check_hugetlb(void)
 {
-	glob_t g;
-	char pools[256] = "", line[32], path[300];
-	size_t used = 0;
-	uint64_t free_total = 0;
+	uint64_t sizes[8], total, available, free_total = 0;
+	size_t count = mc_hugetlb_sizes(sizes, sizeof(sizes) / sizeof(sizes[0])), used = 0;
+	char pools[256] = "";
 
-	if (glob(mc_host_path(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-*kB"), 0, NULL, &g) !=
-	    0) {
+	if (!count) {
 		add("HugeTLB", WARN, "a kernel with CONFIG_HUGETLBFS for hugetlb=True", "no HugeTLB support");
 		return;
 	}
-	for (size_t i = 0; i < g.gl_pathc; i++) {
-		unsigned long long nr = 0, fr = 0;
-
-		snprintf(path, sizeof(path), "%s/nr_hugepages", g.gl_pathv[i]);
-		if (mc_read_line(path, line, sizeof(line)))
-			nr = strtoull(line, NULL, 10);
-		snprintf(path, sizeof(path), "%s/free_hugepages", g.gl_pathv[i]);
-		if (mc_read_line(path, line, sizeof(line)))
-			fr = strtoull(line, NULL, 10);
-		free_total += fr;
-		used += (size_t)snprintf(pools + used, sizeof(pools) - used, "%s%s: %llu pages, %llu free",
-					 i ? "; " : "", strrchr(g.gl_pathv[i], '-') + 1, nr, fr);
-		if (used >= sizeof(pools))
-			break;
+	for (size_t i = 0; i < count && i < sizeof(sizes) / sizeof(sizes[0]) && used < sizeof(pools); i++) {
+		if (!mc_hugetlb_pool(sizes[i], &total, &available))
+			total = available = 0;
+		free_total += available;
+		used += (size_t)snprintf(pools + used, sizeof(pools) - used,
+					 "%s%llukB: %llu pages, %llu free", i ? "; " : "",
+					 (unsigned long long)(sizes[i] >> 10), (unsigned long long)total,
+					 (unsigned long long)available);
 	}
-	globfree(&g);
 	add("HugeTLB", free_total ? OK : WARN,
 	    free_total
 		    ? NULL
@@ -346,81 +337,68 @@ static void check_numa(void)
 	    "%d node(s); mbind %s", numa_num_configured_nodes(), ret == 0 ? "allowed" : strerror(errno));
 }
 
-/* The driver API entry points doctor needs, looked up by hand: the CLI does
- * not include cuda.h, so that it builds the same with or without CUDA. */
-struct cuda_probe {
-	int (*init)(unsigned int);
-	int (*driver_version)(int *);
-	int (*device_count)(int *);
-	int (*device_get)(int *, int);
-	int (*pci_bus_id)(char *, int, int);
-};
+/* The runtime of this build named @name, as the library loads it; false when
+ * this build has none of that name. */
+static bool find_runtime(const char *name, struct mc_runtime_report *report)
+{
+	for (size_t i = 0; mc_accel_report(i, report); i++)
+		if (!strcmp(report->name, name))
+			return true;
+	return false;
+}
 
 static void check_cuda(void)
 {
-	const char *path = getenv("MOONCAKE_SEGMENT_CUDA_LIBRARY");
-	const char *name = path && *path ? path : "libcuda.so.1";
-	void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-	struct cuda_probe cu = { 0 };
-	char devices[256] = "", bus[32], node_path[96], node[16];
-	int version = 0, count = 0;
+	struct mc_runtime_report cuda;
+	char devices[512] = "";
 	size_t used = 0;
 
-	if (!lib) {
-		add("CUDA driver", OK, NULL,
-		    "%s not found: no NVIDIA driver (host_register=True on CUDA unavailable)", name);
+	if (!find_runtime("cuda", &cuda)) {
+		add("CUDA driver", OK, NULL, "not in this build (host_register=True on CUDA unavailable)");
 		return;
 	}
-	*(void **)&cu.init = dlsym(lib, "cuInit");
-	*(void **)&cu.driver_version = dlsym(lib, "cuDriverGetVersion");
-	*(void **)&cu.device_count = dlsym(lib, "cuDeviceGetCount");
-	*(void **)&cu.device_get = dlsym(lib, "cuDeviceGet");
-	*(void **)&cu.pci_bus_id = dlsym(lib, "cuDeviceGetPCIBusId");
-	if (!cu.init || !cu.driver_version || !cu.device_count || !cu.device_get || !cu.pci_bus_id ||
-	    cu.driver_version(&version) != 0 || cu.init(0) != 0 || cu.device_count(&count) != 0) {
+	if (!cuda.loaded) {
+		add("CUDA driver", OK, NULL,
+		    "not loaded: %s (no NVIDIA driver: host_register=True on CUDA unavailable)", cuda.why);
+		return;
+	}
+	if (!cuda.available) {
 		add("CUDA driver", WARN,
-		    "install the NVIDIA driver matching the kernel module (nvidia-smi must work)",
-		    "%s loads but does not initialise", name);
-		dlclose(lib);
+		    "install the NVIDIA driver matching the kernel module (nvidia-smi must work); no GPU visible: "
+		    "CUDA_VISIBLE_DEVICES, the container's --gpus",
+		    "loads but is not usable: %s", cuda.why);
 		return;
 	}
 	/* Each GPU's host NUMA node: where automatic placement puts a segment for it. */
-	for (int i = 0; i < count && used < sizeof(devices) - 40; i++) {
-		int dev;
+	for (int i = 0; i < cuda.devices && used < sizeof(devices); i++) {
+		char node[16] = "?";
 
-		if (cu.device_get(&dev, i) != 0 || cu.pci_bus_id(bus, sizeof(bus), dev) != 0)
-			continue;
-		snprintf(node_path, sizeof(node_path), "/sys/bus/pci/devices/%.40s/numa_node", bus);
-		for (char *c = node_path; *c; c++)
-			*c = (char)tolower((unsigned char)*c);
-		if (!mc_read_host_line(node_path, node, sizeof(node)))
-			snprintf(node, sizeof(node), "?");
+		if (cuda.device[i].numa_node >= 0)
+			snprintf(node, sizeof(node), "%d", cuda.device[i].numa_node);
 		used += (size_t)snprintf(devices + used, sizeof(devices) - used, "%s%d: %s node %s",
-					 i ? ", " : "", i, bus, node);
+					 i ? ", " : "", i, cuda.device[i].pci_bus_id, node);
 	}
-	add("CUDA driver", count ? OK : WARN,
-	    count ? NULL : "no GPU is visible (CUDA_VISIBLE_DEVICES, the container's --gpus)",
-	    "%s, driver API %d.%d, %d device(s)%s%s", name, version / 1000, version % 1000 / 10, count,
-	    count ? ": " : "", devices);
-	/* The driver stays loaded: unloading it after cuInit is not supported. */
+	add("CUDA driver", OK, NULL, "%d device(s): %s", cuda.devices, devices);
 }
 
 static void check_ascend(void)
 {
 	const char *home = getenv("ASCEND_HOME_PATH");
-	const char *path = getenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY");
-	void *lib = dlopen(path && *path ? path : "libascendcl.so", RTLD_NOW | RTLD_LOCAL);
+	struct mc_runtime_report acl;
+	bool built = find_runtime("ascend", &acl);
 	const char *vmm =
 		!HAVE_ASCEND_VMM				  ? "not in this build"
 		: mooncake_segment_supported(false, false, false) ? "available"
-		: lib ? "unavailable (no initialised device, or a runtime without the V2 shareable-handle API)"
-		      : "unavailable";
+		: acl.loaded
+			? "unavailable (no initialised device, or a runtime without the V2 shareable-handle API)"
+			: "unavailable";
 
-	add("Ascend runtime", OK, NULL, "%s%s%s; VMM (mmap=false) %s",
-	    lib ? "libascendcl.so present" : "libascendcl.so not found", home ? "; ASCEND_HOME_PATH=" : "",
-	    home ? home : "", vmm);
-	if (lib)
-		dlclose(lib);
+	add("Ascend runtime", OK, NULL, "%s%s%s%s; VMM (mmap=false) %s",
+	    !built	    ? "not in this build"
+	    : acl.available ? "libascendcl.so loads, with a device"
+	    : acl.loaded    ? "libascendcl.so loads: "
+			    : "libascendcl.so not loaded: ",
+	    built && !acl.available ? acl.why : "", home ? "; ASCEND_HOME_PATH=" : "", home ? home : "", vmm);
 }
 
 /*

@@ -76,7 +76,7 @@ int cmd_info(int argc, char **argv)
 	printf("  host_register            %s\n",
 	       register_ok ? "yes" : "no (no accelerator runtime with a device)");
 	printf("  VMM (mmap=false)         %s\n",
-	       vmm_ok ? "yes" : "no (no Ascend runtime with a device and VMM)");
+	       vmm_ok ? "yes" : "no (no mmap=false backend can serve this host: doctor says why)");
 	printf("pages:\n");
 	printf("  base page                %ld bytes\n", sysconf(_SC_PAGESIZE));
 	printf("  THP PMD size             %s bytes, shmem_enabled: %s\n", pmd, shmem);

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The mooncake-segment command line, run as a user runs it: arguments it must
-refuse, the figures demo and bench print, doctor under a tight open-file limit,
-and info's JSON types."""
+refuse, the figures demo and bench print, doctor under a tight open-file limit
+and on a fixture host (its facts come from the library), info's JSON types, and
+that the command links the library's public and private symbols only."""
 
 import json
 import os
@@ -23,7 +24,7 @@ if not TOOL.exists():
     pytest.skip(f"{TOOL} is not built (run make first)", allow_module_level=True)
 
 
-def run(*args, limit_files=None, timeout=120):
+def run(*args, limit_files=None, timeout=120, env=None):
     def limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit_files, limit_files))
 
@@ -33,6 +34,7 @@ def run(*args, limit_files=None, timeout=120):
         text=True,
         timeout=timeout,
         preexec_fn=limit if limit_files else None,
+        env=env,
     )
 
 
@@ -130,3 +132,89 @@ def test_bench_text_shows_the_spread_of_each_method():
     assert "2 interleaved rounds" in result.stdout, result.stdout
     for method in ("memset", "ours"):
         assert re.search(rf"^{method} +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +\d+% +2$", result.stdout, re.M), result.stdout
+
+
+def fixture_host(root, files):
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+def doctor_findings(env):
+    result = run("doctor", "--json", env=env, timeout=60)
+    return {f["check"]: f for f in json.loads(result.stdout)["findings"]}
+
+
+def test_doctor_reads_the_cgroup_room_and_hugetlb_pools_as_create_does(tmp_path):
+    """The library's readings under a fixture host root: the room create checks, free minus reserved pages."""
+    root = fixture_host(
+        tmp_path,
+        {
+            "proc/meminfo": "MemTotal: 33554432 kB\nMemAvailable: 16777216 kB\nHugepagesize: 2048 kB\n",
+            "proc/self/cgroup": "0::/job\n",
+            "sys/fs/cgroup/job/memory.max": "33554432\n",
+            "sys/fs/cgroup/job/memory.current": "12582912\n",
+            "sys/fs/cgroup/job/memory.stat": "active_file 1048576\ninactive_file 3145728\nfile_dirty 0\n",
+            "sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages": "16\n",
+            "sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages": "9\n",
+            "sys/kernel/mm/hugepages/hugepages-2048kB/resv_hugepages": "4\n",
+            "sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages": "0\n",
+            "sys/kernel/mm/hugepages/hugepages-1048576kB/free_hugepages": "0\n",
+        },
+    )
+    found = doctor_findings(dict(os.environ, MOONCAKE_SEGMENT_HOST_ROOT=str(root)))
+    cgroup = found["memory cgroup"]["value"]
+    # 32 MiB limit - (12 MiB usage - 4 MiB clean cache) = 24 MiB of room.
+    assert "limit 32.0 MiB, usage 12.0 MiB of which 4.0 MiB clean page cache" in cgroup, cgroup
+    assert "room for a segment 24.0 MiB" in cgroup and "job" in cgroup, cgroup
+    pools = found["HugeTLB"]
+    assert pools["value"] == "2048kB: 16 pages, 5 free; 1048576kB: 0 pages, 0 free", pools
+    assert pools["status"] == "ok", pools
+
+
+def test_doctor_names_each_gpu_and_its_numa_node_through_the_library(tmp_path):
+    """The fake driver spells bus ids in capitals, as the real one does; sysfs in small letters."""
+    fake = os.environ.get("FAKE_CUDA_LIBRARY", "")
+    if not fake or not Path(fake).exists():
+        pytest.skip("no fake CUDA driver: this build has no CUDA headers (configure --with-cuda)")
+    root = fixture_host(tmp_path, {"sys/bus/pci/devices/0000:3c:00.0/numa_node": "1\n"})
+    env = dict(os.environ, MOONCAKE_SEGMENT_HOST_ROOT=str(root), MOONCAKE_SEGMENT_CUDA_LIBRARY=fake)
+    cuda = doctor_findings(dict(env, FAKE_CUDA_DEVICES="2"))["CUDA driver"]
+    assert cuda["status"] == "ok", cuda
+    assert cuda["value"] == "2 device(s): 0: 0000:3B:00.0 node ?, 1: 0000:3C:00.0 node 1", cuda
+    none = doctor_findings(dict(env, FAKE_CUDA_DEVICES="0"))["CUDA driver"]
+    assert none["status"] == "warn" and "no usable device" in none["value"], none
+    assert "CUDA_VISIBLE_DEVICES" in none["fix"], none
+    missing = doctor_findings(dict(env, MOONCAKE_SEGMENT_CUDA_LIBRARY=str(tmp_path / "absent.so")))["CUDA driver"]
+    assert missing["status"] == "ok" and missing["value"].startswith("not loaded: "), missing
+
+
+def symbols(args, path):
+    out = subprocess.run(["nm", "-D", *args, str(path)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def test_the_command_links_the_librarys_public_and_private_nodes_only():
+    """No library source is compiled into the command: it reaches the library through its exports,
+    and those are exactly the version script's, the private ones in MOONCAKE_SEGMENT_PRIVATE."""
+    library = BUILDDIR / "lib/.libs/libmooncake-segment.so"
+    script = (
+        Path(os.environ.get("MOONCAKE_SEGMENT_SRCDIR", Path(__file__).resolve().parents[2]))
+        / "lib/libmooncake-segment.sym"
+    ).read_text()
+    if not library.exists() or not BINARY.exists():
+        pytest.skip("needs the shared library build (lib/.libs, tools/.libs): configure without --disable-shared")
+    nodes = dict(re.findall(r"(MOONCAKE_SEGMENT_[\w.]+) \{\s*global:([^}]*?)(?:local:|\})", script, re.S))
+    listed = {f"{name.strip()}@@{node}" for node, names in nodes.items() for name in names.split(";") if name.strip()}
+    exported = {s for s in symbols(["--defined-only"], library) if "@@MOONCAKE_SEGMENT_" in s}
+    assert exported == listed
+    private = {s.split("@")[0] for s in exported if s.endswith("@@MOONCAKE_SEGMENT_PRIVATE")}
+    assert private and not any(s.startswith("mooncake_segment_") for s in private), private
+    used = {s for s in symbols(["--undefined-only"], BINARY) if "@MOONCAKE_SEGMENT_" in s}
+    assert {s.split("@")[0] for s in used} >= {"mc_accel_report", "mc_self_cgroup_room"}, used
+    # Nothing the library exports is defined again in the command (a compiled-in copy).
+    defined = {s.split("@")[0] for s in symbols(["--defined-only"], BINARY)}
+    copies = {s.split("@")[0] for s in exported} & defined
+    assert not copies, copies
+    assert not {s for s in symbols(["--defined-only", "--extern-only"], BINARY) if s.startswith("mc_")}

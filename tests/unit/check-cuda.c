@@ -2,10 +2,11 @@
 /*
  * CUDA host registration against the fake driver (tests/fakes/cuda), which
  * records every call and checks its use: the capability probe with no
- * driver, a driver without devices and with devices; registration of each
- * rank's own mapping on its own device with a retained primary context;
- * chunks and their rollback in reverse; unregistration before unmapping;
- * device checks; NUMA placement next to the device.
+ * driver, a driver without devices and with devices; the registration
+ * scenarios every runtime passes (registration-scenario.c: each rank's own
+ * mapping, chunk rollback) with CUDA's own checks (a retained primary
+ * context per device, flags, unified addressing); chunk sizes; device
+ * checks; NUMA placement next to the device.
  *
  * On a machine with a real GPU, tests/gpu/run.sh runs the same paths for real.
  */
@@ -21,6 +22,7 @@
 
 #include "helpers.h"
 #include "internal.h"
+#include "registration-scenario.h"
 
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
 #define SIZE (UINT64_C(8) << 20)
@@ -68,77 +70,51 @@ START_TEST(test_driver_without_devices_means_not_supported)
 }
 END_TEST
 
-START_TEST(test_each_rank_registers_its_own_mapping_on_its_own_device)
+/* The runtime-independent scenarios (registration-scenario.c) on the fake
+ * driver: each rank on its own device; CUDA's own checks below. */
+static void use_for_scenario(int device, char *log, size_t size)
 {
-	struct mooncake_segment_options o = host_register_options(2, 0, 0),
-					p = host_register_options(2, 1, 1);
-	struct mooncake_segment *owner, *peer;
-	struct mooncake_segment_info info;
-	uint8_t blobs[2 * BLOB];
-	char log[8192];
-	int maps;
-
+	(void)device; /* CUDA takes the device from the options, not from the thread */
 	use_fake_driver("2");
-	ck_assert(mooncake_segment_supported(true, true, false));
-	maps = count_mappings();
-	ck_assert_int_eq(mooncake_segment_create("cuda", SIZE, &o, &owner, blobs), 0);
-	ck_assert_int_eq(mooncake_segment_create("cuda", SIZE, &p, &peer, blobs + BLOB), 0);
-	/* The owner registered at create; the peer has nothing to register yet. */
-	ck_assert_int_eq(count_lines(calls(log, sizeof(log)), "register "), 1);
+	snprintf(log, size, "%s", log_path);
+}
+
+/* A retained primary context per device, the driver's flags, host addresses (UVA). */
+static void check_cuda_registered(struct mooncake_segment *owner, struct mooncake_segment *peer,
+				  const char *log)
+{
 	ck_assert_int_eq(count_lines(log, "retain 0"), 1);
-	ck_assert_uint_eq(mooncake_segment_device_addr(owner), (uintptr_t)mooncake_segment_base(owner));
-	ck_assert_uint_eq(mooncake_segment_device_addr(peer), 0);
-	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
-	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
-	ck_assert_int_eq(count_lines(calls(log, sizeof(log)), "register "), 2);
 	ck_assert_int_eq(count_lines(log, "retain 1"), 1);
 	ck_assert_msg(strstr(log, "flags 3"), "PORTABLE|DEVICEMAP expected: %s", log);
+	ck_assert_uint_eq(mooncake_segment_device_addr(owner), (uintptr_t)mooncake_segment_base(owner));
 	ck_assert_uint_eq(mooncake_segment_device_addr(peer), (uintptr_t)mooncake_segment_base(peer));
-	ck_assert_int_eq(mooncake_segment_get_info(peer, &info, sizeof(info)), 0);
-	ck_assert(info.flags & MOONCAKE_SEGMENT_INFO_REGISTERED);
-	ck_assert_str_eq(info.accelerator, "cuda");
-	mooncake_segment_destroy(peer);
-	mooncake_segment_destroy(owner);
-	calls(log, sizeof(log));
-	ck_assert_int_eq(count_lines(log, "unregister "), 2);
+}
+
+static void check_cuda_released(const char *log)
+{
 	ck_assert_int_eq(count_lines(log, "release "), 2);
 	ck_assert_int_eq(count_lines(log, "push"), count_lines(log, "pop"));
-	ck_assert_msg(!strstr(log, "ERROR"), "%s", log);
-	ck_assert_int_eq(count_mappings(), maps);
 }
-END_TEST
 
-START_TEST(test_chunks_roll_back_in_reverse_on_failure)
+static void check_cuda_rolled_back(const char *log)
 {
-	struct mooncake_segment_options opt = host_register_options(1, 0, 0);
-	struct mooncake_segment *seg = NULL;
-	uint8_t blob[BLOB];
-	char log[8192], *unregisters;
-	int fds, maps;
-
-	use_fake_driver("1");
-	setenv("FAKE_CUDA_FAIL_REGISTER_AT", "5", 1);
-	opt.register_chunk_size = MIB;
-	ck_assert(mooncake_segment_supported(true, true, false)); /* loads the driver before counting */
-	fds = count_fds();
-	maps = count_mappings();
-	ck_assert_error(mooncake_segment_create("cuda", SIZE, &opt, &seg, blob), ENOMEM, "chunk 5 of 8");
 	ck_assert_msg(strstr(mooncake_segment_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"), "%s",
 		      mooncake_segment_last_error());
-	calls(log, sizeof(log));
-	ck_assert_int_eq(count_lines(log, "register "), 5);
-	ck_assert_int_eq(count_lines(log, "unregister "), 4);
-	/* Reverse order: every unregister comes after the failure. */
-	unregisters = strstr(log, "unregister ");
-	ck_assert_ptr_nonnull(unregisters);
-	ck_assert_ptr_nonnull(strstr(log, "register 5 failed"));
-	ck_assert(strstr(log, "register 5 failed") < unregisters);
 	ck_assert_int_eq(count_lines(log, "release 0"), 1);
-	ck_assert_msg(!strstr(log, "ERROR"), "%s", log);
-	ck_assert_int_eq(count_fds(), fds);
-	ck_assert_int_eq(count_mappings(), maps);
+	ck_assert_int_eq(count_lines(log, "push"), count_lines(log, "pop"));
 }
-END_TEST
+
+static const struct fake_runtime fake_cuda = {
+	.name = "cuda",
+	.runtime = "CUDA",
+	.fail_register_at = "FAKE_CUDA_FAIL_REGISTER_AT",
+	.owner_device = 0,
+	.peer_device = 1,
+	.use = use_for_scenario,
+	.check_registered = check_cuda_registered,
+	.check_released = check_cuda_released,
+	.check_rolled_back = check_cuda_rolled_back,
+};
 
 START_TEST(test_chunks_cover_the_segment_and_are_page_multiples)
 {
@@ -248,7 +224,7 @@ static bool fake_runtime_loaded(void)
 
 /* Create rank @rank of @world (owner 0) with @numa_node and device 1 on a
  * fixture host whose online nodes are @online and whose device 1
- * (0000:3c:00.0 in the fake) sits on node 1, in a fresh child process (the
+ * (0000:3C:00.0 in the fake, spelled 0000:3c:00.0 in sysfs) sits on node 1, in a fresh child process (the
  * runtimes load once per process): LOADED or NOT_LOADED. */
 static int create_on_fixture(const char *online, int numa_node, uint32_t world, uint32_t rank)
 {
@@ -316,8 +292,7 @@ int main(void)
 
 	tcase_add_test(tc, test_no_driver_means_not_supported);
 	tcase_add_test(tc, test_driver_without_devices_means_not_supported);
-	tcase_add_test(tc, test_each_rank_registers_its_own_mapping_on_its_own_device);
-	tcase_add_test(tc, test_chunks_roll_back_in_reverse_on_failure);
+	tcase_add_registration_scenarios(tc, &fake_cuda);
 	tcase_add_test(tc, test_chunks_cover_the_segment_and_are_page_multiples);
 	tcase_add_test(tc, test_no_registration_without_host_register);
 	tcase_add_test(tc, test_device_must_exist);

@@ -20,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"
@@ -53,7 +52,7 @@ static int hugetlb_rank(struct group_rank *self, void *arg)
 	struct mooncake_segment *seg;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], blobs[3 * MOONCAKE_SEGMENT_BLOB_SIZE], *base;
 	struct pool_view mine = { 0, 0, 1 }, all[3];
-	struct mapping_usage usage;
+	struct mc_mapping_usage usage;
 	uint64_t *expected = arg;
 
 	if (mooncake_segment_create("huge", SEGMENT, &opt, &seg, blob) ||
@@ -75,7 +74,7 @@ static int hugetlb_rank(struct group_rank *self, void *arg)
 	if (group_barrier(self))
 		return 1;
 	mine.free_during = free_pages();
-	mapping_usage(base, mooncake_segment_alloc_size(seg), &usage);
+	mc_mapping_usage(base, mooncake_segment_alloc_size(seg), &usage);
 	mine.mapped_hugetlb = usage.hugetlb;
 	if (group_allgather(self, &mine, sizeof(mine), all) || group_barrier(self))
 		return 1;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "internal.h"
 
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
 
@@ -81,26 +82,12 @@ START_TEST(test_file_size_limit_is_a_clean_error_not_sigxfsz)
 }
 END_TEST
 
-static unsigned long long address_space_in_use(void)
-{
-	FILE *f = fopen("/proc/self/status", "re");
-	char line[128];
-	unsigned long long kb = 0;
-
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmSize: %llu kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb << 10;
-}
-
 static int create_under_address_space_limit(void)
 {
 	struct rlimit r;
 
 	getrlimit(RLIMIT_AS, &r);
-	r.rlim_cur = address_space_in_use() + (UINT64_C(256) << 20);
+	r.rlim_cur = mc_address_space_in_use() + (UINT64_C(256) << 20);
 	if (setrlimit(RLIMIT_AS, &r) != 0)
 		return 10;
 	/* The owner and a peer both reserve the segment's size of address space. */

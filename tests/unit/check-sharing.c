@@ -17,7 +17,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"
@@ -321,7 +320,7 @@ static int sharing_rank(struct group_rank *self, void *arg)
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], blobs[8 * MOONCAKE_SEGMENT_BLOB_SIZE], *base;
 	struct mooncake_segment *seg = NULL;
 	uint64_t slice = a->size / self->world_size, pss, all_pss[64];
-	struct mapping_usage usage;
+	struct mc_mapping_usage usage;
 	int fds = count_fds(), maps = count_mappings();
 
 	RANK_CHECK(self->world_size <= 8);
@@ -338,7 +337,7 @@ static int sharing_rank(struct group_rank *self, void *arg)
 		RANK_CHECK(check_pattern(base + r * slice, slice, r + 1));
 	/* Once every rank has touched every page, the group's PSS is one copy. */
 	RANK_CHECK(group_barrier(self) == 0);
-	RANK_CHECK(mapping_usage(base, mooncake_segment_alloc_size(seg), &usage));
+	RANK_CHECK(mc_mapping_usage(base, mooncake_segment_alloc_size(seg), &usage));
 	pss = usage.pss;
 	RANK_CHECK(group_allgather(self, &pss, sizeof(pss), all_pss) == 0);
 	if (self->rank == 0) {
@@ -406,7 +405,7 @@ START_TEST(test_mapping_usage_counts_every_vma_of_a_split_mapping)
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
 	struct mooncake_segment *seg = NULL;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
-	struct mapping_usage usage;
+	struct mc_mapping_usage usage;
 	uint64_t page = mc_host_base_page_size(), len = 64 * page;
 	uint8_t *base;
 
@@ -416,7 +415,7 @@ START_TEST(test_mapping_usage_counts_every_vma_of_a_split_mapping)
 	ck_assert_int_eq(madvise(base + len / 4, len / 4, MADV_NOHUGEPAGE), 0);
 	ck_assert_int_eq(madvise(base + len / 2, len / 2, MADV_HUGEPAGE), 0);
 	ck_assert_int_ge(count_vmas_in(base, len), 3);
-	ck_assert(mapping_usage(base, len, &usage));
+	ck_assert(mc_mapping_usage(base, len, &usage));
 	ck_assert_uint_eq(usage.rss, len);
 	ck_assert_uint_eq(usage.pss, len);
 	mooncake_segment_destroy(seg);

@@ -78,7 +78,8 @@ CUresult CUDAAPI cuDeviceGetPCIBusId(char *bus, int len, CUdevice device)
 {
 	if (device < 0 || device >= devices())
 		return CUDA_ERROR_INVALID_DEVICE;
-	snprintf(bus, (size_t)len, "0000:%02x:00.0", 0x3b + device);
+	/* In capitals, as the real driver spells it (sysfs uses small letters). */
+	snprintf(bus, (size_t)len, "0000:%02X:00.0", 0x3b + device);
 	return CUDA_SUCCESS;
 }
 

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The library's private interface to its own command-line tool: the
+ * MOONCAKE_SEGMENT_PRIVATE node of libmooncake-segment.sym.
+ *
+ * NOT FOR APPLICATIONS.  These symbols may change or go in any release; the
+ * tool is packaged to need the library of exactly its own version.  What an
+ * application needs is in <mooncake/segment.h> (doc/decisions.md says which
+ * fact went where and why).  Each function is defined where its job is and
+ * marked MC_PRIVATE there; the library calls them too, so the tool reports
+ * what create() itself reads.
+ */
+#ifndef MOONCAKE_SEGMENT_PRIVATE_H
+#define MOONCAKE_SEGMENT_PRIVATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "cgroup.h"
+
+/* A definition that leaves the library in the MOONCAKE_SEGMENT_PRIVATE node. */
+#define MC_PRIVATE __attribute__((visibility("default")))
+
+/* --- host facts under the host root (procfs.c, procfs.h) --------------------- */
+
+/* The first line of @path (absolute, under /proc or /sys) below the host
+ * root, newline stripped; false on error. */
+bool mc_read_host_line(const char *path, char *buf, size_t size);
+/* A /proc/meminfo field in bytes ("kB" fields) or as a count; 0 when absent. */
+uint64_t mc_meminfo_field(const char *name);
+
+/* --- memory room (limits.c) -------------------------------------------------- */
+
+/* This process's memory cgroup room, read under the host root as create's
+ * room check reads it; false when no limit applies. */
+bool mc_self_cgroup_room(struct mc_memory_room *room);
+
+/* --- HugeTLB pools (hugetlb.c) ----------------------------------------------- */
+
+/* The page sizes that have a pool on this host, ascending, at most @max of
+ * them into @sizes; returns how many there are. */
+size_t mc_hugetlb_sizes(uint64_t *sizes, size_t max);
+/* The pool of @page_size: its pages and those free and not reserved; false
+ * when it cannot be read. */
+bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available);
+
+/* --- the kernel's account of a mapping (smaps.c) ----------------------------- */
+
+struct mc_mapping_usage {
+	uint64_t rss;
+	uint64_t pss;
+	uint64_t pmd_mapped; /* THP: ShmemPmdMapped + FilePmdMapped */
+	uint64_t hugetlb;    /* HugeTLB pages mapped: not part of Rss or Pss */
+};
+/* Sum /proc/self/smaps over every VMA inside [@base, @base+@len) (madvise may
+ * have split the mapping); false when no VMA starts at @base. */
+bool mc_mapping_usage(const void *base, uint64_t len, struct mc_mapping_usage *usage);
+
+/* --- accelerator runtimes (accel.c) ------------------------------------------ */
+
+#define MC_RUNTIME_REPORT_DEVICES 16
+
+/* One accelerator runtime of this build, as doctor reports it. */
+struct mc_runtime_report {
+	const char *name; /* "cuda", "ascend" */
+	bool loaded;	  /* its library and entry points loaded */
+	bool available;	  /* ... and it reports a device: host registration can use it */
+	const char *why;  /* why it is not available; "" when it is */
+	int devices;	  /* devices listed below: those that name their PCI device */
+	struct {
+		char pci_bus_id[32];
+		int numa_node; /* where automatic placement puts a segment for it; -1 unknown */
+	} device[MC_RUNTIME_REPORT_DEVICES];
+};
+/* Runtime @index of this build, in order of preference; loads it.  False
+ * past the last one. */
+bool mc_accel_report(size_t index, struct mc_runtime_report *report);
+
+/* --- clock (inline: no symbol) ----------------------------------------------- */
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+static inline uint64_t mc_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#endif
