@@ -67,6 +67,8 @@ int mc_fold_errno(int sys_errno);
 bool mc_host_boot_id(uint8_t id[MC_BOOT_ID_SIZE]);
 /* Inode of this process's PID namespace, 0 when unknown. */
 uint64_t mc_host_pid_namespace(void);
+/* Inode of this process's network namespace (/proc/self/ns/net), 0 if unknown. */
+uint64_t mc_host_net_namespace(void);
 uint64_t mc_host_base_page_size(void);
 /* THP PMD size from sysfs, 2 MiB when unreadable. */
 uint64_t mc_host_thp_pmd_size(void);
@@ -85,7 +87,7 @@ bool mc_hugetlb_size_configured(uint64_t page_size);
 /* --- blob wire format (blob.c) ------------------------------------------ */
 
 #define MC_BLOB_MAGIC	UINT32_C(0x4753434D) /* bytes "MCSG" */
-#define MC_BLOB_VERSION 1
+#define MC_BLOB_VERSION 2
 #define MC_HANDLE_MAX	128
 
 #define MC_BLOB_FLAG_MMAP	   (1u << 0)
@@ -119,6 +121,7 @@ struct mc_blob {
 	uint32_t uid;
 	uint16_t handle_bytes;
 	uint8_t handle[MC_HANDLE_MAX];
+	uint64_t net_namespace;
 };
 
 uint64_t mc_fnv1a_bytes(uint64_t hash, const void *data, size_t len);
@@ -236,6 +239,11 @@ void mc_fd_track_begin(void);
 void mc_fd_track_end(struct mc_tracked_fd *t, int *fd);
 /* Untrack, close *t->fd and set it to -1; a never-tracked @t (zeroed) is fine. */
 void mc_fd_close(struct mc_tracked_fd *t);
+/* Between begin and end: let fork() in while this thread waits on another
+ * process (a descriptor created meanwhile is not tracked), then take the
+ * registry back before creating the one to track. */
+void mc_fd_track_pause(void);
+void mc_fd_track_resume(void);
 
 /* --- one create at a time per memory cgroup (commit-lock.c) -------------------- */
 
@@ -262,18 +270,44 @@ void mc_commit_lock_release(struct mc_commit_lock *lock);
 
 struct mc_owner_ref;
 
-/* One descriptor of the owner's: where it is and which file it must be. */
+/* One descriptor of the owner's: where it is, which file it must be, and
+ * where the owner serves it over a Unix socket (fd-server.c). */
+#define MC_PEER_FD_TOKEN_SIZE 16
 struct mc_peer_fd {
 	uint32_t pid;
 	uint32_t fd;
 	uint64_t dev;
 	uint64_t ino;
+	uint64_t socket_id; /* the abstract socket "mooncake-segment/<hex>"; 0: not served */
+	uint8_t token[MC_PEER_FD_TOKEN_SIZE]; /* secret a peer presents to the socket */
 };
+/* The bytes of one encoded struct mc_peer_fd (doc/wire-format.md). */
+#define MC_PEER_FD_HANDLE_BYTES 48
 
-/* Open descriptor @h of the process @owner describes (/proc/PID/fd/N,
- * else pidfd_getfd), only if it is still the file the owner published; call
- * it between mc_fd_track_begin() and _end().  The descriptor, or a negative
- * errno with a message naming the first cause that holds and its fix. */
+/* The owner's serving state for one descriptor, opaque. */
+struct mc_fd_offer;
+
+/* Owner: offer descriptor @fd to the peers of one segment.  Fills @h with
+ * everything a peer needs to reach it by any route (pid, fd, dev, ino, and the
+ * socket route's address and token) and starts serving it.  *@offer must be
+ * NULL on entry; 0 or a negative errno with a message. */
+int mc_peer_fd_offer(int fd, struct mc_peer_fd *h, struct mc_fd_offer **offer);
+/* Owner: stop serving and free (finish() and release(); NULL-safe,
+ * idempotent; in a forked child it only frees what it must, joins no thread
+ * it does not own, and closes nothing twice). */
+void mc_peer_fd_withdraw(struct mc_fd_offer **offer);
+/* The handle bytes of @h, one layout for every backend that passes a
+ * descriptor: returns the bytes written into @out (at most @room), 0 if it
+ * does not fit. */
+uint16_t mc_peer_fd_encode(const struct mc_peer_fd *h, uint8_t *out, size_t room);
+/* Decode what mc_peer_fd_encode() wrote at the start of @in; false when @len
+ * is too short or the bytes are not a peer-fd handle.  *@used (may be NULL)
+ * gets the bytes consumed, so a backend can append its own bytes after it. */
+bool mc_peer_fd_decode(const uint8_t *in, size_t len, struct mc_peer_fd *h, size_t *used);
+/* Peer: open descriptor @h of the process @owner describes, by the routes
+ * in order (peer-fd.c), only if it is still the file the owner published;
+ * call it between mc_fd_track_begin() and _end().  The descriptor, or a
+ * negative errno with a message naming the first cause that holds and its fix. */
 int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h);
 /* -ESRCH saying whether the owner process is gone or only its descriptor. */
 int mc_peer_fd_gone(const struct mc_peer_fd *h);
@@ -296,6 +330,7 @@ struct mc_owner_ref {
 	uint32_t pid;		/* in the owner's PID namespace */
 	uint32_t uid;		/* its real uid, as its own user namespace sees it */
 	uint64_t pid_namespace; /* inode of the owner's PID namespace, 0 unknown */
+	uint64_t net_namespace; /* inode of the owner's network namespace, 0 unknown */
 	const uint8_t *handle;	/* what the owner's backend exported */
 	uint16_t handle_bytes;
 };
