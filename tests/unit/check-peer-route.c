@@ -31,7 +31,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"
@@ -378,7 +377,7 @@ static bool forge_token(uint8_t *blobs)
 static int peer_side(struct group_rank *self, const struct route_case *c, struct mooncake_segment *seg,
 		     uint8_t *blobs, const struct mc_blob *owner)
 {
-	struct mapping_usage usage;
+	struct mc_mapping_usage usage;
 	uint64_t slice = SIZE / self->world_size, pss, all[8];
 	uint8_t *base;
 	int ret;
@@ -417,7 +416,7 @@ static int peer_side(struct group_rank *self, const struct route_case *c, struct
 	for (uint32_t r = 0; r < self->world_size; r++)
 		RANK_CHECK(check_pattern(base + r * slice, slice, r + 1));
 	RANK_CHECK(group_barrier(self) == 0);
-	RANK_CHECK(mapping_usage(base, SIZE, &usage));
+	RANK_CHECK(mc_mapping_usage(base, SIZE, &usage));
 	pss = usage.pss;
 	RANK_CHECK(group_allgather(self, &pss, sizeof(pss), all) == 0);
 	mooncake_segment_destroy(seg);
@@ -459,14 +458,14 @@ static int route_rank(struct group_rank *self, void *arg)
 	base = mooncake_segment_base(seg);
 	if (c->expect == 0) {
 		uint64_t slice = SIZE / self->world_size, pss, all[8], total = 0;
-		struct mapping_usage usage;
+		struct mc_mapping_usage usage;
 
 		fill_pattern(base, slice, 1);
 		RANK_CHECK(group_barrier(self) == 0);
 		for (uint32_t r = 0; r < self->world_size; r++)
 			RANK_CHECK(check_pattern(base + r * slice, slice, r + 1));
 		RANK_CHECK(group_barrier(self) == 0);
-		RANK_CHECK(mapping_usage(base, SIZE, &usage));
+		RANK_CHECK(mc_mapping_usage(base, SIZE, &usage));
 		pss = usage.pss;
 		RANK_CHECK(group_allgather(self, &pss, sizeof(pss), all) == 0);
 		/* Every rank touched every page: the group's PSS is one copy, not world_size. */
