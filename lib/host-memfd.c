@@ -26,15 +26,12 @@
 #include "internal.h"
 #include "linux-compat.h"
 
-/* The handle a memfd owner publishes is a struct mc_peer_fd (peer-fd.c):
- * enough to find the file and to prove a peer reached that file and not
- * another one behind a reused pid. */
-#define MEMFD_HANDLE_BYTES 24
-
-/* The owner's own: the memfd it keeps for importers until finish(). */
+/* The owner's own: the memfd it keeps for importers until finish(), and
+ * the offer that serves it to them (peer-fd.c). */
 struct memfd_state {
 	int fd;
 	struct mc_tracked_fd tracking; /* closes fd in a forked child */
+	struct mc_fd_offer *offer;
 };
 
 static struct memfd_state *state_of(const struct mooncake_segment *seg)
@@ -45,41 +42,6 @@ static struct memfd_state *state_of(const struct mooncake_segment *seg)
 int mc_memfd_descriptor(const struct mooncake_segment *seg)
 {
 	return state_of(seg) ? state_of(seg)->fd : -1;
-}
-
-static void put_le(uint8_t *p, uint64_t v, int bytes)
-{
-	for (int i = 0; i < bytes; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int bytes)
-{
-	uint64_t v = 0;
-
-	for (int i = bytes - 1; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
-static uint16_t encode_handle(const struct mc_peer_fd *h, uint8_t *out)
-{
-	put_le(out, h->pid, 4);
-	put_le(out + 4, h->fd, 4);
-	put_le(out + 8, h->dev, 8);
-	put_le(out + 16, h->ino, 8);
-	return MEMFD_HANDLE_BYTES;
-}
-
-static bool decode_handle(const struct mc_owner_ref *b, struct mc_peer_fd *h)
-{
-	if (b->handle_bytes != MEMFD_HANDLE_BYTES)
-		return false;
-	h->pid = (uint32_t)get_le(b->handle, 4);
-	h->fd = (uint32_t)get_le(b->handle + 4, 4);
-	h->dev = get_le(b->handle + 8, 8);
-	h->ino = get_le(b->handle + 16, 8);
-	return h->pid > 0 && h->fd <= INT32_MAX;
 }
 
 static int memfd_granularity(const struct mooncake_segment_options *opt, uint64_t *page_size)
@@ -182,7 +144,6 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 {
 	char name[96];
 	unsigned int flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
-	struct stat st;
 	struct mc_peer_fd handle;
 	struct mc_commit_request req;
 	struct memfd_state *state = calloc(1, sizeof(*state));
@@ -265,11 +226,10 @@ static int memfd_create_owner(struct mooncake_segment *seg)
 		       seg->label);
 	}
 
-	if (fstat(state->fd, &st) != 0)
-		return mc_error_sys(EIO, errno, "Shared segment fstat of its memfd failed");
-	handle = (struct mc_peer_fd){ (uint32_t)getpid(), (uint32_t)state->fd, (uint64_t)st.st_dev,
-				      (uint64_t)st.st_ino };
-	seg->handle_bytes = encode_handle(&handle, seg->handle);
+	err = mc_peer_fd_offer(state->fd, &handle, &state->offer);
+	if (err)
+		return err;
+	seg->handle_bytes = mc_peer_fd_encode(&handle, seg->handle, sizeof(seg->handle));
 	return 0;
 }
 
@@ -312,9 +272,10 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_owner_ref 
 {
 	struct mc_peer_fd h;
 	struct mc_tracked_fd tracking;
+	size_t used = 0;
 	int fd, err;
 
-	if (!decode_handle(owner, &h))
+	if (!mc_peer_fd_decode(owner->handle, owner->handle_bytes, &h, &used) || used != owner->handle_bytes)
 		return mc_error(EPROTO,
 				"Shared segment: the owner exported a handle that is not a memfd handle");
 	/* Opened under the fork registry: a child forked meanwhile never holds it. */
@@ -349,8 +310,11 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_owner_ref 
 
 static void memfd_finish(struct mooncake_segment *seg)
 {
-	if (state_of(seg))
-		mc_fd_close(&state_of(seg)->tracking);
+	if (!state_of(seg))
+		return;
+	/* Stop serving before the descriptor it serves is closed. */
+	mc_peer_fd_withdraw(&state_of(seg)->offer);
+	mc_fd_close(&state_of(seg)->tracking);
 }
 
 static void memfd_release(struct mooncake_segment *seg)

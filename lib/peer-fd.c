@@ -23,6 +23,49 @@
 
 #include "internal.h"
 
+static void put_le(uint8_t *p, uint64_t v, int bytes)
+{
+	for (int i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int bytes)
+{
+	uint64_t v = 0;
+
+	for (int i = bytes - 1; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+uint16_t mc_peer_fd_encode(const struct mc_peer_fd *h, uint8_t *out, size_t room)
+{
+	if (room < MC_PEER_FD_HANDLE_BYTES)
+		return 0;
+	put_le(out, h->pid, 4);
+	put_le(out + 4, h->fd, 4);
+	put_le(out + 8, h->dev, 8);
+	put_le(out + 16, h->ino, 8);
+	put_le(out + 24, h->socket_id, 8);
+	memcpy(out + 32, h->token, MC_PEER_FD_TOKEN_SIZE);
+	return MC_PEER_FD_HANDLE_BYTES;
+}
+
+bool mc_peer_fd_decode(const uint8_t *in, size_t len, struct mc_peer_fd *h, size_t *used)
+{
+	if (len < MC_PEER_FD_HANDLE_BYTES)
+		return false;
+	h->pid = (uint32_t)get_le(in, 4);
+	h->fd = (uint32_t)get_le(in + 4, 4);
+	h->dev = get_le(in + 8, 8);
+	h->ino = get_le(in + 16, 8);
+	h->socket_id = get_le(in + 24, 8);
+	memcpy(h->token, in + 32, MC_PEER_FD_TOKEN_SIZE);
+	if (used)
+		*used = MC_PEER_FD_HANDLE_BYTES;
+	return h->pid > 0 && h->fd <= INT32_MAX;
+}
+
 /* Whether this rank's /proc shows process @pid at all. */
 static bool proc_shows(uint32_t pid)
 {
