@@ -5,7 +5,8 @@
  * memory is a memfd, so that forked ranks really share pages; an address
  * reservation is a PROT_NONE mapping; cuMemMap maps the memfd there with no
  * access, and cuMemSetAccess for the host opens it to the CPU (the real
- * driver's rule: a mapping starts with no access for anyone).  The exported
+ * driver's rule: a mapping starts with no access for anyone) and maps every
+ * page, as the driver maps pinned memory.  The exported
  * POSIX descriptor is a separate open file description of the memfd, marked
  * by its file offset, so an import can tell a duplicate (SCM_RIGHTS,
  * pidfd_getfd) from a reopen through /proc/PID/fd, which the real driver's
@@ -395,8 +396,12 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 				r->device_access |= 1u << desc[i].location.id;
 			note("access device %d %s", desc[i].location.id, prot & PROT_WRITE ? "rw" : "r");
 		} else {
-			/* The CPU's access is the mapping's protection. */
+			/* The CPU's access is the mapping's protection; the driver maps every pinned page. */
 			mprotect((void *)r->addr, r->size, prot);
+#ifdef MADV_POPULATE_READ
+			if (prot)
+				madvise((void *)r->addr, r->size, MADV_POPULATE_READ);
+#endif
 			r->host_access = prot != PROT_NONE;
 			note("access host %s", prot & PROT_WRITE ? "rw" : "r");
 		}
