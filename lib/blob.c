@@ -30,11 +30,12 @@ enum {
 	OFF_HANDLE_BYTES = 80,
 	OFF_RESERVED1 = 82,
 	OFF_HANDLE = 88,
-	OFF_RESERVED2 = OFF_HANDLE + MC_HANDLE_MAX,
+	OFF_NET_NS = OFF_HANDLE + MC_HANDLE_MAX,
+	OFF_RESERVED2 = OFF_NET_NS + 8,
 	OFF_CHECKSUM = MOONCAKE_SEGMENT_BLOB_SIZE - 8,
 };
 
-_Static_assert(OFF_RESERVED2 == 216, "handle area moved");
+_Static_assert(OFF_NET_NS == 216, "handle area moved");
 _Static_assert(OFF_CHECKSUM == 248, "checksum moved");
 
 #define FNV1A_PRIME UINT64_C(1099511628211)
@@ -147,6 +148,7 @@ int mc_blob_encode(const struct mc_blob *b, uint8_t out[MOONCAKE_SEGMENT_BLOB_SI
 	put_u32(out + OFF_UID, b->uid);
 	put_u16(out + OFF_HANDLE_BYTES, b->handle_bytes);
 	memcpy(out + OFF_HANDLE, b->handle, b->handle_bytes);
+	put_u64(out + OFF_NET_NS, b->net_namespace);
 	put_u64(out + OFF_CHECKSUM, checksum(out));
 	return 0;
 }
@@ -176,7 +178,7 @@ int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, 
 	if (b->version != MC_BLOB_VERSION)
 		return MALFORMED(
 			"version mismatch, peers run different builds of mooncake-segment: format version %u, "
-			"this build speaks %u",
+			"this build speaks %u; all ranks must run the same libmooncake-segment",
 			b->version, MC_BLOB_VERSION);
 	if (get_u64(in + OFF_CHECKSUM) != checksum(in))
 		return MALFORMED("checksum mismatch: it was corrupted or truncated in transit");
@@ -194,6 +196,7 @@ int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, 
 	b->pid = get_u32(in + OFF_PID);
 	b->uid = get_u32(in + OFF_UID);
 	b->handle_bytes = get_u16(in + OFF_HANDLE_BYTES);
+	b->net_namespace = get_u64(in + OFF_NET_NS);
 
 	if (b->flags & ~MC_BLOB_FLAGS_KNOWN)
 		return MALFORMED("has unknown flags 0x%x", b->flags & ~MC_BLOB_FLAGS_KNOWN);
@@ -203,7 +206,8 @@ int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, 
 	if (!!(b->flags & MC_BLOB_FLAG_HANDLE) != (b->handle_bytes > 0))
 		return MALFORMED("handle flag and handle length %u disagree", b->handle_bytes);
 	if (!all_zero(in + OFF_RESERVED1, OFF_HANDLE - OFF_RESERVED1) ||
-	    !all_zero(in + OFF_HANDLE + b->handle_bytes, OFF_CHECKSUM - OFF_HANDLE - b->handle_bytes))
+	    !all_zero(in + OFF_HANDLE + b->handle_bytes, OFF_NET_NS - OFF_HANDLE - b->handle_bytes) ||
+	    !all_zero(in + OFF_RESERVED2, OFF_CHECKSUM - OFF_RESERVED2))
 		return MALFORMED("has reserved bytes that are not zero");
 	if (b->world_size == 0 || b->rank_id >= b->world_size || b->owner_rank >= b->world_size)
 		return MALFORMED("rank %u and owner %u do not fit world size %u", b->rank_id, b->owner_rank,

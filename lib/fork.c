@@ -91,3 +91,13 @@ void mc_fd_close(struct mc_tracked_fd *t)
 	t->next = NULL;
 	pthread_mutex_unlock(&registry_lock);
 }
+
+void mc_fd_track_pause(void)
+{
+	pthread_mutex_unlock(&registry_lock);
+}
+
+void mc_fd_track_resume(void)
+{
+	pthread_mutex_lock(&registry_lock);
+}

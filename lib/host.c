@@ -60,6 +60,15 @@ uint64_t mc_host_pid_namespace(void)
 	return (uint64_t)st.st_ino;
 }
 
+uint64_t mc_host_net_namespace(void)
+{
+	struct stat st;
+
+	if (stat("/proc/self/ns/net", &st) != 0)
+		return 0;
+	return (uint64_t)st.st_ino;
+}
+
 uint64_t mc_host_base_page_size(void)
 {
 	long page = sysconf(_SC_PAGESIZE);

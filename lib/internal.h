@@ -75,6 +75,8 @@ int mc_fold_errno(int sys_errno);
 bool mc_host_boot_id(uint8_t id[MC_BOOT_ID_SIZE]);
 /* Inode of this process's PID namespace, 0 when unknown. */
 uint64_t mc_host_pid_namespace(void);
+/* Inode of this process's network namespace (/proc/self/ns/net), 0 if unknown. */
+uint64_t mc_host_net_namespace(void);
 uint64_t mc_host_base_page_size(void);
 /* THP PMD size from sysfs, 2 MiB when unreadable. */
 uint64_t mc_host_thp_pmd_size(void);
@@ -94,7 +96,7 @@ bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available);
 /* --- blob wire format (blob.c) ------------------------------------------ */
 
 #define MC_BLOB_MAGIC	UINT32_C(0x4753434D) /* bytes "MCSG" */
-#define MC_BLOB_VERSION 1
+#define MC_BLOB_VERSION 2
 #define MC_HANDLE_MAX	128
 
 #define MC_BLOB_FLAG_MMAP	   (1u << 0)
@@ -129,6 +131,7 @@ struct mc_blob {
 	uint32_t uid;
 	uint16_t handle_bytes;
 	uint8_t handle[MC_HANDLE_MAX];
+	uint64_t net_namespace;
 };
 
 uint64_t mc_fnv1a_bytes(uint64_t hash, const void *data, size_t len);
@@ -246,6 +249,11 @@ void mc_fd_track_begin(void);
 void mc_fd_track_end(struct mc_tracked_fd *t, int *fd);
 /* Untrack, close *t->fd and set it to -1; a never-tracked @t (zeroed) is fine. */
 void mc_fd_close(struct mc_tracked_fd *t);
+/* Between begin and end: let fork() in while this thread waits on another
+ * process (a descriptor created meanwhile is not tracked), then take the
+ * registry back before creating the one to track. */
+void mc_fd_track_pause(void);
+void mc_fd_track_resume(void);
 
 /* --- one create at a time per memory cgroup (commit-lock.c) -------------------- */
 
@@ -332,6 +340,7 @@ struct mc_owner_ref {
 	uint32_t pid;		/* in the owner's PID namespace */
 	uint32_t uid;		/* its real uid, as its own user namespace sees it */
 	uint64_t pid_namespace; /* inode of the owner's PID namespace, 0 unknown */
+	uint64_t net_namespace; /* inode of the owner's network namespace, 0 unknown */
 	const uint8_t *handle;	/* what the owner's backend exported */
 	uint16_t handle_bytes;
 };

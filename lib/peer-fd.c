@@ -21,6 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "fd-socket.h"
 #include "internal.h"
 
 static void put_le(uint8_t *p, uint64_t v, int bytes)
@@ -213,22 +214,12 @@ static int open_through_pidfd(const struct mc_peer_fd *h, int *getfd_errno)
 	return fd;
 }
 
-int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h)
+/* The /proc route, then pidfd_getfd: both need the owner's PID namespace. */
+static int open_through_proc(const struct mc_owner_ref *owner, const struct mc_peer_fd *h)
 {
-	uint64_t own_ns = mc_host_pid_namespace();
 	char path[64];
 	struct stat st;
 	int fd = -1, open_errno, getfd_errno = 0;
-
-	/* A pid from another PID namespace names another process here, or none. */
-	if (owner->pid_namespace && own_ns && owner->pid_namespace != own_ns)
-		return mc_error(
-			EACCES,
-			"Shared segment: this rank runs in another PID namespace than the owner "
-			"(pid:[%llu] here, pid:[%llu] there), so the owner's pid %u means nothing here; run "
-			"the ranks in one PID namespace (docker run --pid=host or --pid=container:NAME; "
-			"Kubernetes: one pod with shareProcessNamespace: true)",
-			(unsigned long long)own_ns, (unsigned long long)owner->pid_namespace, h->pid);
 
 	snprintf(path, sizeof(path), "/proc/%u/fd/%u", h->pid, h->fd);
 	/* Look before opening: a forged or stale handle must never make this rank
@@ -259,4 +250,141 @@ int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h
 	if (open_errno == ENOENT && proc_shows(h->pid))
 		return mc_peer_fd_gone(h);
 	return access_denied_error(owner, h, path, open_errno, getfd_errno);
+}
+
+#define KEEP_OWNER_ALIVE                                                                                 \
+	"keep the owner alive, and let it call finish() only after every rank has completed (destroy() " \
+	"implies finish())"
+
+/* Why the socket route failed, as "cause; fix" (and the errno that goes with it). */
+static int socket_cause(const struct mc_fd_client_result *r, char *cause, size_t size)
+{
+	switch (r->failure) {
+	case MC_FD_CLIENT_NOT_LISTENING:
+		snprintf(cause, size,
+			 "nothing listens on the owner's socket %s: the owner called finish() or destroy() "
+			 "before this rank completed, or it exited; " KEEP_OWNER_ALIVE,
+			 r->socket_name);
+		return ESRCH;
+	case MC_FD_CLIENT_CLOSED:
+		snprintf(
+			cause, size,
+			"the owner hung up its socket %s without an answer: it called finish() or destroy(), "
+			"or exited, while this rank waited; " KEEP_OWNER_ALIVE,
+			r->socket_name);
+		return ESRCH;
+	case MC_FD_CLIENT_NO_ANSWER:
+		snprintf(
+			cause, size,
+			"the owner did not answer on its socket %s within %d ms (it is stopped or stuck); check "
+			"that the owner process runs, or raise MOONCAKE_SEGMENT_PEER_TIMEOUT_MS if it is only slow",
+			r->socket_name, r->timeout_ms);
+		return ETIMEDOUT;
+	case MC_FD_CLIENT_REFUSED:
+		if (r->status == MC_FD_REPLY_OTHER_USER) {
+			snprintf(
+				cause, size,
+				"the owner runs as uid %u and this rank as uid %u, and the owner's socket serves "
+				"its own user only; run every rank as the same user, or start the owner with "
+				"MOONCAKE_SEGMENT_PEER_UIDS=%u (or =any)",
+				r->owner_uid, (unsigned int)geteuid(), (unsigned int)geteuid());
+			return EACCES;
+		}
+		if (r->status == MC_FD_REPLY_BAD_TOKEN) {
+			snprintf(
+				cause, size,
+				"the owner refused the token this rank presented on its socket %s: the owner's "
+				"blob is not the one its create() produced for this segment (forged, corrupted, or "
+				"from another segment); hand complete() this round's blobs, unmodified",
+				r->socket_name);
+			return EACCES;
+		}
+		snprintf(
+			cause, size,
+			"the owner did not understand this rank's request on its socket %s; all ranks must run "
+			"the same libmooncake-segment",
+			r->socket_name);
+		return EPROTO;
+	case MC_FD_CLIENT_WRONG_FILE:
+		snprintf(
+			cause, size,
+			"the owner's socket %s handed over another file than the one the owner's blob names (a "
+			"forged or corrupted blob); hand complete() this round's blobs, unmodified",
+			r->socket_name);
+		return EPROTO;
+	default:
+		snprintf(cause, size, "%s", r->why);
+		return EIO;
+	}
+}
+
+/* A rank in another PID namespace than the owner: only the socket can reach it. */
+static int other_pid_namespace_error(const struct mc_owner_ref *owner, const struct mc_peer_fd *h,
+				     bool other_net_ns, const struct mc_fd_client_result *r)
+{
+	unsigned long long own_pid_ns = mc_host_pid_namespace(), own_net_ns = mc_host_net_namespace();
+	char cause[512];
+	int err;
+
+	if (other_net_ns)
+		return mc_error(
+			EACCES,
+			"Shared segment: this rank runs in another PID namespace (pid:[%llu] here, "
+			"pid:[%llu] there) and another network namespace (net:[%llu] here, net:[%llu] "
+			"there) than the owner, so neither the owner's pid %u nor its Unix socket can be "
+			"reached from here; share one of them: the PID namespace (docker run --pid=host or "
+			"--pid=container:NAME; Kubernetes: one pod with shareProcessNamespace: true) or the "
+			"network namespace (the containers of one Kubernetes pod share it; docker run "
+			"--network=container:NAME)",
+			own_pid_ns, (unsigned long long)owner->pid_namespace, own_net_ns,
+			(unsigned long long)owner->net_namespace, h->pid);
+	if (!h->socket_id)
+		return mc_error(
+			EACCES,
+			"Shared segment: this rank runs in another PID namespace than the owner "
+			"(pid:[%llu] here, pid:[%llu] there), so the owner's pid %u means nothing here, and "
+			"the owner does not serve its pages over a Unix socket (its log says why); run the "
+			"ranks in one PID namespace (docker run --pid=host or --pid=container:NAME; "
+			"Kubernetes: one pod with shareProcessNamespace: true)",
+			own_pid_ns, (unsigned long long)owner->pid_namespace, h->pid);
+	err = socket_cause(r, cause, sizeof(cause));
+	return mc_error(
+		err,
+		"Shared segment: this rank runs in another PID namespace than the owner (pid:[%llu] here, "
+		"pid:[%llu] there), where only the owner's Unix socket can hand over its pages, and that "
+		"failed: %s",
+		own_pid_ns, (unsigned long long)owner->pid_namespace, cause);
+}
+
+int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h)
+{
+	uint64_t own_pid_ns = mc_host_pid_namespace(), own_net_ns = mc_host_net_namespace();
+	bool other_pid_ns = owner->pid_namespace && own_pid_ns && owner->pid_namespace != own_pid_ns;
+	bool other_net_ns = owner->net_namespace && own_net_ns && owner->net_namespace != own_net_ns;
+	struct mc_fd_client_result r = { .failure = MC_FD_CLIENT_OK, .status = -1 };
+	bool socket_tried = false;
+	char cause[512];
+	int fd, err;
+
+	/* First the socket: the route the owner grants itself (its token, its
+	 * uid check), from any PID namespace of its network namespace, whatever
+	 * ptrace would allow.  An abstract name means nothing in another one. */
+	if (h->socket_id && !other_net_ns) {
+		fd = mc_fd_client_receive(h, &r);
+		if (fd >= 0)
+			return fd;
+		socket_tried = true;
+	}
+	/* A pid from another PID namespace names another process here, or none. */
+	if (other_pid_ns)
+		return other_pid_namespace_error(owner, h, other_net_ns, &r);
+	fd = open_through_proc(owner, h);
+	if (fd >= 0)
+		return fd;
+	/* The owner's own no is the first cause, when the kernel's routes say no as well. */
+	if (socket_tried && r.failure == MC_FD_CLIENT_REFUSED) {
+		err = socket_cause(&r, cause, sizeof(cause));
+		return mc_error(err, "Shared segment: cannot open the owner's pages: %s", cause);
+	}
+	return fd;
 }

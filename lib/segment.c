@@ -180,6 +180,7 @@ static void fill_blob(const struct mooncake_segment *seg, struct mc_blob *b)
 	if (!mc_host_boot_id(b->boot_id))
 		memset(b->boot_id, 0, sizeof(b->boot_id));
 	b->pid_namespace = mc_host_pid_namespace();
+	b->net_namespace = mc_host_net_namespace();
 	b->pid = (uint32_t)getpid();
 	b->uid = (uint32_t)getuid();
 	b->handle_bytes = seg->handle_bytes;
@@ -406,6 +407,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			.pid = owner.pid,
 			.uid = owner.uid,
 			.pid_namespace = owner.pid_namespace,
+			.net_namespace = owner.net_namespace,
 			.handle = owner.handle,
 			.handle_bytes = owner.handle_bytes,
 		};

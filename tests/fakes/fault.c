@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -181,4 +182,15 @@ int open(const char *path, int flags, ...)
 		return -1;
 	}
 	return REAL(open)(path, flags, mode);
+}
+
+int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	int err = should_fail(FAULT_CONNECT, -1);
+
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return REAL(connect)(fd, addr, len);
 }

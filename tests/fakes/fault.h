@@ -17,6 +17,7 @@ enum fault_call {
 	FAULT_MADVISE,
 	FAULT_OPEN,
 	FAULT_MBIND,
+	FAULT_CONNECT,
 	FAULT_CALLS
 };
 

@@ -24,6 +24,7 @@ static struct mc_blob sample(void)
 	for (int i = 0; i < MC_BOOT_ID_SIZE; i++)
 		b.boot_id[i] = (uint8_t)(0xB0 + i);
 	b.pid_namespace = UINT64_C(4026531836);
+	b.net_namespace = UINT64_C(4026531840);
 	b.pid = 4242;
 	b.uid = 1000;
 	b.handle_bytes = MC_HANDLE_MAX;
@@ -68,6 +69,7 @@ START_TEST(test_round_trip_header_and_handle)
 	ck_assert_uint_eq(out.alloc_size, in.alloc_size);
 	ck_assert_mem_eq(out.boot_id, in.boot_id, MC_BOOT_ID_SIZE);
 	ck_assert_uint_eq(out.pid_namespace, in.pid_namespace);
+	ck_assert_uint_eq(out.net_namespace, in.net_namespace);
 	ck_assert_uint_eq(out.pid, 4242);
 	ck_assert_uint_eq(out.uid, 1000);
 	ck_assert_uint_eq(out.handle_bytes, MC_HANDLE_MAX);
@@ -98,7 +100,8 @@ START_TEST(test_layout_is_little_endian_at_documented_offsets)
 	ck_assert_uint_eq(raw[80], MC_HANDLE_MAX);
 	ck_assert_uint_eq(raw[88], 1);
 	ck_assert_uint_eq(raw[88 + MC_HANDLE_MAX - 1], MC_HANDLE_MAX);
-	for (int i = 216; i < 248; i++)
+	ck_assert_uint_eq(le64(raw + 216), UINT64_C(4026531840));
+	for (int i = 224; i < 248; i++)
 		ck_assert_uint_eq(raw[i], 0);
 	ck_assert_uint_eq(le64(raw + 248), mc_fnv1a_bytes(MC_FNV1A_OFFSET, raw, 248));
 }
@@ -212,9 +215,26 @@ START_TEST(test_version_is_checked_before_checksum)
 	uint8_t raw[MOONCAKE_SEGMENT_BLOB_SIZE];
 
 	ck_assert_int_eq(mc_blob_encode(&in, raw), 0);
-	raw[4] = 2;
+	raw[4] = MC_BLOB_VERSION + 1;
 	raw[200] ^= 0xFF;
-	ck_assert_error(mc_blob_decode(raw, 2, &out), EPROTO, "version 2");
+	ck_assert_error(mc_blob_decode(raw, 2, &out), EPROTO, "version 3");
+}
+END_TEST
+
+/* A rank of the previous release (version 1: no network namespace) is told apart from corruption. */
+START_TEST(test_a_version_1_blob_is_refused_naming_both_versions_and_the_fix)
+{
+	struct mc_blob in = sample(), out;
+	uint8_t raw[MOONCAKE_SEGMENT_BLOB_SIZE];
+
+	ck_assert_int_eq(mc_blob_encode(&in, raw), 0);
+	raw[4] = 1;
+	memset(raw + 216, 0, 8); /* version 1 had reserved bytes there */
+	reseal(raw);
+	ck_assert_error(mc_blob_decode(raw, 2, &out), EPROTO, "format version 1, this build speaks 2");
+	ck_assert_msg(
+		strstr(mooncake_segment_last_error(), "all ranks must run the same libmooncake-segment"),
+		"%s", mooncake_segment_last_error());
 }
 END_TEST
 
@@ -243,6 +263,7 @@ Suite *suite_blob(void)
 	tcase_add_test(tc, test_rejects_handles_that_do_not_fit);
 	tcase_add_test(tc, test_rejects_corrupted_blobs);
 	tcase_add_test(tc, test_version_is_checked_before_checksum);
+	tcase_add_test(tc, test_a_version_1_blob_is_refused_naming_both_versions_and_the_fix);
 	tcase_add_test(tc, test_decoder_survives_every_single_byte_flip);
 	suite_add_tcase(s, tc);
 	return s;

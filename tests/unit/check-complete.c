@@ -106,6 +106,22 @@ static void other_pid_namespace(struct mc_blob *b)
 {
 	b->pid_namespace ^= 1;
 }
+static void other_pid_and_network_namespace(struct mc_blob *b)
+{
+	b->pid_namespace ^= 1;
+	b->net_namespace ^= 1;
+}
+/* The owner's blob as if it served no socket (bytes 24..31: the socket id). */
+static void other_pid_namespace_and_no_socket(struct mc_blob *b)
+{
+	b->pid_namespace ^= 1;
+	memset(b->handle + 24, 0, 8);
+}
+static void other_pid_namespace_and_wrong_token(struct mc_blob *b)
+{
+	b->pid_namespace ^= 1;
+	b->handle[32 + 5] ^= 0x10;
+}
 static void other_inode(struct mc_blob *b)
 {
 	b->handle[16] ^= 1;
@@ -191,16 +207,65 @@ START_TEST(test_rejects_mismatching_declarations_of_real_ranks)
 }
 END_TEST
 
-START_TEST(test_other_pid_namespace_is_eacces_naming_the_cause)
+/* The owner's pid means nothing there, but its socket serves this network namespace. */
+START_TEST(test_other_pid_namespace_is_served_by_the_owners_socket)
 {
 	struct trio t;
 
 	trio_create(&t, "kv", TEST_SIZE);
 	forge(&t, 0, other_pid_namespace);
+	for (uint32_t r = 0; r < WORLD; r++)
+		ck_assert_int_eq(mooncake_segment_complete(t.seg[r], t.blobs, sizeof(t.blobs)), 0);
+	((uint8_t *)mooncake_segment_base(t.seg[0]))[9] = 99;
+	ck_assert_uint_eq(((uint8_t *)mooncake_segment_base(t.seg[1]))[9], 99);
+	trio_destroy(&t);
+}
+END_TEST
+
+START_TEST(test_other_pid_and_network_namespace_is_eacces_naming_both_fixes)
+{
+	struct trio t;
+
+	trio_create(&t, "kv", TEST_SIZE);
+	forge(&t, 0, other_pid_and_network_namespace);
 	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, sizeof(t.blobs)), EACCES,
 			"another PID namespace");
+	ck_assert_msg(strstr(mooncake_segment_last_error(), "another network namespace") &&
+			      strstr(mooncake_segment_last_error(), "--pid=host") &&
+			      strstr(mooncake_segment_last_error(), "shareProcessNamespace") &&
+			      strstr(mooncake_segment_last_error(), "--network=container:NAME"),
+		      "%s", mooncake_segment_last_error());
+	trio_destroy(&t);
+}
+END_TEST
+
+START_TEST(test_other_pid_namespace_without_a_socket_names_the_pid_namespace_fix)
+{
+	struct trio t;
+
+	trio_create(&t, "kv", TEST_SIZE);
+	forge(&t, 0, other_pid_namespace_and_no_socket);
+	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, sizeof(t.blobs)), EACCES,
+			"does not serve its pages over a Unix socket");
 	ck_assert_msg(strstr(mooncake_segment_last_error(), "--pid=host"), "%s",
 		      mooncake_segment_last_error());
+	trio_destroy(&t);
+}
+END_TEST
+
+START_TEST(test_wrong_token_from_another_pid_namespace_is_refused)
+{
+	struct trio t;
+	int maps, fds;
+
+	trio_create(&t, "kv", TEST_SIZE);
+	forge(&t, 0, other_pid_namespace_and_wrong_token);
+	maps = count_mappings();
+	fds = count_fds();
+	ck_assert_error(mooncake_segment_complete(t.seg[1], t.blobs, sizeof(t.blobs)), EACCES,
+			"refused the token");
+	ck_assert_int_eq(count_mappings(), maps);
+	ck_assert_int_eq(count_fds(), fds);
 	trio_destroy(&t);
 }
 END_TEST
@@ -269,7 +334,10 @@ Suite *suite_complete(void)
 	tcase_add_test(tc, test_rejects_owner_without_handle);
 	tcase_add_test(tc, test_first_failure_wins_in_rank_order);
 	tcase_add_test(tc, test_rejects_mismatching_declarations_of_real_ranks);
-	tcase_add_test(tc, test_other_pid_namespace_is_eacces_naming_the_cause);
+	tcase_add_test(tc, test_other_pid_namespace_is_served_by_the_owners_socket);
+	tcase_add_test(tc, test_other_pid_and_network_namespace_is_eacces_naming_both_fixes);
+	tcase_add_test(tc, test_other_pid_namespace_without_a_socket_names_the_pid_namespace_fix);
+	tcase_add_test(tc, test_wrong_token_from_another_pid_namespace_is_refused);
 	tcase_add_test(tc, test_handle_of_another_file_is_esrch);
 	tcase_add_test(tc, test_handle_that_is_not_memfd_is_eproto);
 	tcase_add_test(tc, test_failed_complete_can_be_retried);

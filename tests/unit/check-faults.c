@@ -135,9 +135,36 @@ START_TEST(test_import_mmap_failure_leaves_nothing_mapped)
 }
 END_TEST
 
+/* The owner's socket out of reach (as after a failed listen): /proc and pidfd_getfd remain. */
+static void without_the_socket_route(void)
+{
+	fault_inject(FAULT_CONNECT, 1, -1, ECONNREFUSED, -1);
+}
+
 START_TEST(test_import_open_failure_other_than_permission)
 {
+	without_the_socket_route();
 	expect_import_fails(FAULT_OPEN, 1, EMFILE, EMFILE, "open /proc/");
+}
+END_TEST
+
+/* An LSM or seccomp that refuses the connect: the peer goes on to /proc. */
+START_TEST(test_socket_route_refused_falls_back_to_proc)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *owner, *peer;
+
+	ck_assert_int_eq(mooncake_segment_create("connect", TEST_SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("connect", TEST_SIZE, &p, &peer, blobs + sizeof(blob)), 0);
+	fault_inject(FAULT_CONNECT, 1, 1, EACCES, -1);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(fault_hits(FAULT_CONNECT), 1);
+	fault_clear();
+	((uint8_t *)mooncake_segment_base(owner))[100] = 8;
+	ck_assert_uint_eq(((uint8_t *)mooncake_segment_base(peer))[100], 8);
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
 }
 END_TEST
 
@@ -149,6 +176,7 @@ START_TEST(test_proc_route_refused_falls_back_to_pidfd_getfd)
 
 	ck_assert_int_eq(mooncake_segment_create("pidfd", TEST_SIZE, &o, &owner, blobs), 0);
 	ck_assert_int_eq(mooncake_segment_create("pidfd", TEST_SIZE, &p, &peer, blobs + sizeof(blob)), 0);
+	without_the_socket_route();
 	fault_inject(FAULT_OPEN, 1, 1, EACCES, -1);
 	if (!pidfd_getfd_available()) {
 		/* No second route: the error must say so and name the cause. */
@@ -157,7 +185,9 @@ START_TEST(test_proc_route_refused_falls_back_to_pidfd_getfd)
 		ck_assert_msg(strstr(mooncake_segment_last_error(), "Likely cause"), "%s",
 			      mooncake_segment_last_error());
 		fault_clear();
+		without_the_socket_route();
 		ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+		fault_clear();
 	} else {
 		ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
 		ck_assert_int_eq(fault_hits(FAULT_OPEN), 1);
@@ -231,6 +261,7 @@ int main(void)
 	tcase_add_test(peer, test_import_mmap_failure_leaves_nothing_mapped);
 	tcase_add_test(peer, test_import_open_failure_other_than_permission);
 	tcase_add_test(peer, test_proc_route_refused_falls_back_to_pidfd_getfd);
+	tcase_add_test(peer, test_socket_route_refused_falls_back_to_proc);
 	tcase_add_test(peer, test_peer_reserve_failure);
 	suite_add_tcase(s, owner);
 	suite_add_tcase(s, peer);

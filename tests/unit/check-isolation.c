@@ -2,11 +2,13 @@
 /*
  * Other users and isolation, for real (as root, so that the test can become
  * other users and enter namespaces): a rank of another uid cannot map the
- * pages; a rank in another PID namespace gets the error that names the cause;
- * a rank whose /proc hides the owner falls back to pidfd_getfd; a rank facing
- * a non-dumpable owner gets the error that names the fix; a rank of another
- * user behind hidepid is told about the uid, and a rank in another user
- * namespace about the namespace.  The owner is never disturbed.
+ * pages; a rank in another PID namespace, in another user namespace, or
+ * facing a non-dumpable owner is served by the owner's socket.  Without that
+ * socket (the owner's blob stripped of it: the /proc and pidfd_getfd routes
+ * alone) each of them gets the error that names the cause and its fix; a
+ * rank whose /proc hides the owner falls back to pidfd_getfd; a rank of
+ * another user behind hidepid is told about the uid.  The owner is never
+ * disturbed.
  */
 #include "config.h"
 
@@ -49,6 +51,7 @@ struct scenario {
 	int expect;	    /* complete()'s result on the peer */
 	const char *needle; /* in its message */
 	const char *wrong;  /* a cause that must not be blamed */
+	bool no_socket;	    /* the peer sees the owner's blob without its socket */
 };
 
 static int become_stranger(void)
@@ -80,10 +83,26 @@ static int enter_user_namespace_as_root_of_it(void)
 		       : -1;
 }
 
-/* The peer's complete(), in the process state the scenario asks for; exit status 0 when as expected. */
-static int peer_complete(const struct scenario *sc, struct mooncake_segment *seg, const uint8_t *blobs)
+/* The owner's (rank 0's) blob as if it served no socket: only /proc and pidfd_getfd remain. */
+static bool strip_socket(uint8_t *blobs)
 {
+	struct mc_blob b;
+
+	if (mc_blob_decode(blobs, 0, &b) != 0)
+		return false;
+	memset(b.handle + 24, 0, 8); /* the socket id (doc/wire-format.md) */
+	return mc_blob_encode(&b, blobs) == 0;
+}
+
+/* The peer's complete(), in the process state the scenario asks for; exit status 0 when as expected. */
+static int peer_complete(const struct scenario *sc, struct mooncake_segment *seg, const uint8_t *owner_blobs)
+{
+	uint8_t blobs[2 * BLOB];
 	int ret;
+
+	memcpy(blobs, owner_blobs, sizeof(blobs));
+	if (sc->no_socket && !strip_socket(blobs))
+		return 17;
 
 	switch (sc->setup) {
 	case AS_STRANGER:
@@ -188,21 +207,38 @@ static void run_scenario(const struct scenario *sc)
 	ck_assert_msg(codes[1] == 0, "peer exited with %d", codes[1]);
 }
 
+/* Refused by the owner's socket (SO_PEERCRED) and by the kernel (/proc, pidfd_getfd) alike. */
 START_TEST(test_another_user_cannot_map_the_pages)
 {
-	const struct scenario sc = {
-		AS_STRANGER, false, true, -EACCES, "the owner runs as uid 0 and this rank as uid 54321", NULL
+	const struct scenario by_socket = {
+		AS_STRANGER, false, true, -EACCES, "the owner runs as uid 0 and this rank as uid 54321",
+		NULL,	     false
 	};
+	const struct scenario by_kernel = { AS_STRANGER,
+					    false,
+					    true,
+					    -EACCES,
+					    "the owner runs as uid 0 and this rank as uid 54321",
+					    "MOONCAKE_SEGMENT_PEER_UIDS",
+					    true };
+
+	run_scenario(&by_socket);
+	run_scenario(&by_kernel);
+}
+END_TEST
+
+START_TEST(test_another_pid_namespace_is_served_by_the_owners_socket)
+{
+	const struct scenario sc = { IN_NEW_PID_NAMESPACE, false, true, 0, NULL, NULL, false };
 
 	run_scenario(&sc);
 }
 END_TEST
 
-START_TEST(test_another_pid_namespace_is_named_as_the_cause)
+START_TEST(test_another_pid_namespace_without_the_socket_is_named_as_the_cause)
 {
-	const struct scenario sc = {
-		IN_NEW_PID_NAMESPACE, false, true, -EACCES, "another PID namespace", NULL
-	};
+	const struct scenario sc = { IN_NEW_PID_NAMESPACE,    false, true, -EACCES,
+				     "another PID namespace", NULL,  true };
 
 	run_scenario(&sc);
 }
@@ -210,9 +246,9 @@ END_TEST
 
 START_TEST(test_proc_that_hides_the_owner_falls_back_to_pidfd_getfd)
 {
-	const struct scenario works = { WITH_PROC_HIDDEN, false, true, 0, NULL, NULL };
+	const struct scenario works = { WITH_PROC_HIDDEN, false, true, 0, NULL, NULL, true };
 	const struct scenario fails = {
-		WITH_PROC_HIDDEN, false, true, -EACCES, "does not show the live owner", NULL
+		WITH_PROC_HIDDEN, false, true, -EACCES, "does not show the live owner", NULL, true
 	};
 
 	/* Without pidfd_getfd (kernels before 5.6) the error names the cause instead. */
@@ -228,28 +264,47 @@ START_TEST(test_another_user_behind_hidepid_is_told_about_the_uid)
 				     true,
 				     -EACCES,
 				     "the owner runs as uid 0 and this rank as uid 54321",
-				     "hidepid" };
+				     "hidepid",
+				     true };
 
 	run_scenario(&sc);
 }
 END_TEST
 
-/* The same real user, uid 0 in its own user namespace: the namespace is the cause. */
+/* The same real user, uid 0 in its own user namespace: the socket sees the
+ * same uid; without it, the namespace is the cause. */
+START_TEST(test_another_user_namespace_is_served_by_the_owners_socket)
+{
+	const struct scenario sc = { IN_NEW_USER_NAMESPACE, true, true, 0, NULL, NULL, false };
+
+	run_scenario(&sc);
+}
+END_TEST
+
 START_TEST(test_another_user_namespace_is_named_as_the_cause)
 {
-	const struct scenario named = { IN_NEW_USER_NAMESPACE,	  true,	     true, -EACCES,
-					"another user namespace", "dumpable" };
-	const struct scenario not_uids = { IN_NEW_USER_NAMESPACE,    true,	   true, -EACCES,
-					   "another user namespace", "runs as uid" };
+	const struct scenario named = { IN_NEW_USER_NAMESPACE,	  true,	      true, -EACCES,
+					"another user namespace", "dumpable", true };
+	const struct scenario not_uids = { IN_NEW_USER_NAMESPACE,    true,	    true, -EACCES,
+					   "another user namespace", "runs as uid", true };
 
 	run_scenario(&named);
 	run_scenario(&not_uids);
 }
 END_TEST
 
-START_TEST(test_non_dumpable_owner_is_refused_with_the_fix)
+/* The owner offers its pages on its socket, dumpable or not. */
+START_TEST(test_non_dumpable_owner_is_served_by_its_socket)
 {
-	const struct scenario sc = { SAME_UID_AS_OWNER, true, false, -EACCES, "dumpable", NULL };
+	const struct scenario sc = { SAME_UID_AS_OWNER, true, false, 0, NULL, NULL, false };
+
+	run_scenario(&sc);
+}
+END_TEST
+
+START_TEST(test_non_dumpable_owner_without_the_socket_is_refused_with_the_fix)
+{
+	const struct scenario sc = { SAME_UID_AS_OWNER, true, false, -EACCES, "dumpable", NULL, true };
 
 	run_scenario(&sc);
 }
@@ -257,9 +312,11 @@ END_TEST
 
 START_TEST(test_same_user_with_a_dumpable_owner_works)
 {
-	const struct scenario sc = { SAME_UID_AS_OWNER, true, true, 0, NULL, NULL };
+	const struct scenario with_socket = { SAME_UID_AS_OWNER, true, true, 0, NULL, NULL, false };
+	const struct scenario through_proc = { SAME_UID_AS_OWNER, true, true, 0, NULL, NULL, true };
 
-	run_scenario(&sc);
+	run_scenario(&with_socket);
+	run_scenario(&through_proc);
 }
 END_TEST
 
@@ -287,15 +344,19 @@ int main(void)
 	    strtol(scope, NULL, 10) >= 2)
 		skip_all("kernel.yama.ptrace_scope >= 2 forbids even same-user access");
 	tcase_add_test(tc, test_another_user_cannot_map_the_pages);
-	tcase_add_test(tc, test_another_pid_namespace_is_named_as_the_cause);
+	tcase_add_test(tc, test_another_pid_namespace_is_served_by_the_owners_socket);
+	tcase_add_test(tc, test_another_pid_namespace_without_the_socket_is_named_as_the_cause);
 	tcase_add_test(tc, test_proc_that_hides_the_owner_falls_back_to_pidfd_getfd);
 	tcase_add_test(tc, test_another_user_behind_hidepid_is_told_about_the_uid);
-	if (user_namespaces_available())
+	if (user_namespaces_available()) {
+		tcase_add_test(tc, test_another_user_namespace_is_served_by_the_owners_socket);
 		tcase_add_test(tc, test_another_user_namespace_is_named_as_the_cause);
-	else
-		printf("# skipping test_another_user_namespace_is_named_as_the_cause: this kernel refuses "
-		       "user namespaces (user.max_user_namespaces, a sysctl or an LSM)\n");
-	tcase_add_test(tc, test_non_dumpable_owner_is_refused_with_the_fix);
+	} else {
+		printf("# skipping the user namespace tests: this kernel refuses user namespaces "
+		       "(user.max_user_namespaces, a sysctl or an LSM)\n");
+	}
+	tcase_add_test(tc, test_non_dumpable_owner_is_served_by_its_socket);
+	tcase_add_test(tc, test_non_dumpable_owner_without_the_socket_is_refused_with_the_fix);
 	tcase_add_test(tc, test_same_user_with_a_dumpable_owner_works);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);

@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The peer's side of the socket route (fd-socket.h): connect to the owner's
+ * abstract Unix socket, present the token, receive the descriptor by
+ * SCM_RIGHTS and keep it only if it is the file the owner published (device
+ * and inode).  The wait for the owner is bounded (MOONCAKE_SEGMENT_PEER_TIMEOUT_MS,
+ * 10 s by default), so a stopped or stuck owner is an error, never a hang,
+ * and fork() is let in while this thread waits.  Nothing here writes the
+ * error message: peer-fd.c, which knows the other routes, words it.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fd-socket.h"
+
+#define HANGUP_WAIT_MS 1000
+
+/* The peer's timeout in ms, or -1 (with @why) for a value that is not one. */
+static int timeout_ms(char *why, size_t why_size)
+{
+	const char *text = getenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS");
+	char *end;
+	long ms;
+
+	if (!text || !*text)
+		return MC_FD_CLIENT_DEFAULT_TIMEOUT_MS;
+	errno = 0;
+	ms = strtol(text, &end, 10);
+	if (errno || *end || ms <= 0 || ms > INT_MAX) {
+		snprintf(
+			why, why_size,
+			"MOONCAKE_SEGMENT_PEER_TIMEOUT_MS='%s' is not a positive number of milliseconds; fix or "
+			"unset it (default %d)",
+			text, MC_FD_CLIENT_DEFAULT_TIMEOUT_MS);
+		return -1;
+	}
+	return (int)ms;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Connect and send the request, without the fork registry; 0 or the failure. */
+static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, int64_t deadline, char *why,
+				     size_t why_size)
+{
+	uint8_t request[MC_FD_REQUEST_BYTES];
+	struct sockaddr_un addr;
+	socklen_t len = mc_fd_socket_address(h->socket_id, &addr);
+	struct timeval tv;
+	int64_t left = deadline - now_ms();
+	struct pollfd pfd = { s, POLLIN, 0 };
+	int ready;
+
+	/* A Unix socket's connect waits for room in the backlog up to SO_SNDTIMEO. */
+	tv.tv_sec = left / 1000;
+	tv.tv_usec = (left % 1000) * 1000;
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(s, (struct sockaddr *)&addr, len) != 0) {
+		if (errno == EAGAIN || errno == EINPROGRESS || errno == ETIMEDOUT)
+			return MC_FD_CLIENT_NO_ANSWER;
+		if (errno == ECONNREFUSED || errno == ENOENT)
+			return MC_FD_CLIENT_NOT_LISTENING;
+		snprintf(why, why_size, "connect to @%s: %s", addr.sun_path + 1, strerror(errno));
+		return MC_FD_CLIENT_SYSTEM;
+	}
+	for (int i = 0; i < 4; i++)
+		request[i] = (uint8_t)(MC_FD_REQUEST_MAGIC >> (8 * i));
+	memcpy(request + 4, h->token, MC_PEER_FD_TOKEN_SIZE);
+	if (send(s, request, sizeof(request), MSG_NOSIGNAL) != (ssize_t)sizeof(request)) {
+		if (errno == EPIPE || errno == ECONNRESET)
+			return MC_FD_CLIENT_CLOSED;
+		if (errno == EAGAIN)
+			return MC_FD_CLIENT_NO_ANSWER;
+		snprintf(why, why_size, "send: %s", strerror(errno));
+		return MC_FD_CLIENT_SYSTEM;
+	}
+	do {
+		left = deadline - now_ms();
+		ready = poll(&pfd, 1, left > 0 ? (int)left : 0);
+	} while (ready < 0 && errno == EINTR);
+	if (ready == 0)
+		return MC_FD_CLIENT_NO_ANSWER;
+	if (ready < 0) {
+		snprintf(why, why_size, "poll: %s", strerror(errno));
+		return MC_FD_CLIENT_SYSTEM;
+	}
+	/* The owner hangs up right after its reply: wait for that too (briefly),
+	 * so that no connection of the owner's outlives this call. */
+	pfd.events = 0;
+	left = deadline - now_ms();
+	(void)poll(&pfd, 1, left < HANGUP_WAIT_MS ? (left > 0 ? (int)left : 0) : HANGUP_WAIT_MS);
+	return MC_FD_CLIENT_OK;
+}
+
+/* Read the reply that is waiting; the descriptor (>= 0) or -1 with the failure. */
+static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_result *r)
+{
+	uint8_t bytes[MC_FD_REPLY_BYTES + 1];
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+		struct cmsghdr align;
+	} control;
+	struct iovec iov = { bytes, sizeof(bytes) };
+	struct msghdr msg = { .msg_iov = &iov,
+			      .msg_iovlen = 1,
+			      .msg_control = control.buf,
+			      .msg_controllen = sizeof(control.buf) };
+	ssize_t n = recvmsg(s, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	int fd = -1, extra = 0;
+	struct stat st;
+
+	for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; c; c = CMSG_NXTHDR(&msg, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+				int got;
+
+				memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+				if (fd < 0)
+					fd = got;
+				else {
+					close(got); /* only ever one: a stranger's extras are not kept */
+					extra++;
+				}
+			}
+	if (n <= 0) {
+		r->failure = n == 0 || errno == ECONNRESET ? MC_FD_CLIENT_CLOSED : MC_FD_CLIENT_SYSTEM;
+		if (r->failure == MC_FD_CLIENT_SYSTEM)
+			snprintf(r->why, sizeof(r->why), "recvmsg: %s", strerror(errno));
+		return -1;
+	}
+	r->owner_uid = (uint32_t)bytes[4] | (uint32_t)bytes[5] << 8 | (uint32_t)bytes[6] << 16 |
+		       (uint32_t)bytes[7] << 24;
+	r->status = bytes[0];
+	if (n != MC_FD_REPLY_BYTES || extra || (msg.msg_flags & MSG_CTRUNC) ||
+	    r->status > MC_FD_REPLY_MALFORMED || (r->status == MC_FD_REPLY_OK) != (fd >= 0)) {
+		r->failure = MC_FD_CLIENT_SYSTEM;
+		snprintf(r->why, sizeof(r->why),
+			 "the owner's socket answered with %zd bytes that are not a reply", n);
+	} else if (r->status != MC_FD_REPLY_OK) {
+		r->failure = MC_FD_CLIENT_REFUSED;
+	} else if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != h->dev || (uint64_t)st.st_ino != h->ino) {
+		/* Never keep a file the owner did not publish, whoever sent it. */
+		r->failure = MC_FD_CLIENT_WRONG_FILE;
+	} else {
+		r->failure = MC_FD_CLIENT_OK;
+		return fd;
+	}
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+int mc_fd_client_receive(const struct mc_peer_fd *h, struct mc_fd_client_result *r)
+{
+	int64_t deadline;
+	int ms, s, fd = -1;
+
+	memset(r, 0, sizeof(*r));
+	r->status = -1;
+	mc_fd_socket_name(h->socket_id, r->socket_name, sizeof(r->socket_name));
+	ms = timeout_ms(r->why, sizeof(r->why));
+	r->timeout_ms = ms;
+	if (ms < 0) {
+		r->failure = MC_FD_CLIENT_SYSTEM;
+		return -1;
+	}
+	deadline = now_ms() + ms;
+	/* The owner may take its time: let fork() in meanwhile; the descriptor
+	 * itself arrives only once the registry is ours again. */
+	mc_fd_track_pause();
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0) {
+		r->failure = MC_FD_CLIENT_SYSTEM;
+		snprintf(r->why, sizeof(r->why), "socket(AF_UNIX): %s", strerror(errno));
+	} else {
+		r->failure = ask(s, h, deadline, r->why, sizeof(r->why));
+	}
+	mc_fd_track_resume();
+	if (r->failure == MC_FD_CLIENT_OK)
+		fd = take_reply(s, h, r);
+	if (s >= 0)
+		close(s);
+	return fd;
+}
