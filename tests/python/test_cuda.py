@@ -164,6 +164,7 @@ def test_vmm_segment_gives_host_views_of_one_copy_in_every_rank(owner, tmp_path,
     monkeypatch.setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "/nonexistent/libascendcl.so")
     monkeypatch.setenv("FAKE_CUDA_LOG", str(log))
     monkeypatch.setenv("FAKE_CUDA_DEVICES", "2")
+    monkeypatch.setenv("FAKE_CUDA_REFUSE_REOPEN", "1")  # peers must get a duplicate, as from the real driver
     results = run_ranks("cuda_vmm", 3, owner=owner)
     for rank, r in enumerate(results):
         assert r["returncode"] == 0, f"rank {rank} failed: {r['stderr'][-2000:]}"

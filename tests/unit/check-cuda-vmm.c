@@ -44,6 +44,8 @@ static void use_fake_driver(const char *devices)
 	setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "/nonexistent/libascendcl.so", 1);
 	setenv("FAKE_CUDA_LOG", log_path, 1);
 	setenv("FAKE_CUDA_DEVICES", devices, 1);
+	/* The real driver's descriptor cannot be reopened through /proc: peers must get a duplicate. */
+	setenv("FAKE_CUDA_REFUSE_REOPEN", "1", 1);
 }
 
 /* Lines of the fake's call log starting with @prefix. */
@@ -263,9 +265,15 @@ START_TEST(test_fabric_handle_where_the_device_has_one)
 	ck_assert_int_eq(calls("create 6291456 node 0 types 9"), 1);
 	ck_assert_int_eq(owner->handle_bytes, MC_PEER_FD_HANDLE_BYTES + 64);
 	if (_i == 1) {
-		/* No route reaches the descriptor (its owner's pid is gone): the FABRIC handle still does. */
+		/* No route reaches the descriptor (not served on a socket, the pid is gone): the
+		 * FABRIC handle still does. */
+		struct mc_peer_fd h;
+
 		ck_assert_int_eq(mc_blob_decode(blobs, 0, &b), 0);
-		b.handle[0] = 0xfe, b.handle[1] = 0xff, b.handle[2] = 0xff, b.handle[3] = 0x3f;
+		ck_assert(mc_peer_fd_decode(b.handle, b.handle_bytes, &h, NULL));
+		h.pid = 0x3ffffffe;
+		h.socket_id = 0;
+		ck_assert_int_eq(mc_peer_fd_encode(&h, b.handle, sizeof(b.handle)), MC_PEER_FD_HANDLE_BYTES);
 		ck_assert_int_eq(mc_blob_encode(&b, blobs), 0);
 	}
 	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
