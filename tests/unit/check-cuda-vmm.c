@@ -209,7 +209,7 @@ static int vmm_rank(struct group_rank *self, void *arg)
 	RANK_CHECK(group_allgather(self, &inode, sizeof(inode), inodes) == 0);
 	for (uint32_t r = 0; r < self->world_size; r++)
 		RANK_CHECK(inodes[r] == inode);
-	slice = info.alloc_size / self->world_size;
+	slice = info.alloc_size / (self->world_size ? self->world_size : 1);
 	fill_pattern(base + self->rank * slice, slice, self->rank + 1);
 	RANK_CHECK(group_barrier(self) == 0);
 	for (uint32_t r = 0; r < self->world_size; r++)

@@ -54,13 +54,13 @@
 #define FABRIC_MAGIC "fake-cuda-fabric"
 
 struct allocation {
-	pid_t process; /* a forked child's copies are not its own */
-	bool used, imported, released;
-	int fd; /* the memfd (owner) or the driver's own duplicate (importer) */
 	size_t size;
+	pid_t process; /* a forked child's copies are not its own */
+	int fd;	       /* the memfd (owner) or the driver's own duplicate (importer) */
 	int node;
 	unsigned int handle_types;
 	int mappings;
+	bool used, imported, released;
 };
 
 struct reservation {
@@ -96,9 +96,14 @@ static CUmemGenericAllocationHandle new_allocation(int fd, size_t size, int node
 {
 	for (int i = 0; i < MAX_OBJECTS; i++)
 		if (!allocations[i].used) {
-			allocations[i] = (struct allocation){ getpid(), true, imported, false, fd,
-							      size,	node, types,	0 };
-			return (CUmemGenericAllocationHandle)(i + 1);
+			allocations[i] = (struct allocation){ .size = size,
+							      .process = getpid(),
+							      .fd = fd,
+							      .node = node,
+							      .handle_types = types,
+							      .used = true,
+							      .imported = imported };
+			return (CUmemGenericAllocationHandle)i + 1;
 		}
 	return 0;
 }
