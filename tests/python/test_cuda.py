@@ -182,6 +182,10 @@ def test_vmm_segment_gives_host_views_of_one_copy_in_every_rank(owner, tmp_path,
     assert sum(line.startswith("create ") for line in lines) == 1, text
     assert sum(line.startswith("import posix") for line in lines) == 2, text
     assert sum(line.startswith("access host rw") for line in lines) == 3, text
+    # Every rank gave back what it took (the ranks exit without the fake's leak report).
+    took = sum(line.startswith(("create ", "import ", "reserve ", "map ")) for line in lines)
+    gave = sum(line.startswith(("release created", "release imported", "free-address ", "unmap ")) for line in lines)
+    assert took == gave == 1 + 2 + 3 + 3, text  # create, imports, reservations, mappings
     assert "ERROR" not in text
 
 

@@ -69,9 +69,22 @@ static int physical_mappings(void)
 	return n;
 }
 
+/* What the fake says this process still holds (an "ERROR" line in its log for each). */
+static int driver_leaks(void)
+{
+	void *lib = dlopen(getenv("FAKE_CUDA_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+	int (*report)(void) = lib ? (int (*)(void))dlsym(lib, "fake_cuda_report_leaks") : NULL;
+	int leaks = report ? report() : 0;
+
+	if (lib)
+		dlclose(lib);
+	return leaks;
+}
+
 /* Everything the driver handed out came back, and nothing was misused. */
 static void assert_driver_balanced(void)
 {
+	ck_assert_int_eq(driver_leaks(), 0);
 	ck_assert_int_eq(calls("create ") + calls("import "),
 			 calls("release created") + calls("release imported"));
 	ck_assert_int_eq(calls("reserve "), calls("free-address "));
@@ -109,18 +122,34 @@ static unsigned int access_of(const void *addr)
 /* A host lacking one thing, and the words create's error must use. */
 struct missing_case {
 	const char *variable, *value, *reason;
+	bool registers; /* host registration still works */
 };
 
 static const struct missing_case missing[] = {
-	{ "MOONCAKE_SEGMENT_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", "/nonexistent/libcuda.so.1" },
-	{ "FAKE_CUDA_DEVICES", "0", "the CUDA driver reports no usable device" },
-	{ "FAKE_CUDA_VMM", "0", "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0" },
-	{ "FAKE_CUDA_POSIX_FD", "0", "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0" },
+	{ "MOONCAKE_SEGMENT_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", "/nonexistent/libcuda.so.1", false },
+	{ "FAKE_CUDA_DEVICES", "0", "the CUDA driver reports no usable device", false },
+	{ "FAKE_CUDA_VMM", "0", "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0", true },
+	{ "FAKE_CUDA_POSIX_FD", "0", "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0",
+	  true },
 	{ "FAKE_CUDA_HOST_NUMA", "0",
-	  "CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0" },
+	  "CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0", true },
 	{ "FAKE_CUDA_OLD_ATTRIBUTES", "1",
-	  "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) failed" },
+	  "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) failed",
+	  true },
+	/* A driver without the VMM entry points (the value is filled in: the fake built without them). */
+	{ "MOONCAKE_SEGMENT_CUDA_LIBRARY", NULL, "the CUDA driver lacks cuDeviceGetAttribute", true },
 };
+
+/* The fake driver built without its VMM part, beside the whole one. */
+static const char *driver_without_vmm(void)
+{
+	static char path[4096];
+	const char *fake = getenv("FAKE_CUDA_LIBRARY");
+	const char *name = strrchr(fake, '/');
+
+	snprintf(path, sizeof(path), "%.*s/libfake-cuda-novmm.so", (int)(name - fake), fake);
+	return path;
+}
 
 START_TEST(test_supported_tells_what_is_missing)
 {
@@ -130,8 +159,10 @@ START_TEST(test_supported_tells_what_is_missing)
 	uint8_t blob[BLOB];
 
 	use_fake_driver("2");
-	setenv(missing[_i].variable, missing[_i].value, 1);
+	setenv(missing[_i].variable, missing[_i].value ? missing[_i].value : driver_without_vmm(), 1);
 	ck_assert(!mooncake_segment_supported(false, false, false));
+	/* Host registration needs none of the VMM: an old driver still registers. */
+	ck_assert(mooncake_segment_supported(true, true, false) == missing[_i].registers);
 	ck_assert(!mc_backend_cuda_vmm.supported(false, false));
 	/* The backend's own reason (with an Ascend VMM build too, create names the first backend's). */
 	ck_assert_int_eq(mc_backend_cuda_vmm.granularity(&opt, &page_size), -ENOTSUP);

@@ -249,11 +249,21 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **text)
 
 /* NOLINTEND(readability-inconsistent-declaration-parameter-name) */
 
+int fake_cuda_retained_contexts(void)
+{
+	int leaks = 0;
+
+	for (int device = 0; device < MAX_DEVICES && retained_in == getpid(); device++)
+		if (retained[device]) {
+			note("ERROR primary context of device %d still retained %d times", device,
+			     retained[device]);
+			leaks++;
+		}
+	return leaks;
+}
+
 /* A process that ends holding a primary context leaked it. */
 __attribute__((destructor)) static void report_retained_contexts(void)
 {
-	for (int device = 0; device < MAX_DEVICES && retained_in == getpid(); device++)
-		if (retained[device])
-			note("ERROR primary context of device %d still retained %d times at exit", device,
-			     retained[device]);
+	fake_cuda_retained_contexts();
 }

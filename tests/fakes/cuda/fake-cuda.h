@@ -10,6 +10,8 @@
 
 /* Devices the fake reports (FAKE_CUDA_DEVICES, default 2). */
 int fake_cuda_devices(void);
+/* Primary contexts this process retained and has not released; an "ERROR" line for each device. */
+int fake_cuda_retained_contexts(void);
 /* Whether the call FAKE_CUDA_FAIL_<@call>=N names fails now (its Nth call); logs it. */
 int fake_cuda_failing(const char *call);
 
