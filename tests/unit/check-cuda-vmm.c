@@ -510,6 +510,35 @@ START_TEST(test_placement_on_a_node_and_its_fallback)
 }
 END_TEST
 
+/* On a two-node host (a fixture sysfs) whose device 1 sits on node 1. */
+START_TEST(test_automatic_placement_and_interleave_on_two_nodes)
+{
+	struct mooncake_segment_options opt = vmm_options(1, 0, 0, 1);
+	struct mooncake_segment_info info;
+	struct mooncake_segment *seg;
+	uint8_t blob[BLOB];
+	char root[64];
+
+	use_fake_driver("2");
+	setenv("FAKE_CUDA_HOST_NUMA_ID", "1", 1);
+	fixture_tree_create(root, sizeof(root));
+	fixture_put(root, "sys/devices/system/node/online", "0-1\n");
+	fixture_put(root, "sys/bus/pci/devices/0000:3c:00.0/numa_node", "1\n");
+	mc_host_root_set(root);
+	opt.numa_node = _i == 0 ? MOONCAKE_SEGMENT_NUMA_AUTO : MOONCAKE_SEGMENT_NUMA_INTERLEAVE;
+	ck_assert_int_eq(mooncake_segment_create("vmm", SIZE, &opt, &seg, blob), 0);
+	ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
+	/* Automatic: the device's node; interleave: the driver cannot, so the device's node, degraded. */
+	ck_assert_int_eq(calls("create 6291456 node 1 "), 1);
+	ck_assert_int_eq(info.numa_node_requested, _i == 0 ? 1 : MOONCAKE_SEGMENT_NUMA_INTERLEAVE);
+	ck_assert(!(info.flags & MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED) == (_i == 0));
+	mooncake_segment_destroy(seg);
+	mc_host_root_set(NULL);
+	fixture_tree_remove(root);
+	assert_driver_balanced();
+}
+END_TEST
+
 START_TEST(test_granularity_from_the_driver)
 {
 	struct mooncake_segment_options opt = vmm_options(1, 0, 0, 0);
@@ -599,6 +628,7 @@ int main(void)
 			    (int)MC_ARRAY_SIZE(peer_failures));
 	tcase_add_loop_test(tc, test_teardown_failures_are_named, 0, (int)MC_ARRAY_SIZE(teardown_calls));
 	tcase_add_loop_test(tc, test_placement_on_a_node_and_its_fallback, 0, 2);
+	tcase_add_loop_test(tc, test_automatic_placement_and_interleave_on_two_nodes, 0, 2);
 	tcase_add_test(tc, test_granularity_from_the_driver);
 	tcase_add_test(tc, test_a_handle_of_another_size_is_refused_before_the_driver);
 	tcase_add_test(tc, test_a_forked_child_frees_only_its_memory);
