@@ -164,17 +164,19 @@ static void note_refusal(struct mc_fd_offer *o, const struct ucred *cred, const 
 /* One reply; the descriptor rides along only with MC_FD_REPLY_OK. */
 static void reply(const struct mc_fd_offer *o, int conn, enum mc_fd_reply_status status)
 {
-	uint8_t bytes[MC_FD_REPLY_BYTES] = { (uint8_t)status };
+	uint32_t uid = (uint32_t)getuid();
+	/* status, three zero bytes, the owner's uid (fd-socket.h) */
+	uint8_t bytes[MC_FD_REPLY_BYTES] = {
+		(uint8_t)status,      0, 0, 0, (uint8_t)uid, (uint8_t)(uid >> 8), (uint8_t)(uid >> 16),
+		(uint8_t)(uid >> 24),
+	};
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} control;
 	struct iovec iov = { bytes, sizeof(bytes) };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-	uint32_t uid = (uint32_t)getuid();
 
-	for (int i = 0; i < 4; i++)
-		bytes[4 + i] = (uint8_t)(uid >> (8 * i));
 	if (status == MC_FD_REPLY_OK) {
 		struct cmsghdr *cmsg;
 

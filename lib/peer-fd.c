@@ -1,13 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Reaching another process's descriptor: a peer opens the owner's
- * /proc/PID/fd/N (or, when that is refused, pidfd_open + pidfd_getfd),
- * never following a forged or stale handle to any file but the one the
- * owner published (device and inode).  Both routes need one PID namespace.
- * When both are refused, the error names the first cause that holds:
- * another PID or user namespace, another user, a /proc that hides the
- * owner, Yama, dumpability, with its fix.  (Descriptors handed over a Unix
- * socket will be the next route.)
+ * Reaching another process's descriptor, and the handle bytes that say
+ * where it is.  The routes, in order (doc/decisions.md):
+ *
+ *  1. the owner's abstract Unix socket (fd-client.c, fd-server.c), when the
+ *     owner's network namespace is ours: the one route the owner grants
+ *     itself (token, uid), from any PID or user namespace, whatever ptrace
+ *     rules (Yama, dumpability, CAP_SYS_PTRACE) say;
+ *  2. /proc/PID/fd/N, then 3. pidfd_open + pidfd_getfd: the kernel's
+ *     routes, in the owner's PID namespace only, for when the socket cannot
+ *     serve (another network namespace, no listener) or is refused.
+ *
+ * No route ever keeps a file but the one the owner published (device and
+ * inode).  When every route fails, the error names the first cause that
+ * holds, with its fix: another PID namespace (and another network namespace:
+ * both fixes), the owner's own refusal (uid, token), the owner gone or
+ * stuck, another user namespace, another user, a /proc that hides the
+ * owner, Yama, dumpability.
  */
 #include "config.h"
 
@@ -224,10 +233,16 @@ static int open_through_proc(const struct mc_owner_ref *owner, const struct mc_p
 	snprintf(path, sizeof(path), "/proc/%u/fd/%u", h->pid, h->fd);
 	/* Look before opening: a forged or stale handle must never make this rank
 	 * open someone else's file (a device, a FIFO...), only the owner's memfd. */
+	errno = 0;
 	if (stat(path, &st) == 0) {
-		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_dev != h->dev || (uint64_t)st.st_ino != h->ino)
+		if ((uint64_t)st.st_dev != h->dev || (uint64_t)st.st_ino != h->ino)
 			return mc_peer_fd_gone(h);
-		fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+		/* Not a regular file (a driver's exported descriptor): /proc cannot
+		 * reopen it, pidfd_getfd duplicates it without opening anything. */
+		if (S_ISREG(st.st_mode))
+			fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+		else
+			errno = EACCES;
 	}
 	if (fd >= 0)
 		return fd;

@@ -23,9 +23,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,10 +128,74 @@ static void peer_access_untested(const char *step, int err)
 		add("peer access", FAIL, NULL, "could not test: %s failed: %s", step, strerror(err));
 }
 
-/* Fork a child holding a memfd and try both routes to it, as a peer would. */
+/* The socket route's system calls, as owner and peer do them: a memfd handed
+ * over an abstract Unix socket by SCM_RIGHTS (seccomp or an LSM may refuse). */
+static bool socket_route_works(void)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	socklen_t len;
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} control;
+	char byte = 0;
+	struct iovec iov = { &byte, 1 };
+	struct msghdr msg = { .msg_iov = &iov,
+			      .msg_iovlen = 1,
+			      .msg_control = control.buf,
+			      .msg_controllen = sizeof(control.buf) };
+	struct cmsghdr *cmsg;
+	struct stat sent, got;
+	int mfd = memfd_create("mooncake-segment-doctor", MFD_CLOEXEC);
+	int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int client = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), conn = -1, received = -1;
+	bool works = false;
+
+	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+			  (size_t)snprintf(addr.sun_path + 1, sizeof(addr.sun_path) - 1,
+					   "mooncake-segment/doctor-%d", (int)getpid()));
+	if (mfd >= 0 && listener >= 0 && client >= 0 && bind(listener, (struct sockaddr *)&addr, len) == 0 &&
+	    listen(listener, 1) == 0 && connect(client, (struct sockaddr *)&addr, len) == 0 &&
+	    (conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+		memset(&control, 0, sizeof(control));
+		cmsg = CMSG_FIRSTHDR(&msg);
+		if (cmsg) {
+			cmsg->cmsg_level = SOL_SOCKET;
+			cmsg->cmsg_type = SCM_RIGHTS;
+			cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(cmsg), &mfd, sizeof(int));
+		}
+		if (cmsg && sendmsg(conn, &msg, MSG_NOSIGNAL) == 1) {
+			msg.msg_controllen = sizeof(control.buf);
+			if (recvmsg(client, &msg, MSG_CMSG_CLOEXEC) == 1 && (cmsg = CMSG_FIRSTHDR(&msg)) &&
+			    cmsg->cmsg_type == SCM_RIGHTS)
+				memcpy(&received, CMSG_DATA(cmsg), sizeof(int));
+		}
+	}
+	works = received >= 0 && fstat(received, &got) == 0 && fstat(mfd, &sent) == 0 &&
+		got.st_ino == sent.st_ino;
+	for (int *fd = (int[]){ mfd, listener, client, conn, received, -2 }; *fd != -2; fd++)
+		if (*fd >= 0)
+			close(*fd);
+	return works;
+}
+
+/* Inode of one of this process's namespaces, 0 when unknown. */
+static unsigned long long namespace_inode(const char *name)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/self/ns/%s", name);
+	return stat(path, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+/* Fork a child holding a memfd and try the kernel's routes to it, as a peer
+ * would, and the socket route's calls. */
 static void check_peer_access(void)
 {
 	int pipefd[2], fd, pidfd, route_proc = 0, route_pidfd = 0;
+	bool route_socket = socket_route_works();
 	char path[64], scope[16] = "";
 	pid_t child;
 
@@ -188,15 +255,20 @@ static void check_peer_access(void)
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	mc_read_host_line("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
-	add("peer access", route_proc || route_pidfd ? OK : FAIL,
-	    route_proc || route_pidfd
+	/* The socket serves other PID namespaces of this network namespace, so
+	 * the namespaces are shown: containers that share net:[...] can share. */
+	add("peer access", route_socket || route_proc || route_pidfd ? OK : FAIL,
+	    route_socket || route_proc || route_pidfd
 		    ? NULL
-		    : "run every rank as the same user in one PID namespace; host: sysctl -w kernel.yama.ptrace_scope=1; "
-		      "Docker: --cap-add SYS_PTRACE (and --pid=host or --pid=container:NAME across containers); "
-		      "Kubernetes: securityContext.capabilities.add [SYS_PTRACE], shareProcessNamespace: true",
-	    "a child's memfd: /proc/PID/fd %s, pidfd_getfd %s; ptrace_scope %s",
-	    route_proc ? "opens" : "refused", route_pidfd ? "works" : "refused or missing",
-	    scope[0] ? scope : "n/a (no Yama)");
+		    : "allow AF_UNIX sockets (seccomp, LSM), or run every rank as the same user in one PID namespace; "
+		      "host: sysctl -w kernel.yama.ptrace_scope=1; Docker: --cap-add SYS_PTRACE (and --pid=host or "
+		      "--pid=container:NAME across containers); Kubernetes: securityContext.capabilities.add "
+		      "[SYS_PTRACE], shareProcessNamespace: true",
+	    "a memfd: Unix socket %s, /proc/PID/fd %s, pidfd_getfd %s; ptrace_scope %s; net:[%llu] pid:[%llu] "
+	    "(ranks in another PID namespace share through the socket in net:[%llu] only)",
+	    route_socket ? "passes it" : "refused", route_proc ? "opens" : "refused",
+	    route_pidfd ? "works" : "refused or missing", scope[0] ? scope : "n/a (no Yama)",
+	    namespace_inode("net"), namespace_inode("pid"), namespace_inode("net"));
 }
 
 static void check_dev_shm(void)

@@ -95,6 +95,7 @@ def test_doctor_passes_peer_access_with_enough_files():
     result = run("doctor", limit_files=64, timeout=60)
     peer = [line for line in result.stdout.splitlines() if "peer access" in line]
     assert peer and "could not test" not in peer[0], result.stdout
+    assert "Unix socket passes it" in peer[0] and "net:[" in peer[0], peer
 
 
 def test_bench_interleaves_the_memset_limit_and_reports_the_spread():

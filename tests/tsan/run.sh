@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the library and the driver with clang -fsanitize=thread and run it;
+# Build the library and each driver with clang -fsanitize=thread and run it;
 # any data race report fails (halt_on_error).
 #   usage: tests/tsan/run.sh [BUILDDIR]   (BUILDDIR holds config.h)
 set -euo pipefail
@@ -12,6 +12,8 @@ trap 'rm -rf "$work"' EXIT
 read -r -a accel_cppflags <<<"$(sed -n 's/^\(CUDA\|ASCEND\)_CPPFLAGS = //p' "$builddir/Makefile" | tr '\n' ' ')"
 # The library's sources this configuration compiles (no accelerator file without its headers).
 mapfile -t sources < <(make -s -C "$builddir" print-lib-sources)
-clang -g -O1 -fsanitize=thread -I"$builddir" -I"$top/lib" "${accel_cppflags[@]}" "${sources[@]}" "$here/commit-threads.c" \
-	-lnuma -lpthread -o "$work/commit-threads"
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$work/commit-threads"
+for driver in commit-threads peer-route; do
+	clang -g -O1 -fsanitize=thread -I"$builddir" -I"$top/lib" "${accel_cppflags[@]}" "${sources[@]}" \
+		"$here/$driver.c" -lnuma -lpthread -o "$work/$driver"
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$work/$driver"
+done

@@ -1,0 +1,683 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The socket route (lib/fd-server.c, lib/fd-client.c), with real processes.
+ *
+ * Any user: the owner's thread and socket exist from create until finish or
+ * destroy and are gone after (thread, descriptor and /proc/net/unix counts);
+ * silent peers never hold up a real one; a forked child of the owner has
+ * neither the listener nor the thread, and its destroy joins nothing.
+ *
+ * As root (namespaces, other users; nothing of the host is changed): peers
+ * in another PID namespace of the same network namespace share one copy
+ * (writes both ways, PSS); another PID and another network namespace is
+ * refused naming both fixes; another uid is refused unless the owner lets it
+ * in; a wrong token is refused (and the owner logs it); a stopped owner is a
+ * timeout, a killed one a clear error, neither a hang, and nothing is left.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "group.h"
+#include "helpers.h"
+#include "internal.h"
+#include "privileged.h"
+
+#define BLOB	 MOONCAKE_SEGMENT_BLOB_SIZE
+#define SIZE	 (UINT64_C(8) << 20)
+#define STRANGER 54321 /* a uid and gid no account has */
+
+/* --- helpers ------------------------------------------------------------------ */
+
+static int count_tasks(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* The owner's handle, from its blob (rank @owner of @blobs). */
+static bool owner_handle(const uint8_t *blobs, uint32_t owner, struct mc_peer_fd *h)
+{
+	struct mc_blob b;
+
+	return mc_blob_decode(blobs + (size_t)owner * BLOB, owner, &b) == 0 &&
+	       mc_peer_fd_decode(b.handle, b.handle_bytes, h, NULL);
+}
+
+/* Whether /proc/net/unix lists the abstract socket @id. */
+static bool socket_listed(uint64_t id)
+{
+	char name[64], line[512];
+	bool found = false;
+	FILE *f = fopen("/proc/net/unix", "re");
+
+	snprintf(name, sizeof(name), "@mooncake-segment/%016llx", (unsigned long long)id);
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, name) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* How many descriptors of any process on this host are the memfd labelled @label. */
+static int memfds_on_host(const char *label)
+{
+	DIR *procs = opendir("/proc"), *fds;
+	struct dirent *p, *e;
+	char path[600], target[512], needle[128];
+	int n = 0;
+	ssize_t len;
+
+	snprintf(needle, sizeof(needle), "memfd:mooncake-segment:%s|", label);
+	while (procs && (p = readdir(procs))) {
+		if (p->d_name[0] < '0' || p->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/fd", p->d_name);
+		fds = opendir(path);
+		while (fds && (e = readdir(fds))) {
+			snprintf(path, sizeof(path), "/proc/%s/fd/%s", p->d_name, e->d_name);
+			len = readlink(path, target, sizeof(target) - 1);
+			if (len > 0) {
+				target[len] = '\0';
+				n += strstr(target, needle) != NULL;
+			}
+		}
+		if (fds)
+			closedir(fds);
+	}
+	if (procs)
+		closedir(procs);
+	return n;
+}
+
+static int64_t elapsed_ms(const struct timespec *since)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)(now.tv_sec - since->tv_sec) * 1000 + (now.tv_nsec - since->tv_nsec) / 1000000;
+}
+
+static int become_stranger(void)
+{
+	return setresgid(STRANGER, STRANGER, STRANGER) == 0 && setresuid(STRANGER, STRANGER, STRANGER) == 0
+		       ? 0
+		       : -1;
+}
+
+/* --- any user: lifetime of the thread and the socket ------------------------------ */
+
+/* An owner and a peer in this process; @finish_first: finish() before destroy(). */
+static void check_thread_and_socket_lifetime(bool complete_first, bool finish_first)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+	struct mc_peer_fd h;
+	int tasks = count_tasks(), fds = count_fds();
+
+	ck_assert_int_eq(mooncake_segment_create("lifetime", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("lifetime", SIZE, &p, &peer, blobs + BLOB), 0);
+	ck_assert(owner_handle(blobs, 0, &h));
+	ck_assert_uint_ne(h.socket_id, 0);
+	ck_assert(socket_listed(h.socket_id));
+	ck_assert_int_eq(count_tasks(), tasks + 1); /* the server thread */
+	ck_assert_int_eq(count_fds(), fds + 3);	    /* memfd, listener, eventfd */
+	if (complete_first) {
+		ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+		ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+		ck_assert_int_eq(count_fds(),
+				 fds + 3); /* the peer keeps no descriptor, nor the owner a connection */
+	}
+	if (finish_first) {
+		ck_assert_int_eq(mooncake_segment_finish(owner), 0);
+		ck_assert_int_eq(count_tasks(), tasks);
+		ck_assert_int_eq(count_fds(), fds);
+		ck_assert(!socket_listed(h.socket_id));
+	}
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+	ck_assert_int_eq(count_tasks(), tasks);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert(!socket_listed(h.socket_id));
+}
+
+START_TEST(test_thread_and_socket_are_gone_after_finish)
+{
+	check_thread_and_socket_lifetime(true, true);
+}
+END_TEST
+
+START_TEST(test_thread_and_socket_are_gone_after_destroy)
+{
+	check_thread_and_socket_lifetime(true, false);
+	check_thread_and_socket_lifetime(false, false);
+}
+END_TEST
+
+static int connect_to(uint64_t id)
+{
+	struct sockaddr_un addr;
+	socklen_t len;
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	memset(&addr, 0, sizeof(addr));
+	addr.sun_family = AF_UNIX;
+	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+			  (size_t)snprintf(addr.sun_path + 1, sizeof(addr.sun_path) - 1,
+					   "mooncake-segment/%016llx", (unsigned long long)id));
+	ck_assert_int_ge(s, 0);
+	ck_assert_int_eq(connect(s, (struct sockaddr *)&addr, len), 0);
+	return s;
+}
+
+/* Connections that never send a request, and one that sends junk, do not delay a real peer. */
+START_TEST(test_silent_peers_do_not_hold_up_the_others)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB], reply[16];
+	struct mc_peer_fd h;
+	struct timespec start;
+	int silent[8], junk;
+
+	ck_assert_int_eq(mooncake_segment_create("silent", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("silent", SIZE, &p, &peer, blobs + BLOB), 0);
+	ck_assert(owner_handle(blobs, 0, &h));
+	for (int i = 0; i < 8; i++)
+		silent[i] = connect_to(h.socket_id);
+	junk = connect_to(h.socket_id);
+	ck_assert_int_eq(send(junk, "hello", 5, 0), 5);
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	/* The server drops a silent peer after 2 s; the real one is served at once. */
+	ck_assert_int_lt(elapsed_ms(&start), 1000);
+	((uint8_t *)mooncake_segment_base(owner))[3] = 33;
+	ck_assert_uint_eq(((uint8_t *)mooncake_segment_base(peer))[3], 33);
+	/* The junk got a refusal (status 3), and no descriptor. */
+	ck_assert_int_eq(recv(junk, reply, sizeof(reply), 0), 8);
+	ck_assert_uint_eq(reply[0], 3);
+	close(junk);
+	for (int i = 0; i < 8; i++)
+		close(silent[i]);
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
+static bool has_socket_descriptor(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char path[600], target[64];
+	bool found = false;
+	ssize_t len;
+
+	while (d && !found && (e = readdir(d))) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len > 0) {
+			target[len] = '\0';
+			found = strncmp(target, "socket:", 7) == 0;
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* A forked child of the owner: no listener, no thread; its destroy frees and joins nothing. */
+START_TEST(test_forked_child_of_the_owner_has_no_listener_and_no_thread)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+	int status;
+	pid_t child;
+
+	ck_assert(!has_socket_descriptor());
+	ck_assert_int_eq(mooncake_segment_create("forked", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("forked", SIZE, &p, &peer, blobs + BLOB), 0);
+	ck_assert(has_socket_descriptor());
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int code = has_socket_descriptor() ? 10 : count_tasks() != 1 ? 11 : 0;
+
+		mooncake_segment_destroy(peer);
+		mooncake_segment_destroy(owner); /* must not wait for the parent's thread */
+		_exit(code);
+	}
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
+	/* The parent still serves. */
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+	ck_assert(!has_socket_descriptor());
+}
+END_TEST
+
+/* --- as root: real namespaces and users ------------------------------------------- */
+
+enum place { NEW_PID_NAMESPACE, NEW_PID_AND_NETWORK_NAMESPACE };
+
+struct route_case {
+	const char *label;
+	enum place place;
+	bool peer_as_stranger;
+	const char *owner_allows; /* MOONCAKE_SEGMENT_PEER_UIDS for the owner, NULL: unset */
+	bool forge_token;
+	int expect; /* each peer's complete() */
+	const char *needles[3];
+	const char *owner_logs; /* in the owner's log after finish, NULL: nothing asked */
+};
+
+/* Results the ranks leave for the test process (a shared page). */
+struct shared_results {
+	uint64_t socket_id;
+	int64_t waited_ms[8];
+};
+static struct shared_results *results;
+
+/* Run the rest of this rank in a child in new namespaces (@flags); returns in
+ * the child with 0, in the parent with the child's exit status. */
+static int enter_namespaces(int flags, bool *in_child)
+{
+	pid_t child;
+	int status;
+
+	*in_child = false;
+	if (unshare(flags) != 0)
+		return 11;
+	child = fork();
+	if (child < 0)
+		return 12;
+	if (child == 0) {
+		*in_child = true;
+		return 0;
+	}
+	return waitpid(child, &status, 0) == child && WIFEXITED(status) ? WEXITSTATUS(status) : 13;
+}
+
+struct log_capture {
+	char text[4096];
+};
+
+static void capture(int priority, const char *message, void *arg)
+{
+	struct log_capture *c = arg;
+	size_t used = strlen(c->text);
+
+	(void)priority;
+	snprintf(c->text + used, sizeof(c->text) - used, "%s\n", message);
+}
+
+static bool forge_token(uint8_t *blobs)
+{
+	struct mc_blob b;
+
+	if (mc_blob_decode(blobs, 0, &b) != 0)
+		return false;
+	b.handle[32 + 7] ^= 0x01; /* one bit of the token */
+	return mc_blob_encode(&b, blobs) == 0;
+}
+
+static int peer_side(struct group_rank *self, const struct route_case *c, struct mooncake_segment *seg,
+		     uint8_t *blobs, const struct mc_blob *owner)
+{
+	struct mapping_usage usage;
+	uint64_t slice = SIZE / self->world_size, pss, all[8];
+	uint8_t *base;
+	int ret;
+
+	/* Not vacuous: this rank really is in another PID namespace than the owner. */
+	RANK_CHECK(mc_host_pid_namespace() != owner->pid_namespace);
+	RANK_CHECK((mc_host_net_namespace() != owner->net_namespace) ==
+		   (c->place == NEW_PID_AND_NETWORK_NAMESPACE));
+	if (c->forge_token)
+		RANK_CHECK(forge_token(blobs));
+	if (c->peer_as_stranger)
+		RANK_CHECK(become_stranger() == 0);
+	ret = mooncake_segment_complete(seg, blobs, (size_t)self->world_size * BLOB);
+	if (ret != c->expect) {
+		fprintf(stderr, "rank %u: complete returned %d (%s), expected %d\n", self->rank, ret,
+			mooncake_segment_last_error(), c->expect);
+		return 20;
+	}
+	for (int i = 0; i < 3 && c->needles[i]; i++)
+		if (!strstr(mooncake_segment_last_error(), c->needles[i])) {
+			fprintf(stderr, "rank %u: '%s' lacks '%s'\n", self->rank,
+				mooncake_segment_last_error(), c->needles[i]);
+			return 21;
+		}
+	if (ret != 0) {
+		/* The owner finishes only once every peer has been answered. */
+		RANK_CHECK(group_barrier(self) == 0);
+		mooncake_segment_destroy(seg);
+		return 0;
+	}
+	/* The owner's bytes are here; ours reach the owner: one set of pages. */
+	base = mooncake_segment_base(seg);
+	RANK_CHECK(check_pattern(base, slice, 1));
+	fill_pattern(base + self->rank * slice, slice, self->rank + 1);
+	RANK_CHECK(group_barrier(self) == 0);
+	for (uint32_t r = 0; r < self->world_size; r++)
+		RANK_CHECK(check_pattern(base + r * slice, slice, r + 1));
+	RANK_CHECK(group_barrier(self) == 0);
+	RANK_CHECK(mapping_usage(base, SIZE, &usage));
+	pss = usage.pss;
+	RANK_CHECK(group_allgather(self, &pss, sizeof(pss), all) == 0);
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+static int route_rank(struct group_rank *self, void *arg)
+{
+	const struct route_case *c = arg;
+	struct mooncake_segment_options opt = test_options(self->world_size, self->rank, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB], blobs[8 * BLOB], *base;
+	struct log_capture log = { "" };
+	struct mc_blob owner;
+	bool in_child;
+	int status;
+
+	if (self->rank != 0) {
+		int flags = CLONE_NEWPID | (c->place == NEW_PID_AND_NETWORK_NAMESPACE ? CLONE_NEWNET : 0);
+
+		status = enter_namespaces(flags, &in_child);
+		if (!in_child || status)
+			return status;
+	} else {
+		if (c->owner_allows)
+			setenv("MOONCAKE_SEGMENT_PEER_UIDS", c->owner_allows, 1);
+		mooncake_segment_set_log_fn(capture, MOONCAKE_SEGMENT_LOG_INFO, &log);
+	}
+	RANK_CHECK(self->world_size <= 8);
+	RANK_CHECK(mooncake_segment_create(c->label, SIZE, &opt, &seg, blob) == 0);
+	if (self->rank == 0) /* before anyone can map: the first slice */
+		fill_pattern(mooncake_segment_base(seg), SIZE / self->world_size, 1);
+	RANK_CHECK(group_allgather(self, blob, BLOB, blobs) == 0);
+	RANK_CHECK(mc_blob_decode(blobs, 0, &owner) == 0);
+	if (self->rank != 0)
+		return peer_side(self, c, seg, blobs, &owner);
+
+	RANK_CHECK(mooncake_segment_complete(seg, blobs, (size_t)self->world_size * BLOB) == 0);
+	base = mooncake_segment_base(seg);
+	if (c->expect == 0) {
+		uint64_t slice = SIZE / self->world_size, pss, all[8], total = 0;
+		struct mapping_usage usage;
+
+		fill_pattern(base, slice, 1);
+		RANK_CHECK(group_barrier(self) == 0);
+		for (uint32_t r = 0; r < self->world_size; r++)
+			RANK_CHECK(check_pattern(base + r * slice, slice, r + 1));
+		RANK_CHECK(group_barrier(self) == 0);
+		RANK_CHECK(mapping_usage(base, SIZE, &usage));
+		pss = usage.pss;
+		RANK_CHECK(group_allgather(self, &pss, sizeof(pss), all) == 0);
+		/* Every rank touched every page: the group's PSS is one copy, not world_size. */
+		for (uint32_t r = 0; r < self->world_size; r++)
+			total += all[r];
+		fprintf(stderr, "# %s: group PSS %.2fx the segment\n", c->label, (double)total / SIZE);
+		RANK_CHECK(total >= SIZE * 95 / 100 && total <= SIZE * 105 / 100);
+	} else {
+		RANK_CHECK(group_barrier(self) == 0); /* every peer has its answer */
+	}
+	RANK_CHECK(mooncake_segment_finish(seg) == 0);
+	mooncake_segment_set_log_fn(NULL, 0, NULL);
+	if (c->owner_logs && !strstr(log.text, c->owner_logs)) {
+		fprintf(stderr, "owner: log '%s' lacks '%s'\n", log.text, c->owner_logs);
+		return 22;
+	}
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+static void run_case(const struct route_case *c, uint32_t world)
+{
+	int codes[8];
+
+	ck_assert_int_eq(group_run(world, route_rank, (void *)c, 30000, codes), 0);
+	for (uint32_t r = 0; r < world; r++)
+		ck_assert_msg(codes[r] == 0, "%s: rank %u exited with %d", c->label, r, codes[r]);
+	ck_assert_int_eq(memfds_on_host(c->label), 0);
+}
+
+START_TEST(test_another_pid_namespace_shares_one_copy)
+{
+	const struct route_case c = {
+		"pidns-share", NEW_PID_NAMESPACE, false, NULL, false, 0, { NULL }, NULL
+	};
+
+	run_case(&c, 3);
+}
+END_TEST
+
+START_TEST(test_another_pid_and_network_namespace_is_refused_naming_both_fixes)
+{
+	const struct route_case c = { "netns-refused",
+				      NEW_PID_AND_NETWORK_NAMESPACE,
+				      false,
+				      NULL,
+				      false,
+				      -EACCES,
+				      { "another network namespace", "--pid=host",
+					"--network=container:NAME" },
+				      NULL };
+
+	run_case(&c, 2);
+}
+END_TEST
+
+START_TEST(test_another_uid_is_refused_unless_the_owner_lets_it_in)
+{
+	const struct route_case refused = { "uid-refused",
+					    NEW_PID_NAMESPACE,
+					    true,
+					    NULL,
+					    false,
+					    -EACCES,
+					    { "the owner runs as uid 0 and this rank as uid 54321",
+					      "MOONCAKE_SEGMENT_PEER_UIDS=54321" },
+					    "another user" };
+	const struct route_case allowed = {
+		"uid-allowed", NEW_PID_NAMESPACE, true, "1000,54321", false, 0, { NULL }, NULL
+	};
+
+	run_case(&refused, 2);
+	run_case(&allowed, 2);
+}
+END_TEST
+
+START_TEST(test_a_wrong_token_is_refused)
+{
+	const struct route_case c = { "token-refused", NEW_PID_NAMESPACE,	false,	      NULL, true,
+				      -EACCES,	       { "refused the token" }, "wrong token" };
+
+	run_case(&c, 3);
+}
+END_TEST
+
+/* --- as root: an owner that stops answering ------------------------------------------ */
+
+struct stuck_case {
+	const char *label;
+	bool kill_owner;     /* SIGKILL the stopped owner while the peers wait; else let them time out */
+	const char *timeout; /* MOONCAKE_SEGMENT_PEER_TIMEOUT_MS */
+	int expect;
+	const char *needle;
+};
+
+static bool stopped(pid_t pid)
+{
+	char path[64], line[512], *close;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!mc_read_line(path, line, sizeof(line)))
+		return false;
+	close = strrchr(line, ')');
+	return close && close[2] == 'T';
+}
+
+static int stuck_rank(struct group_rank *self, void *arg)
+{
+	const struct stuck_case *c = arg;
+	struct mooncake_segment_options opt = test_options(self->world_size, self->rank, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB], blobs[8 * BLOB], byte = 0;
+	struct timespec start;
+	int ready[2], go[2], ret, status;
+	pid_t child, owner;
+
+	if (self->rank == 0) {
+		RANK_CHECK(mooncake_segment_create(c->label, SIZE, &opt, &seg, blob) == 0);
+		RANK_CHECK(group_allgather(self, blob, BLOB, blobs) == 0);
+		RANK_CHECK(mooncake_segment_complete(seg, blobs, (size_t)self->world_size * BLOB) == 0);
+		(void)group_barrier(self); /* stopped meanwhile, killed or continued */
+		mooncake_segment_destroy(seg);
+		return 0;
+	}
+	/* The outer process stays in the owner's PID namespace, where it can stop and kill it. */
+	owner = group_pid(0);
+	RANK_CHECK(pipe(ready) == 0 && pipe(go) == 0);
+	RANK_CHECK(unshare(CLONE_NEWPID) == 0);
+	child = fork();
+	RANK_CHECK(child >= 0);
+	if (child == 0) {
+		struct mc_peer_fd h;
+
+		setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", c->timeout, 1);
+		RANK_CHECK(mooncake_segment_create(c->label, SIZE, &opt, &seg, blob) == 0);
+		RANK_CHECK(group_allgather(self, blob, BLOB, blobs) == 0);
+		RANK_CHECK(owner_handle(blobs, 0, &h));
+		results->socket_id = h.socket_id;
+		RANK_CHECK(write(ready[1], &byte, 1) == 1);
+		RANK_CHECK(read(go[0], &byte, 1) == 1); /* the owner is stopped now */
+		clock_gettime(CLOCK_MONOTONIC, &start);
+		ret = mooncake_segment_complete(seg, blobs, (size_t)self->world_size * BLOB);
+		results->waited_ms[self->rank] = elapsed_ms(&start);
+		if (ret != c->expect || !strstr(mooncake_segment_last_error(), c->needle)) {
+			fprintf(stderr, "rank %u: complete returned %d (%s), expected %d with '%s'\n",
+				self->rank, ret, mooncake_segment_last_error(), c->expect, c->needle);
+			return 20;
+		}
+		mooncake_segment_destroy(seg);
+		return 0;
+	}
+	RANK_CHECK(read(ready[0], &byte, 1) == 1);
+	kill(owner, SIGSTOP);
+	for (int i = 0; i < 400 && !stopped(owner); i++)
+		usleep(5000);
+	RANK_CHECK(stopped(owner));
+	RANK_CHECK(write(go[1], &byte, 1) == 1);
+	if (self->rank == 1) {
+		usleep(300 * 1000); /* every peer is connected and waiting */
+		/* Killed while they wait; or, once they timed out (200 ms), let go. */
+		kill(owner, c->kill_owner ? SIGKILL : SIGCONT);
+	}
+	RANK_CHECK(waitpid(child, &status, 0) == child);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 14;
+}
+
+static void run_stuck(const struct stuck_case *c, uint32_t world, int owner_code)
+{
+	int codes[8];
+
+	memset(results, 0, sizeof(*results));
+	ck_assert_int_eq(group_run(world, stuck_rank, (void *)c, 30000, codes), 0);
+	ck_assert_msg(codes[0] == owner_code, "%s: owner exited with %d", c->label, codes[0]);
+	for (uint32_t r = 1; r < world; r++) {
+		ck_assert_msg(codes[r] == 0, "%s: rank %u exited with %d", c->label, r, codes[r]);
+		/* A clear error well before the 30 s timeout: no hang. */
+		ck_assert_int_lt(results->waited_ms[r], 5000);
+	}
+	/* Nothing is left on the host: no listener, no descriptor of the pages. */
+	ck_assert_uint_ne(results->socket_id, 0);
+	ck_assert(!socket_listed(results->socket_id));
+	ck_assert_int_eq(memfds_on_host(c->label), 0);
+}
+
+START_TEST(test_owner_killed_while_peers_wait_is_a_clear_error)
+{
+	const struct stuck_case c = { "owner-killed", true, "30000", -ESRCH, "without an answer" };
+
+	run_stuck(&c, 3, 128 + SIGKILL);
+}
+END_TEST
+
+START_TEST(test_stopped_owner_is_a_timeout_not_a_hang)
+{
+	const struct stuck_case c = { "owner-stopped", false, "200", -ETIMEDOUT, "did not answer" };
+
+	run_stuck(&c, 2, 0);
+}
+END_TEST
+
+/* Whether a child can enter new PID and network namespaces here. */
+static bool namespaces_available(void)
+{
+	pid_t child = fork();
+	int status;
+
+	if (child == 0)
+		_exit(unshare(CLONE_NEWPID | CLONE_NEWNET) == 0 ? 0 : 1);
+	return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+	       WEXITSTATUS(status) == 0;
+}
+
+int main(void)
+{
+	Suite *s = suite_create("peer-route");
+	TCase *any = tcase_create("any-user"), *root;
+
+	results = mmap(NULL, sizeof(*results), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (results == MAP_FAILED)
+		return 1;
+	tcase_add_test(any, test_thread_and_socket_are_gone_after_finish);
+	tcase_add_test(any, test_thread_and_socket_are_gone_after_destroy);
+	tcase_add_test(any, test_silent_peers_do_not_hold_up_the_others);
+	tcase_add_test(any, test_forked_child_of_the_owner_has_no_listener_and_no_thread);
+	suite_add_tcase(s, any);
+	if (geteuid() != 0) {
+		printf("# skipping the namespace and user tests: they need root (unshare, setuid)\n");
+	} else if (!namespaces_available()) {
+		printf("# skipping the namespace and user tests: this kernel refuses new PID or network "
+		       "namespaces (a container without CAP_SYS_ADMIN, a sysctl or an LSM)\n");
+	} else {
+		root = tcase_create("namespaces");
+		tcase_add_test(root, test_another_pid_namespace_shares_one_copy);
+		tcase_add_test(root, test_another_pid_and_network_namespace_is_refused_naming_both_fixes);
+		tcase_add_test(root, test_another_uid_is_refused_unless_the_owner_lets_it_in);
+		tcase_add_test(root, test_a_wrong_token_is_refused);
+		tcase_add_test(root, test_owner_killed_while_peers_wait_is_a_clear_error);
+		tcase_add_test(root, test_stopped_owner_is_a_timeout_not_a_hang);
+		tcase_set_timeout(root, 60);
+		suite_add_tcase(s, root);
+	}
+	return run_suite(s);
+}
