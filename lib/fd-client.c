@@ -61,15 +61,23 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, int64_t 
 	struct sockaddr_un addr;
 	socklen_t len = mc_fd_socket_address(h->socket_id, &addr);
 	struct timeval tv;
-	int64_t left = deadline - now_ms();
+	int64_t left;
 	struct pollfd pfd = { s, POLLIN, 0 };
-	int ready;
+	int ready, err;
 
-	/* A Unix socket's connect waits for room in the backlog up to SO_SNDTIMEO. */
-	tv.tv_sec = left / 1000;
-	tv.tv_usec = (left % 1000) * 1000;
-	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(s, (struct sockaddr *)&addr, len) != 0) {
+	/* A Unix socket's connect waits for room in the backlog up to SO_SNDTIMEO;
+	 * a signal handler of the application's interrupts it, and it starts again. */
+	do {
+		left = deadline - now_ms();
+		if (left <= 0)
+			return MC_FD_CLIENT_NO_ANSWER;
+		tv.tv_sec = left / 1000;
+		tv.tv_usec = (left % 1000) * 1000;
+		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		err = connect(s, (struct sockaddr *)&addr, len) == 0 ? 0 : errno;
+	} while (err == EINTR);
+	if (err) {
+		errno = err;
 		if (errno == EAGAIN || errno == EINPROGRESS || errno == ETIMEDOUT)
 			return MC_FD_CLIENT_NO_ANSWER;
 		if (errno == ECONNREFUSED || errno == ENOENT)
@@ -80,7 +88,8 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, int64_t 
 	for (int i = 0; i < 4; i++)
 		request[i] = (uint8_t)(MC_FD_REQUEST_MAGIC >> (8 * i));
 	memcpy(request + 4, h->token, MC_PEER_FD_TOKEN_SIZE);
-	if (send(s, request, sizeof(request), MSG_NOSIGNAL) != (ssize_t)sizeof(request)) {
+	/* Room for one small message right after connect: this does not block. */
+	if (send(s, request, sizeof(request), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(request)) {
 		if (errno == EPIPE || errno == ECONNRESET)
 			return MC_FD_CLIENT_CLOSED;
 		if (errno == EAGAIN)

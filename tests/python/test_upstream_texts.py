@@ -358,9 +358,12 @@ def test_native_blob_magic(pair):
 
 def test_native_blob_version(pair):
     owner, _, owner_blob, peer_blob = pair
-    bad = peer_blob[:4] + struct.pack("<H", 2) + peer_blob[6:]
+    # A rank of the release before (blob version 1) is told to run the same library.
+    bad = peer_blob[:4] + struct.pack("<H", 1) + peer_blob[6:]
     exc = raised(lambda: owner.complete([owner_blob, bad]))
     assert_leads(exc, RuntimeError, "InvalidArgument: Shared segment blob version mismatch, peers run different builds")
+    assert "format version 1, this build speaks 2" in str(exc), exc
+    assert "all ranks must run the same libmooncake-segment" in str(exc), exc
 
 
 def test_native_blob_oversized_handle(pair):

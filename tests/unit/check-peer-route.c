@@ -178,6 +178,35 @@ START_TEST(test_thread_and_socket_are_gone_after_destroy)
 }
 END_TEST
 
+/* A wrong MOONCAKE_SEGMENT_PEER_UIDS is the owner's create error, naming the value and the fix. */
+START_TEST(test_a_malformed_peer_uid_list_is_a_clear_error_at_create)
+{
+	static const char *const bad[] = { "12x", "1000,,1001", "-1", "anyone",
+					   "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15" };
+	struct mooncake_segment_options o = test_options(2, 0, 0);
+	struct mooncake_segment *owner = NULL;
+	uint8_t blob[BLOB];
+	int tasks = count_tasks(), fds = count_fds(), maps = count_mappings();
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("MOONCAKE_SEGMENT_PEER_UIDS", bad[i], 1);
+		ck_assert_error(mooncake_segment_create("uids", SIZE, &o, &owner, blob), EINVAL,
+				"MOONCAKE_SEGMENT_PEER_UIDS='");
+		ck_assert_msg(strstr(mooncake_segment_last_error(), bad[i]) &&
+				      strstr(mooncake_segment_last_error(), "fix or unset it"),
+			      "%s", mooncake_segment_last_error());
+	}
+	unsetenv("MOONCAKE_SEGMENT_PEER_UIDS");
+	ck_assert_int_eq(count_tasks(), tasks);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_mappings(), maps);
+	setenv("MOONCAKE_SEGMENT_PEER_UIDS", "any", 1);
+	ck_assert_int_eq(mooncake_segment_create("uids", SIZE, &o, &owner, blob), 0);
+	unsetenv("MOONCAKE_SEGMENT_PEER_UIDS");
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
 static int connect_to(uint64_t id)
 {
 	struct sockaddr_un addr;
@@ -662,6 +691,7 @@ int main(void)
 	tcase_add_test(any, test_thread_and_socket_are_gone_after_destroy);
 	tcase_add_test(any, test_silent_peers_do_not_hold_up_the_others);
 	tcase_add_test(any, test_forked_child_of_the_owner_has_no_listener_and_no_thread);
+	tcase_add_test(any, test_a_malformed_peer_uid_list_is_a_clear_error_at_create);
 	suite_add_tcase(s, any);
 	if (geteuid() != 0) {
 		printf("# skipping the namespace and user tests: they need root (unshare, setuid)\n");
