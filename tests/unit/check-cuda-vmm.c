@@ -23,6 +23,7 @@
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"
+#include "vmm-share.h"
 
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
 #define SIZE (UINT64_C(6) << 20)
@@ -52,6 +53,16 @@ static void use_fake_driver(const char *devices)
 static int calls(const char *prefix)
 {
 	return count_lines(read_text(log_path, log_text, sizeof(log_text)), prefix);
+}
+
+/* Make the @nth call of the driver's @call fail (FAKE_CUDA_FAIL_<call>). */
+static void fail_call(const char *call, int nth)
+{
+	char variable[96], value[16];
+
+	snprintf(variable, sizeof(variable), "FAKE_CUDA_FAIL_%s", call);
+	snprintf(value, sizeof(value), "%d", nth);
+	setenv(variable, value, 1);
 }
 
 /* Mappings of the fake's physical memory in this process. */
@@ -145,8 +156,9 @@ static const char *driver_without_vmm(void)
 {
 	static char path[4096];
 	const char *fake = getenv("FAKE_CUDA_LIBRARY");
-	const char *name = strrchr(fake, '/');
+	const char *name = fake ? strrchr(fake, '/') : NULL;
 
+	ck_assert_msg(name, "FAKE_CUDA_LIBRARY is not a path (run through make check)");
 	snprintf(path, sizeof(path), "%.*s/libfake-cuda-novmm.so", (int)(name - fake), fake);
 	return path;
 }
@@ -208,48 +220,36 @@ static unsigned long mapped_inode(const void *addr)
 	return found;
 }
 
+/* What only the CUDA backend promises of a rank's mapping. */
+static int check_cuda_rank(struct group_rank *self, struct mooncake_segment *seg)
+{
+	uint8_t *base = mooncake_segment_base(seg);
+	struct mooncake_segment_info info;
+	unsigned long inode, inodes[4];
+
+	/* Its own device and the CPU are granted. */
+	RANK_CHECK(access_of(base) == (1u << 31 | 1u << (self->rank % 2)));
+	RANK_CHECK(mooncake_segment_get_info(seg, &info, sizeof(info)) == 0);
+	RANK_CHECK(strcmp(info.commit_method,
+			  info.flags & MOONCAKE_SEGMENT_INFO_OWNER ? "cuMemCreate" : "none (peer)") == 0);
+	/* One physical copy: every rank maps the very same file. */
+	inode = mapped_inode(base);
+	RANK_CHECK(inode != 0);
+	RANK_CHECK(group_allgather(self, &inode, sizeof(inode), inodes) == 0);
+	for (uint32_t r = 0; r < self->world_size && r < 4; r++)
+		RANK_CHECK(inodes[r] == inode);
+	return 0;
+}
+
 static int vmm_rank(struct group_rank *self, void *arg)
 {
 	uint32_t owner = *(const uint32_t *)arg;
 	struct mooncake_segment_options opt =
 		vmm_options(self->world_size, self->rank, owner, (int)(self->rank % 2));
-	uint8_t blob[BLOB], blobs[4 * BLOB], *base;
-	struct mooncake_segment *seg = NULL;
-	struct mooncake_segment_info info;
-	unsigned long inode, inodes[4];
-	uint64_t slice;
-	int fds = count_fds(), maps = physical_mappings();
+	const struct vmm_share expect = { SIZE,	  UINT64_C(2) << 20, "cuda-vmm",
+					  "cuda", physical_mappings, check_cuda_rank };
 
-	RANK_CHECK(self->world_size <= 4);
-	RANK_CHECK(mooncake_segment_create("vmm", SIZE, &opt, &seg, blob) == 0);
-	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
-	RANK_CHECK(mooncake_segment_complete(seg, blobs, (size_t)self->world_size * sizeof(blob)) == 0);
-	RANK_CHECK(group_barrier(self) == 0);
-	RANK_CHECK(mooncake_segment_finish(seg) == 0);
-	base = mooncake_segment_base(seg);
-	/* One address for the CPU and the device, granted to both. */
-	RANK_CHECK(mooncake_segment_device_addr(seg) == (uintptr_t)base);
-	RANK_CHECK(access_of(base) == (1u << 31 | 1u << (self->rank % 2)));
-	RANK_CHECK(mooncake_segment_get_info(seg, &info, sizeof(info)) == 0);
-	RANK_CHECK(strcmp(info.backend, "cuda-vmm") == 0 && strcmp(info.accelerator, "cuda") == 0);
-	RANK_CHECK(info.alloc_size == SIZE && info.page_size == (UINT64_C(2) << 20));
-	RANK_CHECK(strcmp(info.commit_method, self->rank == owner ? "cuMemCreate" : "none (peer)") == 0);
-	/* One physical copy: every rank maps the very same file. */
-	inode = mapped_inode(base);
-	RANK_CHECK(inode != 0);
-	RANK_CHECK(group_allgather(self, &inode, sizeof(inode), inodes) == 0);
-	for (uint32_t r = 0; r < self->world_size; r++)
-		RANK_CHECK(inodes[r] == inode);
-	slice = info.alloc_size / (self->world_size ? self->world_size : 1);
-	fill_pattern(base + self->rank * slice, slice, self->rank + 1);
-	RANK_CHECK(group_barrier(self) == 0);
-	for (uint32_t r = 0; r < self->world_size; r++)
-		RANK_CHECK(check_pattern(base + r * slice, slice, r + 1));
-	RANK_CHECK(group_barrier(self) == 0);
-	mooncake_segment_destroy(seg);
-	RANK_CHECK(count_fds() == fds);
-	RANK_CHECK(physical_mappings() == maps);
-	return 0;
+	return vmm_share_rank(self, &opt, &expect);
 }
 
 START_TEST(test_four_processes_share_one_pinned_copy)
@@ -378,7 +378,6 @@ START_TEST(test_owner_failures_leave_nothing)
 	const struct failure_case *c = &owner_failures[_i];
 	struct mooncake_segment_options opt = vmm_options(2, 0, 0, 0);
 	struct mooncake_segment *seg = NULL;
-	char variable[96], nth[16];
 	uint8_t blob[BLOB];
 	int maps, fds;
 
@@ -387,9 +386,7 @@ START_TEST(test_owner_failures_leave_nothing)
 	ck_assert(mc_cu_vmm_ready(NULL)); /* loaded before counting */
 	maps = count_mappings() + physical_mappings();
 	fds = count_fds();
-	snprintf(variable, sizeof(variable), "FAKE_CUDA_FAIL_%s", c->call);
-	snprintf(nth, sizeof(nth), "%d", c->nth);
-	setenv(variable, nth, 1);
+	fail_call(c->call, c->nth);
 	ck_assert_error(mooncake_segment_create("vmm", SIZE, &opt, &seg, blob), c->err, c->call);
 	ck_assert_ptr_null(seg);
 	ck_assert_int_eq(calls(c->call), 1); /* the failure was the injected one */
@@ -411,14 +408,11 @@ START_TEST(test_peer_failures_leave_nothing_mapped)
 	const struct failure_case *c = &peer_failures[_i];
 	struct mooncake_segment_options o = vmm_options(2, 0, 0, 0), p = vmm_options(2, 1, 0, 1);
 	struct mooncake_segment *owner, *peer = NULL;
-	char variable[96], nth[16];
 	uint8_t blobs[2 * BLOB];
 	int fds;
 
 	use_fake_driver("2");
-	snprintf(variable, sizeof(variable), "FAKE_CUDA_FAIL_%s", c->call);
-	snprintf(nth, sizeof(nth), "%d", c->nth);
-	setenv(variable, nth, 1);
+	fail_call(c->call, c->nth);
 	ck_assert_int_eq(mooncake_segment_create("vmm", SIZE, &o, &owner, blobs), 0);
 	fds = count_fds();
 	if (_i == 0) {
@@ -460,15 +454,13 @@ START_TEST(test_teardown_failures_are_named)
 {
 	struct mooncake_segment_options opt = vmm_options(1, 0, 0, 0);
 	struct mooncake_segment *seg;
-	char variable[96];
 	uint8_t blob[BLOB];
 
 	use_fake_driver("1");
 	warnings[0] = '\0';
 	mooncake_segment_set_log_fn(keep_warnings, MOONCAKE_SEGMENT_LOG_WARNING, NULL);
 	ck_assert_int_eq(mooncake_segment_create("vmm", SIZE, &opt, &seg, blob), 0);
-	snprintf(variable, sizeof(variable), "FAKE_CUDA_FAIL_%s", teardown_calls[_i]);
-	setenv(variable, "1", 1);
+	fail_call(teardown_calls[_i], 1);
 	mooncake_segment_destroy(seg);
 	mooncake_segment_set_log_fn(NULL, 0, NULL);
 	ck_assert_msg(strstr(warnings, teardown_calls[_i]), "%s", warnings);
