@@ -15,11 +15,17 @@ extern const struct mc_backend_ops mc_backend_memfd; /* host-memfd.c */
 #if HAVE_ASCEND_VMM
 extern const struct mc_backend_ops mc_backend_ascend_vmm; /* vmm-ascend.c */
 #endif
+#if HAVE_CUDA_VMM
+extern const struct mc_backend_ops mc_backend_cuda_vmm; /* vmm-cuda.c */
+#endif
 
 const struct mc_backend_ops *const mc_backends[] = {
 	&mc_backend_memfd,
 #if HAVE_ASCEND_VMM
 	&mc_backend_ascend_vmm,
+#endif
+#if HAVE_CUDA_VMM
+	&mc_backend_cuda_vmm,
 #endif
 	NULL,
 };

@@ -102,6 +102,7 @@ bool mc_hugetlb_size_configured(uint64_t page_size);
 enum mc_backend_id {
 	MC_BACKEND_MEMFD = 1,
 	MC_BACKEND_ASCEND_VMM = 2,
+	MC_BACKEND_CUDA_VMM = 3,
 };
 
 /* The decoded form of a blob; doc/wire-format.md is the byte layout. */

@@ -7,8 +7,10 @@
 #                                own paths; absent is a notice.
 #   --with-cuda=yes|DIR:         absent is fatal.
 #   --without-cuda:              no CUDA support.
-# Defines HAVE_CUDA to 0 or 1, substitutes CUDA_CPPFLAGS, sets the automake
-# conditional HAVE_CUDA and the shell variable mc_cuda_summary.
+# Defines HAVE_CUDA to 0 or 1, and HAVE_CUDA_VMM to 1 when the header also
+# declares the host NUMA virtual memory API (CUDA 12.4 and later) that the
+# VMM backend (mmap=false) uses; substitutes CUDA_CPPFLAGS, sets the automake
+# conditionals HAVE_CUDA and HAVE_CUDA_VMM and the shell variable mc_cuda_summary.
 AC_DEFUN([MC_CHECK_CUDA], [
   AC_ARG_WITH([cuda],
     [AS_HELP_STRING([--with-cuda@<:@=DIR@:>@],
@@ -16,6 +18,7 @@ AC_DEFUN([MC_CHECK_CUDA], [
     [], [with_cuda=guess])
 
   mc_have_cuda=no
+  mc_have_cuda_vmm=no
   CUDA_CPPFLAGS=
   AS_CASE([$with_cuda],
     [no], [],
@@ -32,6 +35,14 @@ AC_DEFUN([MC_CHECK_CUDA], [
         AC_CHECK_DECLS([cuMemHostRegister, cuMemHostGetDevicePointer, cuDevicePrimaryCtxRetain,
                         cuDriverGetVersion, cuGetErrorString],
                        [mc_have_cuda=yes], [mc_have_cuda=no], [[#include <cuda.h>]])
+        mc_have_cuda_vmm=$mc_have_cuda
+        AS_IF([test "x$mc_have_cuda" = xyes], [
+          AC_CHECK_DECLS([cuMemCreate, cuMemExportToShareableHandle, cuMemImportFromShareableHandle,
+                          CU_MEM_LOCATION_TYPE_HOST_NUMA,
+                          CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                          CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED],
+                         [], [mc_have_cuda_vmm=no], [[#include <cuda.h>]])
+        ])
       ])
       CPPFLAGS=$mc_save_CPPFLAGS
       AS_IF([test "x$mc_have_cuda" = xyes], [
@@ -49,9 +60,13 @@ AC_DEFUN([MC_CHECK_CUDA], [
 
   AS_IF([test "x$mc_have_cuda" = xyes],
     [AC_DEFINE([HAVE_CUDA], [1], [Define to 1 to build CUDA host registration (driver API, dlopen'd)])
-     mc_cuda_summary="yes (headers in $mc_cuda_where; runtime dlopen libcuda.so.1)"],
+     mc_cuda_summary="yes (headers in $mc_cuda_where; runtime dlopen libcuda.so.1; VMM: $mc_have_cuda_vmm)"],
     [AC_DEFINE([HAVE_CUDA], [0], [Define to 1 to build CUDA host registration (driver API, dlopen'd)])
      mc_cuda_summary=no])
+  AS_IF([test "x$mc_have_cuda_vmm" = xyes],
+    [AC_DEFINE([HAVE_CUDA_VMM], [1], [Define to 1 to build the CUDA host VMM backend (mmap=false)])],
+    [AC_DEFINE([HAVE_CUDA_VMM], [0], [Define to 1 to build the CUDA host VMM backend (mmap=false)])])
   AC_SUBST([CUDA_CPPFLAGS])
   AM_CONDITIONAL([HAVE_CUDA], [test "x$mc_have_cuda" = xyes])
+  AM_CONDITIONAL([HAVE_CUDA_VMM], [test "x$mc_have_cuda_vmm" = xyes])
 ])

@@ -201,7 +201,10 @@ uint64_t mooncake_segment_device_addr(const struct mooncake_segment *seg);
  * Ascend: libascendcl.so, or MOONCAKE_SEGMENT_ASCEND_LIBRARY, whose current
  * device must then be device_id);
  * !mmap needs the Ascend runtime with a device and its VMM API (the same
- * library), and neither host_register nor hugetlb.  Sets no error message.
+ * library), or a CUDA driver (the same library) with a device that reports
+ * virtual memory management, POSIX descriptor handles and host NUMA virtual
+ * memory (CUDA 12.4+), and neither host_register nor hugetlb.  Sets no error
+ * message.
  */
 bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb);
 

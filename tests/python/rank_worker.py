@@ -175,9 +175,58 @@ def vmm(rank, world, group, params):
     return {"saw_owner": saw_owner, "npu_error": npu_error, "backend": info["backend"], "same_address": same_address}
 
 
+def cuda_vmm(rank, world, group, params):
+    """mmap=False on the fake CUDA driver: host views of the pinned pages every rank maps."""
+    seg = create_shared_segment(
+        "kv", BLOCKS, world, rank, owner_rank=params["owner"], device_id=rank % 2, comm_group=group, mmap=False
+    )
+    v = seg.tensors("v", device="cpu")
+    v[rank].fill_(100 + rank)
+    dist.barrier(group)
+    saw_all = all(bool((v[r] == 100 + r).all()) for r in range(world))
+    for view in seg.tensors("k", device="cpu") + v:
+        view.sum()  # touch every page before PSS is read
+    del view
+    dist.barrier(group)
+    pss = mapping_pss(seg.base_addr())
+    dist.barrier(group)
+    # Without CUDA in torch, the default (CUDA) views are refused, saying how to get host views.
+    default_error = None
+    try:
+        seg.tensors("k")
+    except SharedSegmentError as exc:
+        default_error = str(exc)
+    info = seg.info()
+    same_address = seg.device_base == seg.base_addr()
+    del v
+    dist.barrier(group)
+    seg.close()
+    return {
+        "saw_all": saw_all,
+        "pss": pss,
+        "total": info["alloc_size"],
+        "backend": info["backend"],
+        "accelerator": info["accelerator"],
+        "same_address": same_address,
+        "default_error": default_error,
+    }
+
+
 SCENARIOS = {
     f.__name__: f
-    for f in (share, mismatch, declaration, world_size_one, local_raise, bad_int, wrong_rank_id, alias, killed, vmm)
+    for f in (
+        share,
+        mismatch,
+        declaration,
+        world_size_one,
+        local_raise,
+        bad_int,
+        wrong_rank_id,
+        alias,
+        killed,
+        vmm,
+        cuda_vmm,
+    )
 }
 
 

@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+from conftest import run_ranks
+
 FAKE = os.environ.get("FAKE_CUDA_LIBRARY", "")
 needs_fake = pytest.mark.skipif(
     not FAKE or not os.path.exists(FAKE), reason="this build has no CUDA support (no cuda.h at configure time)"
@@ -136,4 +138,115 @@ def test_registered_pages_are_pinned_and_reachable_from_the_gpu():
     torch.cuda.synchronize()
     assert bool((host[1] == 4.0).all())  # the GPU wrote the shared host pages
     del host, on_gpu, device_views
+    seg.close()
+
+
+def fake_vmm_driver_available():
+    """The fake driver has the VMM entry points (a build whose cuda.h declares them)."""
+    if not FAKE or not os.path.exists(FAKE):
+        return False
+    import ctypes
+
+    return hasattr(ctypes.CDLL(FAKE), "cuMemCreate")
+
+
+needs_fake_vmm = pytest.mark.skipif(
+    not fake_vmm_driver_available(), reason="this build has no CUDA VMM backend (cuda.h of CUDA 12.4 or later needed)"
+)
+
+
+@needs_fake_vmm
+@pytest.mark.parametrize("owner", [0, 2])
+def test_vmm_segment_gives_host_views_of_one_copy_in_every_rank(owner, tmp_path, monkeypatch):
+    pytest.importorskip("torch", reason="python3-torch is not installed; the gloo ranks need it")
+    log = tmp_path / "cuda.log"
+    monkeypatch.setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", FAKE)
+    monkeypatch.setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "/nonexistent/libascendcl.so")
+    monkeypatch.setenv("FAKE_CUDA_LOG", str(log))
+    monkeypatch.setenv("FAKE_CUDA_DEVICES", "2")
+    monkeypatch.setenv("FAKE_CUDA_REFUSE_REOPEN", "1")  # peers must get a duplicate, as from the real driver
+    results = run_ranks("cuda_vmm", 3, owner=owner)
+    for rank, r in enumerate(results):
+        assert r["returncode"] == 0, f"rank {rank} failed: {r['stderr'][-2000:]}"
+        assert r["saw_all"], f"rank {rank} did not see another rank's write"
+        assert (r["backend"], r["accelerator"], r["same_address"]) == ("cuda-vmm", "cuda", True)
+        assert r["default_error"] == (
+            "CUDA tensor views need a torch built with CUDA and a visible GPU; "
+            "tensors(block, device='cpu') gives host views of the same pages"
+        )
+    # One pinned copy for the group: three private copies would be 3x.
+    total_pss, size = sum(r["pss"] for r in results), results[0]["total"]
+    assert 0.95 * size <= total_pss <= 1.05 * size, (total_pss, size)
+    text = log.read_text()
+    lines = text.splitlines()
+    assert sum(line.startswith("create ") for line in lines) == 1, text
+    assert sum(line.startswith("import posix") for line in lines) == 2, text
+    assert sum(line.startswith("access host rw") for line in lines) == 3, text
+    # Every rank gave back what it took (the ranks exit without the fake's leak report).
+    took = sum(line.startswith(("create ", "import ", "reserve ", "map ")) for line in lines)
+    gave = sum(line.startswith(("release created", "release imported", "free-address ", "unmap ")) for line in lines)
+    assert took == gave == 1 + 2 + 3 + 3, text  # create, imports, reservations, mappings
+    assert "ERROR" not in text
+
+
+@needs_fake_vmm
+def test_vmm_cuda_views_hand_torch_the_device_address(tmp_path):
+    """What can be checked without a GPU: torch is asked for CUDA tensors at the segment's device address."""
+    pytest.importorskip("torch", reason="python3-torch is not installed")
+    result, log = run_with_fake_driver(
+        """
+        import torch
+        import mooncake.shared_segment as s
+        seg = s.create_shared_segment("kv", {"k": {"count": 3, "shape": (4096,), "dtype": torch.float16}}, 1, 0,
+                                      device_id=1, mmap=False)
+        asked = []
+        def as_tensor(obj, device=None):
+            face = obj.__cuda_array_interface__
+            asked.append((face["data"][0], face["shape"][0], str(device)))
+            return torch.zeros(face["shape"][0], dtype=torch.uint8)  # stands in for the CUDA tensor
+        torch.cuda.is_available = lambda: True
+        torch.as_tensor = as_tensor
+        views = seg.tensors("k")
+        assert [v.shape for v in views] == [torch.Size([4096])] * 3
+        stride = seg.stride
+        assert asked == [(seg.device_base + i * stride, 8192, "cuda:1") for i in range(3)], (asked, seg.device_base)
+        assert seg.device_base == seg.base_addr()
+        del views
+        seg.close()
+        print("OK")
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout
+    assert "ERROR" not in log
+
+
+def _torch_with_a_vmm_gpu():
+    torch = _torch_with_cuda()
+    if torch is None:
+        return None
+    from mooncake.shared_segment import shared_segment_supported
+
+    return torch if shared_segment_supported(mmap=False) else None
+
+
+@pytest.mark.skipif(
+    _torch_with_a_vmm_gpu() is None,
+    reason="needs torch with CUDA and a GPU whose driver supports host NUMA VMM (tests/gpu/run.sh)",
+)
+def test_vmm_pages_are_written_by_the_gpu_and_read_by_the_cpu():
+    torch = _torch_with_cuda()
+    from mooncake.shared_segment import create_shared_segment
+
+    seg = create_shared_segment(
+        "gpu-vmm", {"k": {"count": 2, "shape": (1 << 20,), "dtype": torch.float32}}, 1, 0, device_id=0, mmap=False
+    )
+    on_gpu = seg.tensors("k")
+    assert on_gpu[1].device.type == "cuda"
+    on_gpu[1].fill_(5.0)
+    torch.cuda.synchronize()
+    host = seg.tensors("k", device="cpu")
+    assert bool((host[1] == 5.0).all())  # the GPU wrote the pinned host pages
+    del on_gpu, host
     seg.close()

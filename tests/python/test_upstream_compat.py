@@ -75,7 +75,7 @@ class FakeNative:
         return 24576
 
     def facts(self):
-        return {"device_addr": 0, "accelerator": ""}
+        return {"device_addr": 0, "accelerator": "", "backend": "memfd"}
 
 
 @pytest.fixture

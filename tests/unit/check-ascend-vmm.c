@@ -19,6 +19,7 @@
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"
+#include "vmm-share.h"
 
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
 #define SIZE (UINT64_C(6) << 20)
@@ -97,39 +98,14 @@ static int vmm_rank(struct group_rank *self, void *arg)
 	uint32_t owner = *(const uint32_t *)arg;
 	struct mooncake_segment_options opt =
 		vmm_options(self->world_size, self->rank, owner, (int)self->rank);
-	uint8_t blob[BLOB], blobs[4 * BLOB], *base;
-	struct mooncake_segment *seg = NULL;
-	struct mooncake_segment_info info;
-	uint64_t slice;
+	const struct vmm_share expect = { SIZE,	    UINT64_C(2) << 20, "ascend-vmm",
+					  "ascend", count_mappings,    NULL };
 	char device[16];
-	int fds = count_fds(), maps = count_mappings();
 
 	/* Each rank runs on its own device, as torch.npu.set_device(rank) would set. */
 	snprintf(device, sizeof(device), "%u", self->rank);
 	setenv("FAKE_ACL_CURRENT_DEVICE", device, 1);
-	RANK_CHECK(self->world_size <= 4);
-	RANK_CHECK(mooncake_segment_create("vmm", SIZE, &opt, &seg, blob) == 0);
-	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
-	RANK_CHECK(mooncake_segment_complete(seg, blobs, (size_t)self->world_size * sizeof(blob)) == 0);
-	RANK_CHECK(group_barrier(self) == 0);
-	RANK_CHECK(mooncake_segment_finish(seg) == 0);
-	base = mooncake_segment_base(seg);
-	/* One address for the host and the device. */
-	RANK_CHECK(mooncake_segment_device_addr(seg) == (uintptr_t)base);
-	RANK_CHECK(mooncake_segment_get_info(seg, &info, sizeof(info)) == 0);
-	RANK_CHECK(strcmp(info.backend, "ascend-vmm") == 0);
-	RANK_CHECK(strcmp(info.accelerator, "ascend") == 0);
-	RANK_CHECK(info.alloc_size == SIZE && info.page_size == (UINT64_C(2) << 20));
-	slice = info.alloc_size / self->world_size;
-	fill_pattern(base + self->rank * slice, slice, self->rank + 1);
-	RANK_CHECK(group_barrier(self) == 0);
-	for (uint32_t r = 0; r < self->world_size; r++)
-		RANK_CHECK(check_pattern(base + r * slice, slice, r + 1));
-	RANK_CHECK(group_barrier(self) == 0);
-	mooncake_segment_destroy(seg);
-	RANK_CHECK(count_fds() == fds);
-	RANK_CHECK(count_mappings() == maps);
-	return 0;
+	return vmm_share_rank(self, &opt, &expect);
 }
 
 START_TEST(test_four_processes_share_pinned_memory)

@@ -699,6 +699,7 @@ class SharedSegment:
         facts = native.facts()
         self.device_base = int(facts["device_addr"]) or None
         self._accelerator = str(facts["accelerator"]) if self.device_base is not None else ""
+        self._backend = str(facts["backend"])
 
     def _spec(self, block: str) -> _BlockSpec:
         spec = self._specs.get(block)
@@ -727,6 +728,9 @@ class SharedSegment:
         created with ``host_register=True`` on CUDA, torch sees them as pinned,
         so ``non_blocking=True`` copies are asynchronous.  ``device="cuda"``
         gives CUDA tensors over the registered pages' device address instead.
+        A CUDA ``mmap=False`` segment (pinned host memory the GPU maps) gives
+        CUDA tensors by default, as an Ascend one gives NPU tensors, and CPU
+        tensors over the same pages with ``device="cpu"``.
         New views on every call; each keeps the segment mapped for as long as
         it, or any tensor derived from it, is alive (not a copy made by
         ``share_memory_()``, which no longer writes to the segment).  The cost
@@ -741,8 +745,8 @@ class SharedSegment:
         # As upstream: the views of a segment registered with Ascend are NPU tensors.
         if (device is None and self._accelerator == "ascend") or (device is not None and str(device).startswith("npu")):
             return self._npu_tensors(spec, dtype, self._entry_offsets(block))
-        if device is not None and str(device).startswith("cuda"):
-            return self._cuda_tensors(spec, dtype, str(device), self._entry_offsets(block))
+        if (device is None and self._backend == "cuda-vmm") or (device is not None and str(device).startswith("cuda")):
+            return self._cuda_tensors(spec, dtype, str(device or "cuda"), self._entry_offsets(block))
         if device is not None and str(device) != "cpu":
             raise SharedSegmentError(f"tensors(device={device!r}): only 'cpu', 'cuda' and 'npu' views are available")
         views = []
@@ -784,9 +788,17 @@ class SharedSegment:
         if self.device_base is None or self._accelerator != "cuda":
             raise SharedSegmentError(
                 "CUDA tensor views need a segment registered with CUDA: create it with host_register=True"
+                " (or mmap=False for pinned memory every GPU maps)"
             )
         if not torch.cuda.is_available():
-            raise SharedSegmentError("CUDA tensor views need a torch built with CUDA and a visible GPU")
+            raise SharedSegmentError(
+                "CUDA tensor views need a torch built with CUDA and a visible GPU"
+                + (
+                    "; tensors(block, device='cpu') gives host views of the same pages"
+                    if self._backend == "cuda-vmm"
+                    else ""
+                )
+            )
         if device == "cuda":
             device = f"cuda:{self._device_id}"
         views = []
@@ -885,7 +897,9 @@ def create_shared_segment(
     ``mmap=True`` shares host memory (an unnamed memfd); ``host_register``
     then registers each rank's mapping with its CUDA GPU or Ascend NPU
     ``device_id``.  ``mmap=False`` shares pinned memory from the Ascend
-    runtime's VMM API; every rank's current NPU must be its ``device_id``.
+    runtime's VMM API (every rank's current NPU must be its ``device_id``)
+    or from the CUDA driver's (pinned once by the owner, mapped by every
+    rank's GPU ``device_id`` and its CPU, with no per-rank registration).
 
     Raises SharedSegmentError on every rank when any rank fails.
     """

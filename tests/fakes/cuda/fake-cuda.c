@@ -13,11 +13,15 @@
  *   FAKE_CUDA_NO_UVA=1               device pointers are not the host addresses
  *   FAKE_CUDA_REGISTER_DELAY_MS=N    each cuMemHostRegister takes N ms (a slow driver)
  *   FAKE_CUDA_LOG=PATH               one line per call, appended
+ *   FAKE_CUDA_FAIL_<call>=N          the Nth call of <call> fails (fake-cuda-vmm.c's entry points)
+ *
+ * A primary context still retained at exit is an "ERROR" line in the log.
  */
 #include <cuda.h>
 #include <errno.h>
 
 #include "../fake-runtime.h"
+#include "fake-cuda.h"
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,9 +38,7 @@ static struct {
 	size_t len;
 } registered[MAX_REGISTERED];
 static int nregistered, register_calls, pushed, retained[MAX_DEVICES];
-
-/* Every call is logged to the file this variable names. */
-#define note(...) fake_note("FAKE_CUDA_LOG", __VA_ARGS__)
+static pid_t retained_in; /* a forked child's copies of the counts are not its own */
 
 /* The entry points below name their parameters in their own words, not cuda.h's. */
 /* NOLINTBEGIN(readability-inconsistent-declaration-parameter-name) */
@@ -46,6 +48,33 @@ static int devices(void)
 	int n = fake_env_int("FAKE_CUDA_DEVICES", 2);
 
 	return n < 0 ? 0 : n > MAX_DEVICES ? MAX_DEVICES : n;
+}
+
+int fake_cuda_devices(void)
+{
+	return devices();
+}
+
+int fake_cuda_failing(const char *call)
+{
+	static struct {
+		const char *call;
+		int count;
+	} counts[32];
+	char name[96];
+	int i;
+
+	for (i = 0; i < 32 && counts[i].call && strcmp(counts[i].call, call) != 0; i++)
+		;
+	if (i == 32)
+		return 0;
+	counts[i].call = call;
+	counts[i].count++;
+	snprintf(name, sizeof(name), "FAKE_CUDA_FAIL_%s", call);
+	if (counts[i].count != fake_env_int(name, 0))
+		return 0;
+	note("%s %d failed (%s)", call, counts[i].count, name);
+	return 1;
 }
 
 CUresult CUDAAPI cuInit(unsigned int flags)
@@ -88,6 +117,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device)
 	if (device < 0 || device >= devices())
 		return CUDA_ERROR_INVALID_DEVICE;
 	retained[device]++;
+	retained_in = getpid();
 	*ctx = (CUcontext)(uintptr_t)(0x1000 + device);
 	note("retain %d", device);
 	return CUDA_SUCCESS;
@@ -188,16 +218,53 @@ CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned 
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
+/* The names and texts of the errors this fake returns, as the driver words them. */
+static const struct {
+	CUresult error;
+	const char *name, *text;
+} errors[] = {
+	{ CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory" },
+	{ CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument" },
+	{ CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal" },
+	{ CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported" },
+	{ CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted" },
+};
+
 CUresult CUDAAPI cuGetErrorName(CUresult error, const char **name)
 {
-	*name = error == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_FAKE";
+	*name = "CUDA_ERROR_FAKE";
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+		if (errors[i].error == error)
+			*name = errors[i].name;
 	return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuGetErrorString(CUresult error, const char **text)
 {
-	*text = error == CUDA_ERROR_OUT_OF_MEMORY ? "out of memory" : "fake driver error";
+	*text = "fake driver error";
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+		if (errors[i].error == error)
+			*text = errors[i].text;
 	return CUDA_SUCCESS;
 }
 
 /* NOLINTEND(readability-inconsistent-declaration-parameter-name) */
+
+int fake_cuda_retained_contexts(void)
+{
+	int leaks = 0;
+
+	for (int device = 0; device < MAX_DEVICES && retained_in == getpid(); device++)
+		if (retained[device]) {
+			note("ERROR primary context of device %d still retained %d times", device,
+			     retained[device]);
+			leaks++;
+		}
+	return leaks;
+}
+
+/* A process that ends holding a primary context leaked it. */
+__attribute__((destructor)) static void report_retained_contexts(void)
+{
+	fake_cuda_retained_contexts();
+}
