@@ -97,10 +97,11 @@ static bool cuda_pci_bus_id(int device, char *buf, size_t size)
 
 static const char *cuda_why_unavailable(bool *loaded)
 {
-	bool available = cuda_available();
+	const char *why = "";
+	bool available = mc_cu_ready(&why);
 
-	*loaded = cuda.cuInit != NULL; /* the loader clears every entry point when one is missing */
-	return available ? "" : load_failure;
+	*loaded = mc_cu.cuInit != NULL; /* the loader clears every entry point when one is missing */
+	return available ? "" : why;
 }
 
 const struct mc_accel_ops mc_accel_cuda = {
