@@ -50,6 +50,22 @@ def test_register_mode_shares_one_copy_between_three_ranks(tmp_path):
     assert "ready_vmm_over_register" not in report
 
 
+def test_both_modes_report_vmm_against_registration(tmp_path):
+    result, log = smoke(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    vmm = report["modes"]["vmm"]
+    assert report["all_correct"] and vmm["all_correct"], vmm
+    assert {r["backend"] for r in vmm["ranks"]} == {"cuda-vmm"}
+    # Pinned once: one cuMemCreate by the owner, an import by each of the two others.
+    lines = log.splitlines()
+    assert sum(line.startswith("create ") for line in lines) == 1, log
+    assert sum(line.startswith("import posix ") for line in lines) == 2, log
+    assert report["ready_vmm_over_register"] == pytest.approx(
+        vmm["seconds_until_all_ready"] / report["modes"]["register"]["seconds_until_all_ready"]
+    )
+
+
 def test_unknown_mode_is_refused_with_the_choices(tmp_path):
     result, _ = smoke(tmp_path, "--modes", "register,zerocopy")
     assert result.returncode == 2
