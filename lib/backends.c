@@ -7,7 +7,11 @@
  */
 #include "config.h"
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -51,4 +55,67 @@ const struct mc_backend_ops *mc_backend_choose(const struct mc_backend_ops *cons
 const struct mc_backend_ops *mc_backend_for(bool mmap, bool host_register, bool hugetlb)
 {
 	return mc_backend_choose(mc_backends, mmap, host_register, hugetlb);
+}
+
+/* A backend's refusal without the lead and the advice every VMM refusal
+ * shares, e.g. "libcuda.so.1: cannot open shared object file" (in place). */
+static const char *bare_reason(char *message)
+{
+	static const char *const leads[] = {
+		"This build has no VMM backend for shared segments",
+		"This mooncake build has no VMM backend for shared segments",
+	};
+	char *reason = message, *advice;
+	bool parenthesised;
+
+	for (size_t i = 0; i < MC_ARRAY_SIZE(leads); i++)
+		if (!strncmp(message, leads[i], strlen(leads[i])))
+			reason = message + strlen(leads[i]);
+	reason += strspn(reason, " :");
+	parenthesised = *reason == '(';
+	reason += parenthesised;
+	if (!strncmp(reason, "on this host: ", 14))
+		reason += 14;
+	advice = strstr(reason, "; use mmap=true");
+	if (advice) {
+		*advice = '\0';
+		if (parenthesised && advice > reason && advice[-1] == ')')
+			advice[-1] = '\0';
+	}
+	return reason;
+}
+
+int mc_backend_granularity(const struct mc_backend_ops *chosen, const struct mooncake_segment_options *opt,
+			   uint64_t *page_size)
+{
+	char reasons[768], message[512], chosen_message[512];
+	size_t used = 0, serving = 0;
+	int err = chosen->granularity(opt, page_size);
+
+	for (size_t i = 0; mc_backends[i]; i++)
+		serving += mc_backends[i]->mmap == opt->mmap;
+	if (err != -ENOTSUP || serving <= 1)
+		return err;
+	/* None of several can serve: each one's reason, not only the first's
+	 * (@chosen's as it gave it: a second call need not fail the same way). */
+	snprintf(chosen_message, sizeof(chosen_message), "%s", mooncake_segment_last_error());
+	reasons[0] = '\0';
+	for (size_t i = 0; mc_backends[i] && used < sizeof(reasons); i++) {
+		uint64_t ignored;
+
+		if (mc_backends[i]->mmap != opt->mmap)
+			continue;
+		if (mc_backends[i] == chosen)
+			snprintf(message, sizeof(message), "%s", chosen_message);
+		else if (mc_backends[i]->granularity(opt, &ignored) != -ENOTSUP)
+			snprintf(message, sizeof(message), "could serve, but was not chosen");
+		else
+			snprintf(message, sizeof(message), "%s", mooncake_segment_last_error());
+		used += (size_t)snprintf(reasons + used, sizeof(reasons) - used, "%s%s: %s", used ? "; " : "",
+					 mc_backends[i]->name, bare_reason(message));
+	}
+	return mc_error(ENOTSUP,
+			"This build has no VMM backend for shared segments that this host can use (%s); "
+			"use mmap=true",
+			reasons);
 }

@@ -378,6 +378,10 @@ extern const struct mc_backend_ops *const mc_backends[];
 /* The backend serving @mmap in this build, NULL when there is none; where
  * several do, the first whose supported() accepts the flags (else the first). */
 const struct mc_backend_ops *mc_backend_for(bool mmap, bool host_register, bool hugetlb);
+/* @chosen's page size for @opt; where several backends serve opt->mmap and
+ * none can, the -ENOTSUP names every one's reason, not only @chosen's. */
+int mc_backend_granularity(const struct mc_backend_ops *chosen, const struct mooncake_segment_options *opt,
+			   uint64_t *page_size);
 /* The same choice from another NULL-terminated @table (tests). */
 const struct mc_backend_ops *mc_backend_choose(const struct mc_backend_ops *const *table, bool mmap,
 					       bool host_register, bool hugetlb);

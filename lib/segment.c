@@ -114,7 +114,7 @@ int mc_segment_page_size(const struct mooncake_segment_options *opt, uint64_t *p
 
 	if (!backend)
 		return hint_zeroed_options(opt, -ENOTSUP);
-	return hint_zeroed_options(opt, backend->granularity(opt, page_size));
+	return hint_zeroed_options(opt, mc_backend_granularity(backend, opt, page_size));
 }
 
 /* Register this rank's mapping with its accelerator (host_register). */
@@ -248,7 +248,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		err = hint_zeroed_options(opt, -ENOTSUP);
 		goto fail;
 	}
-	err = seg->backend->granularity(opt, &seg->page_size);
+	err = mc_backend_granularity(seg->backend, opt, &seg->page_size);
 	if (err) {
 		err = hint_zeroed_options(opt, err);
 		goto fail;

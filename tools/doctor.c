@@ -46,7 +46,7 @@ static const char *const status_names[] = { "ok", "warn", "fail" };
 struct finding {
 	const char *check;
 	enum status status;
-	char value[256];
+	char value[768]; /* room for create's whole reason (every VMM backend's) */
 	char fix[512];
 };
 
@@ -458,19 +458,46 @@ static void check_ascend(void)
 	const char *home = getenv("ASCEND_HOME_PATH");
 	struct mc_runtime_report acl;
 	bool built = find_runtime("ascend", &acl);
-	const char *vmm =
-		!HAVE_ASCEND_VMM				  ? "not in this build"
-		: mooncake_segment_supported(false, false, false) ? "available"
-		: acl.loaded
-			? "unavailable (no initialised device, or a runtime without the V2 shareable-handle API)"
-			: "unavailable";
 
-	add("Ascend runtime", OK, NULL, "%s%s%s%s; VMM (mmap=false) %s",
+	add("Ascend runtime", OK, NULL, "%s%s%s%s",
 	    !built	    ? "not in this build"
 	    : acl.available ? "libascendcl.so loads, with a device"
 	    : acl.loaded    ? "libascendcl.so loads: "
 			    : "libascendcl.so not loaded: ",
-	    built && !acl.available ? acl.why : "", home ? "; ASCEND_HOME_PATH=" : "", home ? home : "", vmm);
+	    built && !acl.available ? acl.why : "", home ? "; ASCEND_HOME_PATH=" : "", home ? home : "");
+}
+
+/*
+ * mmap=false: which VMM backend (CUDA host VMM, Ascend VMM) serves device 0
+ * here, as create() itself answers: a one-rank segment of one byte, created,
+ * completed, described and destroyed at once; or create's reason why none can.
+ * Optional: a host without one is fine (mmap=true serves everyone).
+ */
+static void check_vmm(void)
+{
+	struct mooncake_segment_options opt;
+	struct mooncake_segment *seg = NULL;
+	struct mooncake_segment_info info;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	bool described;
+
+	mooncake_segment_options_init(&opt);
+	opt.mmap = false;
+	opt.device_id = 0;
+	if (mooncake_segment_create("doctor-probe", 1, &opt, &seg, blob) < 0) {
+		add("mmap=false", OK, NULL, "unavailable on device 0: %s", mooncake_segment_last_error());
+		return;
+	}
+	described = mooncake_segment_complete(seg, blob, sizeof(blob)) == 0 &&
+		    mooncake_segment_get_info(seg, &info, sizeof(info)) == 0;
+	mooncake_segment_destroy(seg);
+	if (!described) {
+		add("mmap=false", WARN, "report this: a one-rank segment was created but not completed",
+		    "created but not usable: %s", mooncake_segment_last_error());
+		return;
+	}
+	add("mmap=false", OK, NULL, "%s on device 0 (%s, %llu KiB granules)", info.backend,
+	    info.commit_method, (unsigned long long)(info.page_size >> 10));
 }
 
 /*
@@ -607,6 +634,7 @@ int cmd_doctor(int argc, char **argv)
 	check_numa();
 	check_cuda();
 	check_ascend();
+	check_vmm();
 	check_python();
 	for (int i = 0; i < nfindings; i++)
 		failed = failed || findings[i].status == FAIL;

@@ -191,6 +191,24 @@ def test_doctor_names_each_gpu_and_its_numa_node_through_the_library(tmp_path):
     assert missing["status"] == "ok" and missing["value"].startswith("not loaded: "), missing
 
 
+def test_doctor_says_which_vmm_backend_serves_mmap_false_as_create_does(tmp_path):
+    """The answer is create's own: the backend a one-rank probe got, or create's reason."""
+    fake = os.environ.get("FAKE_CUDA_LIBRARY", "")
+    if not fake or not Path(fake).exists():
+        pytest.skip("no fake CUDA driver: this build has no CUDA headers (configure --with-cuda)")
+    log = tmp_path / "cuda.log"
+    env = dict(os.environ, MOONCAKE_SEGMENT_CUDA_LIBRARY=fake, FAKE_CUDA_LOG=str(log))
+    vmm = doctor_findings(env)["mmap=false"]
+    if "cuda-vmm" not in vmm["value"] and "no host NUMA virtual memory API" in vmm["value"]:
+        pytest.skip("this build's cuda.h has no host NUMA VMM API (CUDA 12.4 or later)")
+    assert vmm["status"] == "ok" and vmm["value"] == "cuda-vmm on device 0 (cuMemCreate, 2048 KiB granules)", vmm
+    # The probe gave back what it took: the fake driver flags leaks and misuse as ERROR lines.
+    assert "create " in log.read_text() and "ERROR" not in log.read_text(), log.read_text()
+    refused = doctor_findings(dict(env, FAKE_CUDA_VMM="0"))["mmap=false"]
+    assert refused["status"] == "ok" and refused["value"].startswith("unavailable on device 0: "), refused
+    assert "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED" in refused["value"], refused
+
+
 def symbols(args, path):
     out = subprocess.run(["nm", "-D", *args, str(path)], capture_output=True, text=True, check=True).stdout
     return {line.split()[-1] for line in out.splitlines() if line.strip()}
