@@ -42,21 +42,6 @@
 
 /* --- helpers ------------------------------------------------------------------ */
 
-static int count_tasks(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 /* The owner's handle, from its blob (rank @owner of @blobs). */
 static bool owner_handle(const uint8_t *blobs, uint32_t owner, struct mc_peer_fd *h)
 {

@@ -14,9 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-int count_fds(void)
+/* Entries of directory @path, "." and ".." aside; -1 when unreadable. */
+static int count_entries(const char *path)
 {
-	DIR *d = opendir("/proc/self/fd");
+	DIR *d = opendir(path);
 	struct dirent *e;
 	int n = 0;
 
@@ -26,7 +27,19 @@ int count_fds(void)
 		if (e->d_name[0] != '.')
 			n++;
 	closedir(d);
-	return n - 1; /* the directory's own descriptor */
+	return n;
+}
+
+int count_fds(void)
+{
+	int n = count_entries("/proc/self/fd");
+
+	return n < 0 ? n : n - 1; /* the directory's own descriptor */
+}
+
+int count_tasks(void)
+{
+	return count_entries("/proc/self/task");
 }
 
 #if defined(__SANITIZE_ADDRESS__)

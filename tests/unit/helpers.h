@@ -16,6 +16,8 @@
 /* Descriptors open in this process, and the library's mappings in it
  * (segment pages and address windows, which carry its name). */
 int count_fds(void);
+/* Threads of this process. */
+int count_tasks(void);
 int count_mappings(void);
 /* Running under ASan or valgrind, which map and use memory of their own. */
 int under_memory_checker(void);
