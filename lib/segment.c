@@ -158,8 +158,12 @@ static void copy_label(char *label, size_t size, const char *name)
 {
 	size_t len = strcspn(name, "|");
 
-	if (len >= size)
+	if (len >= size) {
 		len = size - 1;
+		/* Never cut a UTF-8 character in two: back off its continuation bytes. */
+		while (len > 0 && ((unsigned char)name[len] & 0xc0) == 0x80)
+			len--;
+	}
 	memcpy(label, name, len);
 	label[len] = '\0';
 }

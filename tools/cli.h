@@ -25,6 +25,12 @@ bool parse_uint(const char *text, uint64_t min, uint64_t max, uint64_t *value);
 const char *format_size(uint64_t bytes, char *buf, size_t size);
 
 /* Write @s as a JSON string literal (with quotes). */
+/* @text between double quotes, with backslash, double quote and newline
+ * escaped (and, for @json, every other control character), each byte that
+ * is not part of well-formed UTF-8 written as U+FFFD: a label cut in the
+ * middle of a character, or a hostile process's name, cannot make the
+ * JSON or the Prometheus text invalid. */
+void write_quoted_utf8(FILE *out, const char *text, bool json);
 void json_string(FILE *out, const char *s);
 
 /* The program's diagnostic prefix. */

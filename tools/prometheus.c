@@ -11,21 +11,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "segments.h"
 
-/* A label value: backslash, double quote and newline escaped. */
+/* A label value: escaped as the text format asks, always UTF-8. */
 static void label_value(FILE *out, const char *s)
 {
-	fputc('"', out);
-	for (; *s; s++) {
-		if (*s == '\\' || *s == '"')
-			fprintf(out, "\\%c", *s);
-		else if (*s == '\n')
-			fputs("\\n", out);
-		else
-			fputc(*s, out);
-	}
-	fputc('"', out);
+	write_quoted_utf8(out, s, false);
 }
 
 static void family(FILE *out, const char *name, const char *help)

@@ -71,20 +71,58 @@ const char *format_size(uint64_t bytes, char *buf, size_t size)
 	return buf;
 }
 
-void json_string(FILE *out, const char *s)
+/* Bytes of the well-formed UTF-8 sequence at @s (1 to 4; RFC 3629: no
+ * overlong forms, no surrogates, nothing above U+10FFFF), 0 when it is not one. */
+static size_t utf8_sequence(const unsigned char *s)
 {
-	fputc('"', out);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
+	size_t n = s[0] < 0x80			  ? 1
+		   : s[0] >= 0xc2 && s[0] <= 0xdf ? 2
+		   : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+		   : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+						  : 0;
+	unsigned char low = 0x80, high = 0xbf;
 
-		if (c == '"' || c == '\\')
-			fprintf(out, "\\%c", c);
-		else if (c == '\n')
+	if (s[0] == 0xe0)
+		low = 0xa0;
+	else if (s[0] == 0xed)
+		high = 0x9f;
+	else if (s[0] == 0xf0)
+		low = 0x90;
+	else if (s[0] == 0xf4)
+		high = 0x8f;
+	for (size_t i = 1; i < n; i++)
+		if (s[i] < (i == 1 ? low : 0x80) || s[i] > (i == 1 ? high : 0xbf))
+			return 0;
+	return n;
+}
+
+void write_quoted_utf8(FILE *out, const char *text, bool json)
+{
+	const unsigned char *s = (const unsigned char *)text;
+
+	fputc('"', out);
+	while (*s) {
+		size_t n = utf8_sequence(s);
+
+		if (!n) {
+			fputs("\xef\xbf\xbd", out); /* U+FFFD for each byte that is not UTF-8 */
+			s++;
+			continue;
+		}
+		if (*s == '"' || *s == '\\')
+			fprintf(out, "\\%c", *s);
+		else if (*s == '\n')
 			fputs("\\n", out);
-		else if (c < 0x20)
-			fprintf(out, "\\u%04x", c);
+		else if (json && *s < 0x20)
+			fprintf(out, "\\u%04x", *s);
 		else
-			fputc(c, out);
+			fwrite(s, 1, n, out);
+		s += n;
 	}
 	fputc('"', out);
+}
+
+void json_string(FILE *out, const char *s)
+{
+	write_quoted_utf8(out, s, true);
 }

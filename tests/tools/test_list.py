@@ -295,6 +295,28 @@ def test_a_scan_shared_by_threads_joins_every_process(tmp_path):
     assert all(p["resident_bytes"] == p["pid"] * 4096 for p in seg["processes"])
 
 
+def test_labels_and_names_that_are_not_utf8_still_give_valid_json_and_prometheus_text(tmp_path):
+    """A label cut inside a character (older builds), a hostile name, a comm the kernel cut at 15 bytes."""
+    fake_process(tmp_path, 500, "500", [], [])
+    label = b"k\xc3\xa9v-\xc3"  # "kév-", then half of an "é"
+    maps = b"7f0000000000-7f0000400000 rw-s 00000000 00:01 5151 /memfd:mooncake-segment:" + label
+    (tmp_path / "500" / "maps").write_bytes(maps + b"|owner=500 (deleted)\n")
+    (tmp_path / "500" / "status").write_bytes(b"Name:\tengine-\xe5\x8d\nUmask:\t0022\nNSpid:\t500\n")
+    for fmt in ("--json", "--prometheus"):
+        raw = run_list_bytes(fmt, "--proc", str(tmp_path))
+        text = raw.decode("utf-8")  # strict: one byte that is not UTF-8 fails here
+        assert "k\u00e9v-\ufffd" in text and "engine-\ufffd\ufffd" in text, text
+    doc = json.loads(run_list_bytes("--json", "--proc", str(tmp_path)))
+    seg = only_segment(doc, "k\u00e9v-\ufffd")
+    assert seg["processes"][0]["command"] == "engine-\ufffd\ufffd"
+
+
+def run_list_bytes(*args):
+    proc = subprocess.run([TOOL, "list", *args], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def test_a_host_without_segments_lists_none(tmp_path):
     """An empty /proc: no segment, no process, exit 0 (and nothing a sanitizer build objects to)."""
     doc = list_json("--proc", str(tmp_path))

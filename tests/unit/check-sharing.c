@@ -432,6 +432,44 @@ START_TEST(test_owner_gone_before_import_is_esrch)
 }
 END_TEST
 
+/* The name a long label gets in /proc/self/maps (after "memfd:mooncake-segment:", up to '|'). */
+static void maps_label(const void *base, char *label, size_t size)
+{
+	char line[512], start[32], *name, *bar;
+	FILE *maps = fopen("/proc/self/maps", "re");
+
+	label[0] = '\0';
+	snprintf(start, sizeof(start), "%lx-", (unsigned long)(uintptr_t)base);
+	ck_assert_ptr_nonnull(maps);
+	while (fgets(line, sizeof(line), maps))
+		if (!strncmp(line, start, strlen(start)) &&
+		    (name = strstr(line, "memfd:mooncake-segment:"))) {
+			name += strlen("memfd:mooncake-segment:");
+			bar = strchr(name, '|');
+			snprintf(label, size, "%.*s", bar ? (int)(bar - name) : 0, name);
+			break;
+		}
+	fclose(maps);
+}
+
+START_TEST(test_a_long_label_is_never_cut_inside_a_character)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	char name[128], label[128];
+
+	/* 62 ASCII bytes, then "é" (2 bytes) across the 63-byte limit, then more. */
+	memset(name, 'a', 62);
+	snprintf(name + 62, sizeof(name) - 62, "\xc3\xa9tail");
+	ck_assert_int_eq(mooncake_segment_create(name, TEST_SIZE, &opt, &seg, blob), 0);
+	maps_label(mooncake_segment_base(seg), label, sizeof(label));
+	ck_assert_uint_eq(strlen(label), 62);
+	ck_assert_int_eq(strspn(label, "a"), 62);
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
 Suite *suite_sharing(void)
 {
 	Suite *s = suite_create("sharing");
@@ -448,6 +486,7 @@ Suite *suite_sharing(void)
 	tcase_add_test(one, test_a_rank_can_discard_pages_but_never_resize_them);
 	tcase_add_test(one, test_log_callback_is_silent_by_default_and_routes_lines);
 	tcase_add_test(one, test_mapping_usage_counts_every_vma_of_a_split_mapping);
+	tcase_add_test(one, test_a_long_label_is_never_cut_inside_a_character);
 	tcase_add_test(many, test_four_processes_share_one_copy_owner_0);
 	tcase_add_test(many, test_four_processes_share_one_copy_owner_2);
 	tcase_add_test(many, test_owner_gone_before_import_is_esrch);
