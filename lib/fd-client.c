@@ -132,7 +132,8 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 	int fd = -1, extra = 0;
 	struct stat st;
 
-	for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; c; c = CMSG_NXTHDR(&msg, c))
+	/* An empty message may carry descriptors too: close what came with it. */
+	for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; c; c = CMSG_NXTHDR(&msg, c))
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
 			for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
 				int got;
@@ -149,6 +150,8 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 		r->failure = n == 0 || errno == ECONNRESET ? MC_FD_CLIENT_CLOSED : MC_FD_CLIENT_SYSTEM;
 		if (r->failure == MC_FD_CLIENT_SYSTEM)
 			snprintf(r->why, sizeof(r->why), "recvmsg: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		return -1;
 	}
 	r->owner_uid = (uint32_t)bytes[4] | (uint32_t)bytes[5] << 8 | (uint32_t)bytes[6] << 16 |

@@ -5,7 +5,9 @@
  * Any user: the owner's thread and socket exist from create until finish or
  * destroy and are gone after (thread, descriptor and /proc/net/unix counts);
  * silent peers never hold up a real one; a forked child of the owner has
- * neither the listener nor the thread, and its destroy joins nothing.
+ * neither the listener nor the thread, and its destroy joins nothing; a
+ * process that binds the owner's name once it is free hands a late peer
+ * nothing it keeps (another file, extra files, a file on an empty message).
  *
  * As root (namespaces, other users; nothing of the host is changed): peers
  * in another PID namespace of the same network namespace share one copy
@@ -31,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fd-socket.h"
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"
@@ -306,6 +309,113 @@ START_TEST(test_forked_child_of_the_owner_has_no_listener_and_no_thread)
 	mooncake_segment_destroy(peer);
 	mooncake_segment_destroy(owner);
 	ck_assert(!has_socket_descriptor());
+}
+END_TEST
+
+/* What a process that binds the owner's name after the owner finished hands a late peer. */
+enum squat { SQUAT_OTHER_FILE, SQUAT_THREE_FILES, SQUAT_EIGHT_FILES, SQUAT_EMPTY_MESSAGE_WITH_A_FILE };
+
+/* The squatter (a child): bind @id, take one peer's request, answer as told with bait memfds. */
+static int squat(uint64_t id, enum squat how, int ready)
+{
+	static const int files[] = { 1, 3, 8, 1 };
+	uint8_t ok[8] = { 0 }, request[64];
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+		struct cmsghdr align;
+	} control;
+	struct iovec iov = { ok, how == SQUAT_EMPTY_MESSAGE_WITH_A_FILE ? 0 : sizeof(ok) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf };
+	struct sockaddr_un addr;
+	struct cmsghdr *cmsg;
+	int l = socket(AF_UNIX, SOCK_SEQPACKET, 0), c, bait[8];
+
+	if (l < 0 || bind(l, (struct sockaddr *)&addr, mc_fd_socket_address(id, &addr)) != 0 ||
+	    listen(l, 4) != 0)
+		return 30;
+	if (write(ready, "r", 1) != 1)
+		return 31;
+	c = accept(l, NULL, NULL);
+	if (c < 0 || recv(c, request, sizeof(request), 0) != MC_FD_REQUEST_BYTES)
+		return 32;
+	for (int i = 0; i < files[how]; i++)
+		if ((bait[i] = memfd_create("squatter-bait", 0)) < 0)
+			return 33;
+	memset(&control, 0, sizeof(control));
+	msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)files[how]);
+	cmsg = CMSG_FIRSTHDR(&msg);
+	if (!cmsg)
+		return 35;
+	cmsg->cmsg_level = SOL_SOCKET;
+	cmsg->cmsg_type = SCM_RIGHTS;
+	cmsg->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)files[how]);
+	memcpy(CMSG_DATA(cmsg), bait, sizeof(int) * (size_t)files[how]);
+	if (sendmsg(c, &msg, MSG_NOSIGNAL) < 0)
+		return 34;
+	close(c); /* what is sent stays queued for the peer */
+	return 0;
+}
+
+/* How many of this process's descriptors are a squatter's bait. */
+static int bait_here(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char path[600], target[128];
+	int n = 0;
+	ssize_t len;
+
+	while (d && (e = readdir(d))) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len > 0) {
+			target[len] = '\0';
+			n += strstr(target, "squatter-bait") != NULL;
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* The owner's name is free again after finish(); whoever binds it then and
+ * answers a late peer, with another file, too many files, or a file on an
+ * empty message, the peer maps nothing and keeps none of them. */
+START_TEST(test_a_squatter_on_the_owners_name_hands_the_peer_nothing)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+	struct mc_peer_fd h;
+	int ready[2], status, fds;
+	char byte;
+	pid_t child;
+
+	for (int how = SQUAT_OTHER_FILE; how <= SQUAT_EMPTY_MESSAGE_WITH_A_FILE; how++) {
+		ck_assert_int_eq(mooncake_segment_create("squatted", SIZE, &o, &owner, blobs), 0);
+		ck_assert_int_eq(mooncake_segment_create("squatted", SIZE, &p, &peer, blobs + BLOB), 0);
+		ck_assert(owner_handle(blobs, 0, &h));
+		ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+		ck_assert_int_eq(mooncake_segment_finish(owner), 0);
+		ck_assert_int_eq(pipe(ready), 0);
+		child = fork();
+		ck_assert_int_ge(child, 0);
+		if (child == 0)
+			_exit(squat(h.socket_id, (enum squat)how, ready[1]));
+		ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+		fds = count_fds();
+		ck_assert_int_lt(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+		ck_assert_msg(bait_here() == 0, "case %d: the peer kept %d bait file(s)", how, bait_here());
+		ck_assert_int_eq(count_fds(), fds);
+		ck_assert_int_eq(waitpid(child, &status, 0), child);
+		/* Not vacuous: the squatter took the request and answered. */
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "case %d: squatter status 0x%x",
+			      how, status);
+		close(ready[0]);
+		close(ready[1]);
+		mooncake_segment_destroy(peer);
+		mooncake_segment_destroy(owner);
+	}
 }
 END_TEST
 
@@ -691,6 +801,7 @@ int main(void)
 	tcase_add_test(any, test_silent_peers_do_not_hold_up_the_others);
 	tcase_add_test(any, test_forked_child_of_the_owner_has_no_listener_and_no_thread);
 	tcase_add_test(any, test_a_malformed_peer_uid_list_is_a_clear_error_at_create);
+	tcase_add_test(any, test_a_squatter_on_the_owners_name_hands_the_peer_nothing);
 	suite_add_tcase(s, any);
 	if (geteuid() != 0) {
 		printf("# skipping the namespace and user tests: they need root (unshare, setuid)\n");
