@@ -14,7 +14,8 @@
  * every connection (at most MAX_CONNECTIONS at a time, the rest wait in the
  * backlog), answers each request as soon as it is complete, and drops a peer
  * that has not sent one by its deadline: a slow or silent peer never stops
- * the others.  It calls no log callback (that could need a lock the owner's
+ * the others.  When accept fails for want of descriptors or memory, the
+ * listener rests ACCEPT_RETRY_MS (it stays readable: polling it would spin).  It calls no log callback (that could need a lock the owner's
  * thread holds while it joins this one); withdraw logs what it refused.
  *
  * fork(): the listener and the wake-up eventfd are tracked by fork.c; the
@@ -43,6 +44,8 @@
 
 #define MAX_CONNECTIONS	 64
 #define MAX_ALLOWED_UIDS 16
+/* Out of descriptors or memory: how long the listener waits before the next accept. */
+#define ACCEPT_RETRY_MS 50
 
 struct connection {
 	int fd;		     /* -1: free slot */
@@ -225,21 +228,27 @@ static void answer(struct mc_fd_offer *o, struct connection *c)
 	close_connection(o, c);
 }
 
-/* Take the waiting peers while there is room; each gets its deadline. */
-static void accept_peers(struct mc_fd_offer *o)
+/* Take the waiting peers while there is room; each gets its deadline.
+ * False when accept cannot take one now (EMFILE, ENFILE, ENOMEM, ENOBUFS):
+ * the listener stays readable, so the caller must not poll it at once. */
+static bool accept_peers(struct mc_fd_offer *o)
 {
 	for (int i = 0; i < MAX_CONNECTIONS; i++) {
 		struct connection *c = &o->connections[i];
+		int err;
 
 		if (c->fd >= 0)
 			continue;
 		pthread_mutex_lock(&o->connections_lock);
 		c->fd = accept4(o->listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		err = errno;
 		pthread_mutex_unlock(&o->connections_lock);
 		if (c->fd < 0)
-			return; /* EAGAIN: nobody else waits; anything else: next round */
+			/* EAGAIN: nobody else waits; a peer that gave up: next round */
+			return err == EAGAIN || err == ECONNABORTED || err == EINTR;
 		c->deadline_ms = now_ms() + MC_FD_SERVER_REQUEST_DEADLINE_MS;
 	}
+	return true;
 }
 
 static void *serve(void *arg)
@@ -247,9 +256,10 @@ static void *serve(void *arg)
 	struct mc_fd_offer *o = arg;
 	struct pollfd fds[2 + MAX_CONNECTIONS];
 	int slot_of[2 + MAX_CONNECTIONS];
+	int64_t accept_again = 0; /* after accept failed: when to try again */
 
 	for (;;) {
-		int64_t now = now_ms(), next = -1;
+		int64_t now = now_ms(), next = accept_again > now ? accept_again : -1;
 		int n = 0, timeout, ready;
 		bool room = false;
 
@@ -271,7 +281,7 @@ static void *serve(void *arg)
 			slot_of[n] = i;
 			fds[n++] = (struct pollfd){ c->fd, POLLIN, 0 };
 		}
-		if (room)
+		if (room && accept_again <= now)
 			fds[n++] = (struct pollfd){ o->listener, POLLIN, 0 };
 		timeout = next < 0 ? -1 : (int)(next - now);
 		ready = poll(fds, (nfds_t)n, timeout);
@@ -284,10 +294,10 @@ static void *serve(void *arg)
 		for (int k = 1; k < n; k++) {
 			if (!fds[k].revents)
 				continue;
-			if (fds[k].fd == o->listener)
-				accept_peers(o);
-			else
+			if (fds[k].fd != o->listener)
 				answer(o, &o->connections[slot_of[k]]);
+			else if (!accept_peers(o))
+				accept_again = now_ms() + ACCEPT_RETRY_MS;
 		}
 	}
 }

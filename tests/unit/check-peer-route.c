@@ -21,12 +21,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -419,6 +421,71 @@ START_TEST(test_a_squatter_on_the_owners_name_hands_the_peer_nothing)
 }
 END_TEST
 
+/* An owner out of descriptors (accept: EMFILE) waits for one, without burning
+ * a CPU, and serves the peer that waited once it has one again. */
+START_TEST(test_an_owner_out_of_descriptors_does_not_spin)
+{
+	struct mooncake_segment_options o = test_options(1, 0, 0);
+	struct mooncake_segment *owner;
+	uint8_t blob[BLOB], request[MC_FD_REQUEST_BYTES];
+	struct rlimit saved, low;
+	struct timespec cpu0, cpu1;
+	struct mc_peer_fd h;
+	int go[2], status, filler[64], n = 0;
+	char byte;
+	pid_t child;
+	int64_t burnt_ms;
+
+	ck_assert_int_eq(mooncake_segment_create("no-fds", SIZE, &o, &owner, blob), 0);
+	ck_assert(owner_handle(blob, 0, &h));
+	ck_assert_int_eq(pipe(go), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		uint8_t reply[16];
+		struct pollfd pfd;
+		struct sockaddr_un addr;
+		int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+
+		if (read(go[0], &byte, 1) != 1 || s < 0 ||
+		    connect(s, (struct sockaddr *)&addr, mc_fd_socket_address(h.socket_id, &addr)) != 0)
+			_exit(30);
+		for (int i = 0; i < 4; i++)
+			request[i] = (uint8_t)(MC_FD_REQUEST_MAGIC >> (8 * i));
+		memcpy(request + 4, h.token, MC_PEER_FD_TOKEN_SIZE);
+		if (send(s, request, sizeof(request), 0) != (ssize_t)sizeof(request))
+			_exit(31);
+		pfd = (struct pollfd){ s, POLLIN, 0 };
+		if (poll(&pfd, 1, 5000) != 1 || recv(s, reply, sizeof(reply), 0) != 8)
+			_exit(32);
+		_exit(reply[0] == MC_FD_REPLY_OK ? 0 : 33);
+	}
+	/* Every descriptor this process may have is taken. */
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	low = saved;
+	low.rlim_cur = (rlim_t)count_fds() + 40;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (n < 64 && (filler[n] = dup(0)) >= 0)
+		n++;
+	ck_assert_int_eq(errno, EMFILE);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+	usleep(600 * 1000);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+	burnt_ms = (int64_t)(cpu1.tv_sec - cpu0.tv_sec) * 1000 + (cpu1.tv_nsec - cpu0.tv_nsec) / 1000000;
+	while (n > 0)
+		close(filler[--n]);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	ck_assert_msg(burnt_ms < 150, "the owner burnt %lld ms of CPU in 600 ms waiting for a descriptor",
+		      (long long)burnt_ms);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "peer status 0x%x", status);
+	close(go[0]);
+	close(go[1]);
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
 /* --- as root: real namespaces and users ------------------------------------------- */
 
 enum place { NEW_PID_NAMESPACE, NEW_PID_AND_NETWORK_NAMESPACE };
@@ -802,6 +869,7 @@ int main(void)
 	tcase_add_test(any, test_forked_child_of_the_owner_has_no_listener_and_no_thread);
 	tcase_add_test(any, test_a_malformed_peer_uid_list_is_a_clear_error_at_create);
 	tcase_add_test(any, test_a_squatter_on_the_owners_name_hands_the_peer_nothing);
+	tcase_add_test(any, test_an_owner_out_of_descriptors_does_not_spin);
 	suite_add_tcase(s, any);
 	if (geteuid() != 0) {
 		printf("# skipping the namespace and user tests: they need root (unshare, setuid)\n");
