@@ -88,10 +88,11 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, int64_t 
 	for (int i = 0; i < 4; i++)
 		request[i] = (uint8_t)(MC_FD_REQUEST_MAGIC >> (8 * i));
 	memcpy(request + 4, h->token, MC_PEER_FD_TOKEN_SIZE);
-	/* Room for one small message right after connect: this does not block. */
-	if (send(s, request, sizeof(request), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(request)) {
-		if (errno == EPIPE || errno == ECONNRESET)
-			return MC_FD_CLIENT_CLOSED;
+	/* Room for one small message right after connect: this does not block.
+	 * The owner refuses another user as it accepts, before reading: its
+	 * reply may be waiting although it hung up already (EPIPE). */
+	if (send(s, request, sizeof(request), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(request) &&
+	    errno != EPIPE && errno != ECONNRESET) {
 		if (errno == EAGAIN)
 			return MC_FD_CLIENT_NO_ANSWER;
 		snprintf(why, why_size, "send: %s", strerror(errno));
@@ -131,6 +132,14 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 	ssize_t n = recvmsg(s, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	int fd = -1, extra = 0;
 	struct stat st;
+
+	/* An owner that hangs up on a request it did not read (it refuses another
+	 * user as it accepts) leaves ECONNRESET, reported before its reply. */
+	if (n < 0 && errno == ECONNRESET) {
+		n = recvmsg(s, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (n < 0 && errno == EAGAIN)
+			errno = ECONNRESET;
+	}
 
 	/* An empty message may carry descriptors too: close what came with it. */
 	for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; c; c = CMSG_NXTHDR(&msg, c))

@@ -7,7 +7,8 @@
  * network namespace.  The socket's name is public; the 128-bit token that
  * travels with it in the blob is the secret a peer must present, and the
  * peer's uid (SO_PEERCRED) must be the owner's or one that
- * MOONCAKE_SEGMENT_PEER_UIDS lets in.
+ * MOONCAKE_SEGMENT_PEER_UIDS lets in: that is checked as the connection is
+ * accepted, so another user's connections never take a slot.
  *
  * One thread per offer serves from offer until withdraw, so the owner's
  * create and complete never wait for a peer.  It polls the listener and
@@ -15,7 +16,8 @@
  * backlog), answers each request as soon as it is complete, and drops a peer
  * that has not sent one by its deadline: a slow or silent peer never stops
  * the others.  When accept fails for want of descriptors or memory, the
- * listener rests ACCEPT_RETRY_MS (it stays readable: polling it would spin).  It calls no log callback (that could need a lock the owner's
+ * listener rests ACCEPT_RETRY_MS (it stays readable: polling it would
+ * spin).  It calls no log callback (that could need a lock the owner's
  * thread holds while it joins this one); withdraw logs what it refused.
  *
  * fork(): the listener and the wake-up eventfd are tracked by fork.c; the
@@ -216,9 +218,6 @@ static void answer(struct mc_fd_offer *o, struct connection *c)
 	else if (n != MC_FD_REQUEST_BYTES || magic != MC_FD_REQUEST_MAGIC) {
 		note_refusal(o, &cred, "not a request of this protocol");
 		reply(o, c->fd, MC_FD_REPLY_MALFORMED);
-	} else if (!uid_allowed(o, cred.uid)) {
-		note_refusal(o, &cred, "another user (MOONCAKE_SEGMENT_PEER_UIDS lets users in)");
-		reply(o, c->fd, MC_FD_REPLY_OTHER_USER);
 	} else if (!same_token(request + 4, o->token)) {
 		note_refusal(o, &cred, "wrong token");
 		reply(o, c->fd, MC_FD_REPLY_BAD_TOKEN);
@@ -226,6 +225,24 @@ static void answer(struct mc_fd_offer *o, struct connection *c)
 		reply(o, c->fd, MC_FD_REPLY_OK);
 	}
 	close_connection(o, c);
+}
+
+/* A peer of a user not let in is told so as soon as it is accepted, before
+ * it sends anything: it never holds a slot (nor delays the others) for the
+ * request deadline.  True when it was refused and hung up on. */
+static bool refuse_other_user(struct mc_fd_offer *o, struct connection *c)
+{
+	struct ucred cred = { 0, (uid_t)-1, (gid_t)-1 };
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+		cred.uid = (uid_t)-1;
+	if (uid_allowed(o, cred.uid))
+		return false;
+	note_refusal(o, &cred, "another user (MOONCAKE_SEGMENT_PEER_UIDS lets users in)");
+	reply(o, c->fd, MC_FD_REPLY_OTHER_USER);
+	close_connection(o, c);
+	return true;
 }
 
 /* Take the waiting peers while there is room; each gets its deadline.
@@ -246,6 +263,8 @@ static bool accept_peers(struct mc_fd_offer *o)
 		if (c->fd < 0)
 			/* EAGAIN: nobody else waits; a peer that gave up: next round */
 			return err == EAGAIN || err == ECONNABORTED || err == EINTR;
+		if (refuse_other_user(o, c))
+			continue;
 		c->deadline_ms = now_ms() + MC_FD_SERVER_REQUEST_DEADLINE_MS;
 	}
 	return true;

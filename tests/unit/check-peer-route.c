@@ -13,7 +13,8 @@
  * in another PID namespace of the same network namespace share one copy
  * (writes both ways, PSS); another PID and another network namespace is
  * refused naming both fixes; another uid is refused unless the owner lets it
- * in; a wrong token is refused (and the owner logs it); a stopped owner is a
+ * in, and a flood of silent connections from another uid holds up no peer;
+ * a wrong token is refused (and the owner logs it); a stopped owner is a
  * timeout, a killed one a clear error, neither a hang, and nothing is left.
  */
 #include "config.h"
@@ -741,6 +742,63 @@ START_TEST(test_a_wrong_token_is_refused)
 }
 END_TEST
 
+/* Another user's connections are refused as they are accepted: a flood of
+ * silent ones (ten times the owner's 64 slots, each slot held 2 s if it
+ * waited for a request) never holds up the owner's own peer. */
+START_TEST(test_a_silent_flood_from_another_user_does_not_hold_up_a_peer)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+	struct mc_peer_fd h;
+	struct timespec start;
+	int ready[2], hold[2], status;
+	char byte;
+	pid_t child;
+
+	setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", "3000", 1);
+	ck_assert_int_eq(mooncake_segment_create("flooded", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("flooded", SIZE, &p, &peer, blobs + BLOB), 0);
+	ck_assert(owner_handle(blobs, 0, &h));
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(hold), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		struct sockaddr_un addr;
+		socklen_t len = mc_fd_socket_address(h.socket_id, &addr);
+
+		close(hold[1]);
+		if (become_stranger() != 0)
+			_exit(30);
+		for (int i = 0; i < 640; i++) {
+			int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+
+			if (s < 0 || connect(s, (struct sockaddr *)&addr, len) != 0)
+				_exit(31);
+		}
+		if (write(ready[1], "r", 1) != 1)
+			_exit(32);
+		(void)!read(hold[0], &byte, 1); /* silent until the peer is done */
+		_exit(0);
+	}
+	close(hold[0]);
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	ck_assert_msg(elapsed_ms(&start) < 1000, "the peer waited %lld ms behind the flood",
+		      (long long)elapsed_ms(&start));
+	close(hold[1]);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "flood status 0x%x", status);
+	unsetenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS");
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+	close(ready[0]);
+	close(ready[1]);
+}
+END_TEST
+
 /* --- as root: an owner that stops answering ------------------------------------------ */
 
 struct stuck_case {
@@ -895,6 +953,7 @@ int main(void)
 		tcase_add_test(root, test_another_pid_and_network_namespace_is_refused_naming_both_fixes);
 		tcase_add_test(root, test_another_uid_is_refused_unless_the_owner_lets_it_in);
 		tcase_add_test(root, test_a_wrong_token_is_refused);
+		tcase_add_test(root, test_a_silent_flood_from_another_user_does_not_hold_up_a_peer);
 		tcase_add_test(root, test_owner_killed_while_peers_wait_is_a_clear_error);
 		tcase_add_test(root, test_stopped_owner_is_a_timeout_not_a_hang);
 		tcase_set_timeout(root, 60);
