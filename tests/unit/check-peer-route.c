@@ -7,7 +7,9 @@
  * silent peers never hold up a real one; a forked child of the owner has
  * neither the listener nor the thread, and its destroy joins nothing; a
  * process that binds the owner's name once it is free hands a late peer
- * nothing it keeps (another file, extra files, a file on an empty message).
+ * nothing it keeps (another file, extra files, a file on an empty message);
+ * an owner out of descriptors does not spin; a child forked while a peer
+ * waits never receives the owner's late answer.
  *
  * As root (namespaces, other users; nothing of the host is changed): peers
  * in another PID namespace of the same network namespace share one copy
@@ -23,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -500,6 +503,106 @@ START_TEST(test_an_owner_out_of_descriptors_does_not_spin)
 }
 END_TEST
 
+/* How many of this process's sockets hold a message with descriptors. */
+static int sockets_holding_descriptors(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char path[600], target[64];
+	int n = 0;
+	ssize_t len;
+
+	while (d && (e = readdir(d))) {
+		union {
+			char buf[CMSG_SPACE(sizeof(int) * 4)];
+			struct cmsghdr align;
+		} control;
+		uint8_t bytes[64];
+		struct iovec iov = { bytes, sizeof(bytes) };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		if (strncmp(target, "socket:", 7) != 0)
+			continue;
+		msg.msg_control = control.buf;
+		msg.msg_controllen = sizeof(control.buf);
+		if (recvmsg(atoi(e->d_name), &msg, MSG_DONTWAIT) >= 0 && msg.msg_controllen > 0)
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static pid_t late_child;
+
+/* Fork while the peer waits; the child looks, once the owner answered late, at what it holds. */
+static void *fork_while_the_peer_waits(void *arg)
+{
+	(void)arg;
+	usleep(100 * 1000);
+	late_child = fork();
+	if (late_child == 0) {
+		usleep(1000 * 1000);
+		_exit(sockets_holding_descriptors());
+	}
+	return NULL;
+}
+
+/* A child forked while a peer waits for a stopped owner shares the peer's
+ * connection; the peer gives up (and maps by /proc), the owner answers late:
+ * its answer must not hand the pages to that child, which never asked. */
+START_TEST(test_a_child_forked_while_the_peer_waits_gets_no_late_answer)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+	int to_owner[2], from_owner[2], status;
+	pthread_t forker;
+	pid_t owner_pid;
+	char byte;
+
+	ck_assert_int_eq(pipe(to_owner), 0);
+	ck_assert_int_eq(pipe(from_owner), 0);
+	owner_pid = fork();
+	ck_assert_int_ge(owner_pid, 0);
+	if (owner_pid == 0) {
+		if (mooncake_segment_create("late", SIZE, &o, &owner, blobs) != 0 ||
+		    write(from_owner[1], blobs, BLOB) != BLOB)
+			_exit(30);
+		(void)!read(to_owner[0], &byte, 1);
+		mooncake_segment_destroy(owner);
+		_exit(0);
+	}
+	ck_assert_int_eq(read(from_owner[0], blobs, BLOB), BLOB);
+	ck_assert_int_eq(mooncake_segment_create("late", SIZE, &p, &peer, blobs + BLOB), 0);
+	setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", "300", 1);
+	ck_assert_int_eq(kill(owner_pid, SIGSTOP), 0);
+	ck_assert_int_eq(pthread_create(&forker, NULL, fork_while_the_peer_waits, NULL), 0);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0); /* by /proc */
+	ck_assert_int_eq(pthread_join(forker, NULL), 0);
+	ck_assert_int_gt(late_child, 0);
+	ck_assert_int_eq(kill(owner_pid, SIGCONT), 0); /* it answers now */
+	ck_assert_int_eq(waitpid(late_child, &status, 0), late_child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "the child forked while the peer waited holds the owner's answer (status 0x%x)",
+		      status);
+	unsetenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS");
+	mooncake_segment_destroy(peer);
+	ck_assert_int_eq(write(to_owner[1], "q", 1), 1);
+	ck_assert_int_eq(waitpid(owner_pid, &status, 0), owner_pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(to_owner[0]);
+	close(to_owner[1]);
+	close(from_owner[0]);
+	close(from_owner[1]);
+}
+END_TEST
+
 /* --- as root: real namespaces and users ------------------------------------------- */
 
 enum place { NEW_PID_NAMESPACE, NEW_PID_AND_NETWORK_NAMESPACE };
@@ -941,6 +1044,7 @@ int main(void)
 	tcase_add_test(any, test_a_malformed_peer_uid_list_is_a_clear_error_at_create);
 	tcase_add_test(any, test_a_squatter_on_the_owners_name_hands_the_peer_nothing);
 	tcase_add_test(any, test_an_owner_out_of_descriptors_does_not_spin);
+	tcase_add_test(any, test_a_child_forked_while_the_peer_waits_gets_no_late_answer);
 	suite_add_tcase(s, any);
 	if (geteuid() != 0) {
 		printf("# skipping the namespace and user tests: they need root (unshare, setuid)\n");
