@@ -230,7 +230,7 @@ int mc_fd_client_receive(const struct mc_peer_fd *h, struct mc_fd_client_result 
 	ms = timeout_ms(r->why, sizeof(r->why));
 	r->timeout_ms = ms;
 	if (ms < 0) {
-		r->failure = MC_FD_CLIENT_SYSTEM;
+		r->failure = MC_FD_CLIENT_BAD_SETTING;
 		return -1;
 	}
 	deadline = now_ms() + ms;

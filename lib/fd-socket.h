@@ -65,6 +65,7 @@ enum mc_fd_client_failure {
 	MC_FD_CLIENT_NO_ANSWER,	    /* no reply before the timeout */
 	MC_FD_CLIENT_REFUSED,	    /* the owner said no: status says why */
 	MC_FD_CLIENT_WRONG_FILE,    /* the descriptor received is not the published file */
+	MC_FD_CLIENT_BAD_SETTING,   /* MOONCAKE_SEGMENT_PEER_TIMEOUT_MS is malformed: why says how */
 	MC_FD_CLIENT_SYSTEM,	    /* anything else: why says what */
 };
 

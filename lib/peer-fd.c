@@ -388,6 +388,9 @@ int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h
 		fd = mc_fd_client_receive(h, &r);
 		if (fd >= 0)
 			return fd;
+		/* The user's own mistake: said, whichever route could have worked. */
+		if (r.failure == MC_FD_CLIENT_BAD_SETTING)
+			return mc_error(EINVAL, "Shared segment: %s", r.why);
 		socket_tried = true;
 	}
 	/* A pid from another PID namespace names another process here, or none. */

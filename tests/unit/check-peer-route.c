@@ -228,6 +228,36 @@ START_TEST(test_a_malformed_peer_uid_list_is_a_clear_error_at_create)
 }
 END_TEST
 
+/* A wrong MOONCAKE_SEGMENT_PEER_TIMEOUT_MS is the peer's complete error, naming the value and the
+ * fix, also where another route would have reached the owner (this PID namespace). */
+START_TEST(test_a_malformed_peer_timeout_is_a_clear_error_at_complete)
+{
+	static const char *const bad[] = { "10s", "0", "-5", "99999999999" };
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+
+	ck_assert_int_eq(mooncake_segment_create("timeout", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("timeout", SIZE, &p, &peer, blobs + BLOB), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int fds = count_fds(), maps = count_mappings();
+
+		setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", bad[i], 1);
+		ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EINVAL,
+				"MOONCAKE_SEGMENT_PEER_TIMEOUT_MS='");
+		ck_assert_msg(strstr(mooncake_segment_last_error(), bad[i]) &&
+				      strstr(mooncake_segment_last_error(), "fix or unset it"),
+			      "%s", mooncake_segment_last_error());
+		ck_assert_int_eq(count_fds(), fds);
+		ck_assert_int_eq(count_mappings(), maps);
+	}
+	unsetenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS");
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
 static int connect_to(uint64_t id)
 {
 	struct sockaddr_un addr;
@@ -1042,6 +1072,7 @@ int main(void)
 	tcase_add_test(any, test_silent_peers_do_not_hold_up_the_others);
 	tcase_add_test(any, test_forked_child_of_the_owner_has_no_listener_and_no_thread);
 	tcase_add_test(any, test_a_malformed_peer_uid_list_is_a_clear_error_at_create);
+	tcase_add_test(any, test_a_malformed_peer_timeout_is_a_clear_error_at_complete);
 	tcase_add_test(any, test_a_squatter_on_the_owners_name_hands_the_peer_nothing);
 	tcase_add_test(any, test_an_owner_out_of_descriptors_does_not_spin);
 	tcase_add_test(any, test_a_child_forked_while_the_peer_waits_gets_no_late_answer);
