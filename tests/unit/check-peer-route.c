@@ -490,22 +490,31 @@ START_TEST(test_an_owner_out_of_descriptors_does_not_spin)
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
 		uint8_t reply[16];
-		struct pollfd pfd;
 		struct sockaddr_un addr;
-		int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+		socklen_t len = mc_fd_socket_address(h.socket_id, &addr);
 
-		if (read(go[0], &byte, 1) != 1 || s < 0 ||
-		    connect(s, (struct sockaddr *)&addr, mc_fd_socket_address(h.socket_id, &addr)) != 0)
+		if (read(go[0], &byte, 1) != 1)
 			_exit(30);
 		for (int i = 0; i < 4; i++)
 			request[i] = (uint8_t)(MC_FD_REQUEST_MAGIC >> (8 * i));
 		memcpy(request + 4, h.token, MC_PEER_FD_TOKEN_SIZE);
-		if (send(s, request, sizeof(request), 0) != (ssize_t)sizeof(request))
-			_exit(31);
-		pfd = (struct pollfd){ s, POLLIN, 0 };
-		if (poll(&pfd, 1, 5000) != 1 || recv(s, reply, sizeof(reply), 0) != 8)
-			_exit(32);
-		_exit(reply[0] == MC_FD_REPLY_OK ? 0 : 33);
+		/* Valgrind emulates EMFILE by closing what accept returned: ask again then. */
+		for (int attempt = 0; attempt < 50; attempt++) {
+			struct pollfd pfd = { socket(AF_UNIX, SOCK_SEQPACKET, 0), POLLIN, 0 };
+			ssize_t got = -1;
+
+			if (pfd.fd < 0 || connect(pfd.fd, (struct sockaddr *)&addr, len) != 0)
+				_exit(31);
+			if (send(pfd.fd, request, sizeof(request), MSG_NOSIGNAL) ==
+				    (ssize_t)sizeof(request) &&
+			    poll(&pfd, 1, 5000) == 1)
+				got = recv(pfd.fd, reply, sizeof(reply), 0);
+			close(pfd.fd);
+			if (got == 8)
+				_exit(reply[0] == MC_FD_REPLY_OK ? 0 : 33);
+			usleep(100 * 1000);
+		}
+		_exit(32);
 	}
 	/* Every descriptor this process may have is taken. */
 	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
@@ -523,13 +532,13 @@ START_TEST(test_an_owner_out_of_descriptors_does_not_spin)
 	while (n > 0)
 		close(filler[--n]);
 	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
-	ck_assert_msg(burnt_ms < 150, "the owner burnt %lld ms of CPU in 600 ms waiting for a descriptor",
-		      (long long)burnt_ms);
 	ck_assert_int_eq(waitpid(child, &status, 0), child);
-	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "peer status 0x%x", status);
 	close(go[0]);
 	close(go[1]);
 	mooncake_segment_destroy(owner);
+	ck_assert_msg(burnt_ms < 150, "the owner burnt %lld ms of CPU in 600 ms waiting for a descriptor",
+		      (long long)burnt_ms);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "peer status 0x%x", status);
 }
 END_TEST
 
