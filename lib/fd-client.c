@@ -6,8 +6,8 @@
  * and inode).  The wait for the owner is bounded (MOONCAKE_SEGMENT_PEER_TIMEOUT_MS,
  * 10 s by default), so a stopped or stuck owner is an error, never a hang,
  * and fork() is let in while this thread waits (a child forked meanwhile
- * shares the connection, which is shut before it is closed, so that the
- * owner's late answer never lands in that child).  Nothing here writes the
+ * closes its copy of the connection, so that the owner's late answer never
+ * lands in that child).  Nothing here writes the
  * error message: peer-fd.c, which knows the other routes, words it.
  */
 #include "config.h"
@@ -187,42 +187,11 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 	return -1;
 }
 
-/* A child forked while this thread waited (the registry was let go) shares
- * the connection: shut it, so that the owner's late answer is refused
- * rather than queued for the child, and close what came meanwhile. */
-static void hang_up(int s)
-{
-	(void)shutdown(s, SHUT_RDWR);
-	for (int i = 0; i < 2; i++) {
-		union {
-			char buf[CMSG_SPACE(sizeof(int) * 4)];
-			struct cmsghdr align;
-		} control;
-		uint8_t byte;
-		struct iovec iov = { &byte, 1 };
-		struct msghdr msg = { .msg_iov = &iov,
-				      .msg_iovlen = 1,
-				      .msg_control = control.buf,
-				      .msg_controllen = sizeof(control.buf) };
-
-		if (recvmsg(s, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) < 0)
-			break;
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-				for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
-					int got;
-
-					memcpy(&got, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-					close(got);
-				}
-	}
-	close(s);
-}
-
 int mc_fd_client_receive(const struct mc_peer_fd *h, struct mc_fd_client_result *r)
 {
+	struct mc_tracked_fd tracking;
 	int64_t deadline;
-	int ms, s, fd = -1;
+	int ms, s, err, fd = -1;
 
 	memset(r, 0, sizeof(*r));
 	r->status = -1;
@@ -234,20 +203,26 @@ int mc_fd_client_receive(const struct mc_peer_fd *h, struct mc_fd_client_result 
 		return -1;
 	}
 	deadline = now_ms() + ms;
-	/* The owner may take its time: let fork() in meanwhile; the descriptor
-	 * itself arrives only once the registry is ours again. */
-	mc_fd_track_pause();
+	/* The owner may take its time: let fork() in meanwhile; the connection
+	 * is tracked (a child closes its copy), and the descriptor itself
+	 * arrives only once the registry is ours again. */
 	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	err = errno;
+	if (s >= 0)
+		mc_fd_track_held(&tracking, &s);
+	mc_fd_track_pause();
 	if (s < 0) {
 		r->failure = MC_FD_CLIENT_SYSTEM;
-		snprintf(r->why, sizeof(r->why), "socket(AF_UNIX): %s", strerror(errno));
+		snprintf(r->why, sizeof(r->why), "socket(AF_UNIX): %s", strerror(err));
 	} else {
 		r->failure = ask(s, h, deadline, r->why, sizeof(r->why));
 	}
 	mc_fd_track_resume();
+	if (s >= 0)
+		mc_fd_untrack_held(&tracking);
 	if (r->failure == MC_FD_CLIENT_OK)
 		fd = take_reply(s, h, r);
 	if (s >= 0)
-		hang_up(s);
+		close(s);
 	return fd;
 }
