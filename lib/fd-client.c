@@ -7,8 +7,8 @@
  * 10 s by default), so a stopped or stuck owner is an error, never a hang,
  * and fork() is let in while this thread waits (a child forked meanwhile
  * closes its copy of the connection, so that the owner's late answer never
- * lands in that child).  Nothing here writes the
- * error message: peer-fd.c, which knows the other routes, words it.
+ * lands in that child).  Nothing here writes the error message: peer-fd.c,
+ * which knows the other routes, words it.
  */
 #include "config.h"
 
