@@ -3,7 +3,8 @@
  * The peer's side of the socket route (fd-socket.h): connect to the owner's
  * abstract Unix socket, present the token, receive the descriptor by
  * SCM_RIGHTS and keep it only if it is the file the owner published (device
- * and inode).  The wait for the owner is bounded (MOONCAKE_SEGMENT_PEER_TIMEOUT_MS,
+ * and inode); in the owner's PID namespace, send the token only to a
+ * listener that is the owner's process.  The wait for the owner is bounded (MOONCAKE_SEGMENT_PEER_TIMEOUT_MS,
  * 10 s by default), so a stopped or stuck owner is an error, never a hang,
  * and fork() is let in while this thread waits (a child forked meanwhile
  * closes its copy of the connection, so that the owner's late answer never
@@ -56,9 +57,13 @@ static int64_t now_ms(void)
 }
 
 /* Connect and send the request, without the fork registry; 0 or the failure. */
-static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, int64_t deadline, char *why,
-				     size_t why_size)
+static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, uint32_t owner_pid, int64_t deadline,
+				     struct mc_fd_client_result *r)
 {
+	struct ucred cred = { 0, (uid_t)-1, (gid_t)-1 };
+	socklen_t cred_len = sizeof(cred);
+	char *why = r->why;
+	size_t why_size = sizeof(r->why);
 	uint8_t request[MC_FD_REQUEST_BYTES];
 	struct sockaddr_un addr;
 	socklen_t len = mc_fd_socket_address(h->socket_id, &addr);
@@ -86,6 +91,13 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, int64_t 
 			return MC_FD_CLIENT_NOT_LISTENING;
 		snprintf(why, why_size, "connect to @%s: %s", addr.sun_path + 1, strerror(errno));
 		return MC_FD_CLIENT_SYSTEM;
+	}
+	/* The owner's name is free once it finished: whoever took it since gets
+	 * no token (the pid is known only in the owner's PID namespace). */
+	if (owner_pid && getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 &&
+	    (uint32_t)cred.pid != owner_pid) {
+		r->listener_pid = (int)cred.pid;
+		return MC_FD_CLIENT_IMPOSTOR;
 	}
 	for (int i = 0; i < 4; i++)
 		request[i] = (uint8_t)(MC_FD_REQUEST_MAGIC >> (8 * i));
@@ -187,7 +199,7 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 	return -1;
 }
 
-int mc_fd_client_receive(const struct mc_peer_fd *h, struct mc_fd_client_result *r)
+int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, struct mc_fd_client_result *r)
 {
 	struct mc_tracked_fd tracking;
 	int64_t deadline;
@@ -215,7 +227,7 @@ int mc_fd_client_receive(const struct mc_peer_fd *h, struct mc_fd_client_result 
 		r->failure = MC_FD_CLIENT_SYSTEM;
 		snprintf(r->why, sizeof(r->why), "socket(AF_UNIX): %s", strerror(err));
 	} else {
-		r->failure = ask(s, h, deadline, r->why, sizeof(r->why));
+		r->failure = ask(s, h, owner_pid, deadline, r);
 	}
 	mc_fd_track_resume();
 	if (s >= 0)

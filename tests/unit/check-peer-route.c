@@ -5,17 +5,19 @@
  * Any user: the owner's thread and socket exist from create until finish or
  * destroy and are gone after (thread, descriptor and /proc/net/unix counts);
  * silent peers never hold up a real one; a forked child of the owner has
- * neither the listener nor the thread, and its destroy joins nothing; a
- * process that binds the owner's name once it is free hands a late peer
- * nothing it keeps (another file, extra files, a file on an empty message);
+ * neither the listener nor the thread, and its destroy joins nothing;
  * an owner out of descriptors does not spin; a child forked while a peer
- * waits holds neither its connection nor the owner's late answer.
+ * waits holds neither its connection nor the owner's late answer; a
+ * process that binds the owner's name once it is free never gets the token
+ * from a peer of the owner's PID namespace.
  *
  * As root (namespaces, other users; nothing of the host is changed): peers
  * in another PID namespace of the same network namespace share one copy
  * (writes both ways, PSS); another PID and another network namespace is
  * refused naming both fixes; another uid is refused unless the owner lets it
  * in, and a flood of silent connections from another uid holds up no peer;
+ * a squatter on the owner's freed name hands a peer in another PID
+ * namespace nothing it keeps (another file, extra files, an empty message);
  * a wrong token is refused (and the owner logs it); a stopped owner is a
  * timeout, a killed one a clear error, neither a hang, and nothing is left.
  */
@@ -364,6 +366,9 @@ END_TEST
 /* What a process that binds the owner's name after the owner finished hands a late peer. */
 enum squat { SQUAT_OTHER_FILE, SQUAT_THREE_FILES, SQUAT_EIGHT_FILES, SQUAT_EMPTY_MESSAGE_WITH_A_FILE };
 
+/* The squatter's exit code when the peer hung up without presenting the token. */
+#define SQUATTER_GOT_NO_REQUEST 44
+
 /* The squatter (a child): bind @id, take one peer's request, answer as told with bait memfds. */
 static int squat(uint64_t id, enum squat how, int ready)
 {
@@ -378,6 +383,7 @@ static int squat(uint64_t id, enum squat how, int ready)
 	struct sockaddr_un addr;
 	struct cmsghdr *cmsg;
 	int l = socket(AF_UNIX, SOCK_SEQPACKET, 0), c, bait[8];
+	ssize_t got;
 
 	if (l < 0 || bind(l, (struct sockaddr *)&addr, mc_fd_socket_address(id, &addr)) != 0 ||
 	    listen(l, 4) != 0)
@@ -385,8 +391,13 @@ static int squat(uint64_t id, enum squat how, int ready)
 	if (write(ready, "r", 1) != 1)
 		return 31;
 	c = accept(l, NULL, NULL);
-	if (c < 0 || recv(c, request, sizeof(request), 0) != MC_FD_REQUEST_BYTES)
+	if (c < 0)
 		return 32;
+	got = recv(c, request, sizeof(request), 0);
+	if (got == 0)
+		return SQUATTER_GOT_NO_REQUEST;
+	if (got != MC_FD_REQUEST_BYTES)
+		return 36;
 	for (int i = 0; i < files[how]; i++)
 		if ((bait[i] = memfd_create("squatter-bait", 0)) < 0)
 			return 33;
@@ -427,44 +438,76 @@ static int bait_here(void)
 	return n;
 }
 
-/* The owner's name is free again after finish(); whoever binds it then and
- * answers a late peer, with another file, too many files, or a file on an
- * empty message, the peer maps nothing and keeps none of them. */
-START_TEST(test_a_squatter_on_the_owners_name_hands_the_peer_nothing)
+/* A peer that completes after the owner finished, against @owner_blob: it
+ * fails, and keeps no descriptor (none of a squatter's bait); 0 or why not. */
+static struct mooncake_segment *squatted_owner;
+
+static int late_peer(const uint8_t *owner_blob)
+{
+	struct mooncake_segment_options p = test_options(2, 1, 0);
+	struct mooncake_segment *peer;
+	uint8_t blobs[2 * BLOB];
+	int fds, code = 0;
+
+	memcpy(blobs, owner_blob, BLOB);
+	if (mooncake_segment_create("squatted", SIZE, &p, &peer, blobs + BLOB) != 0)
+		return 40;
+	fds = count_fds();
+	if (mooncake_segment_complete(peer, blobs, sizeof(blobs)) >= 0)
+		code = 41;
+	else if (bait_here() != 0)
+		code = 42;
+	else if (count_fds() != fds)
+		code = 43;
+	mooncake_segment_destroy(peer);
+	return code;
+}
+
+/* An owner that finished (its name free again; left in squatted_owner) and a
+ * squatter on that name that answers as @how; returns the squatter's pid. */
+static pid_t finished_owner_and_squatter(enum squat how, uint8_t *owner_blob)
 {
 	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
 	struct mooncake_segment *owner, *peer;
 	uint8_t blobs[2 * BLOB];
 	struct mc_peer_fd h;
-	int ready[2], status, fds;
+	int ready[2];
 	char byte;
 	pid_t child;
 
-	for (int how = SQUAT_OTHER_FILE; how <= SQUAT_EMPTY_MESSAGE_WITH_A_FILE; how++) {
-		ck_assert_int_eq(mooncake_segment_create("squatted", SIZE, &o, &owner, blobs), 0);
-		ck_assert_int_eq(mooncake_segment_create("squatted", SIZE, &p, &peer, blobs + BLOB), 0);
-		ck_assert(owner_handle(blobs, 0, &h));
-		ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
-		ck_assert_int_eq(mooncake_segment_finish(owner), 0);
-		ck_assert_int_eq(pipe(ready), 0);
-		child = fork();
-		ck_assert_int_ge(child, 0);
-		if (child == 0)
-			_exit(squat(h.socket_id, (enum squat)how, ready[1]));
-		ck_assert_int_eq(read(ready[0], &byte, 1), 1);
-		fds = count_fds();
-		ck_assert_int_lt(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
-		ck_assert_msg(bait_here() == 0, "case %d: the peer kept %d bait file(s)", how, bait_here());
-		ck_assert_int_eq(count_fds(), fds);
-		ck_assert_int_eq(waitpid(child, &status, 0), child);
-		/* Not vacuous: the squatter took the request and answered. */
-		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "case %d: squatter status 0x%x",
-			      how, status);
-		close(ready[0]);
-		close(ready[1]);
-		mooncake_segment_destroy(peer);
-		mooncake_segment_destroy(owner);
-	}
+	ck_assert_int_eq(mooncake_segment_create("squatted", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("squatted", SIZE, &p, &peer, blobs + BLOB), 0);
+	ck_assert(owner_handle(blobs, 0, &h));
+	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(mooncake_segment_finish(owner), 0);
+	mooncake_segment_destroy(peer);
+	memcpy(owner_blob, blobs, BLOB);
+	ck_assert_int_eq(pipe(ready), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0)
+		_exit(squat(h.socket_id, how, ready[1]));
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	close(ready[0]);
+	close(ready[1]);
+	/* The owner lives on (finished): its pid is the one a peer here expects. */
+	squatted_owner = owner;
+	return child;
+}
+
+/* In the owner's PID namespace a late peer sees that another process holds
+ * the owner's name (SO_PEERCRED) and never hands it the token. */
+START_TEST(test_a_squatter_in_the_owners_pid_namespace_gets_no_token)
+{
+	uint8_t owner_blob[BLOB];
+	pid_t squatter = finished_owner_and_squatter(SQUAT_OTHER_FILE, owner_blob);
+	int status, code = late_peer(owner_blob);
+
+	ck_assert_int_eq(waitpid(squatter, &status, 0), squatter);
+	mooncake_segment_destroy(squatted_owner);
+	ck_assert_msg(code == 0, "late peer: %d", code);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == SQUATTER_GOT_NO_REQUEST,
+		      "the squatter got the token (status 0x%x)", status);
 }
 END_TEST
 
@@ -688,6 +731,35 @@ static int enter_namespaces(int flags, bool *in_child)
 	}
 	return waitpid(child, &status, 0) == child && WIFEXITED(status) ? WEXITSTATUS(status) : 13;
 }
+
+/* In another PID namespace the peer cannot tell the owner's pid: whatever
+ * the squatter answers (another file, too many files, a file on an empty
+ * message), the peer maps nothing and keeps none of them. */
+START_TEST(test_a_squatter_hands_a_peer_in_another_pid_namespace_nothing)
+{
+	for (int how = SQUAT_OTHER_FILE; how <= SQUAT_EMPTY_MESSAGE_WITH_A_FILE; how++) {
+		uint8_t owner_blob[BLOB];
+		pid_t squatter = finished_owner_and_squatter((enum squat)how, owner_blob), helper;
+		int status, code;
+		bool in_child;
+
+		helper = fork();
+		ck_assert_int_ge(helper, 0);
+		if (helper == 0) {
+			code = enter_namespaces(CLONE_NEWPID, &in_child);
+			_exit(in_child ? late_peer(owner_blob) : code);
+		}
+		ck_assert_int_eq(waitpid(helper, &status, 0), helper);
+		code = WIFEXITED(status) ? WEXITSTATUS(status) : 99;
+		ck_assert_int_eq(waitpid(squatter, &status, 0), squatter);
+		mooncake_segment_destroy(squatted_owner);
+		ck_assert_msg(code == 0, "case %d: late peer: %d", how, code);
+		/* Not vacuous: the squatter took the request and answered. */
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "case %d: squatter status 0x%x",
+			      how, status);
+	}
+}
+END_TEST
 
 struct log_capture {
 	char text[4096];
@@ -1087,7 +1159,7 @@ int main(void)
 	tcase_add_test(any, test_forked_child_of_the_owner_has_no_listener_and_no_thread);
 	tcase_add_test(any, test_a_malformed_peer_uid_list_is_a_clear_error_at_create);
 	tcase_add_test(any, test_a_malformed_peer_timeout_is_a_clear_error_at_complete);
-	tcase_add_test(any, test_a_squatter_on_the_owners_name_hands_the_peer_nothing);
+	tcase_add_test(any, test_a_squatter_in_the_owners_pid_namespace_gets_no_token);
 	tcase_add_test(any, test_an_owner_out_of_descriptors_does_not_spin);
 	tcase_add_test(any, test_a_child_forked_while_the_peer_waits_gets_no_late_answer);
 	suite_add_tcase(s, any);
@@ -1102,6 +1174,7 @@ int main(void)
 		tcase_add_test(root, test_another_pid_and_network_namespace_is_refused_naming_both_fixes);
 		tcase_add_test(root, test_another_uid_is_refused_unless_the_owner_lets_it_in);
 		tcase_add_test(root, test_a_wrong_token_is_refused);
+		tcase_add_test(root, test_a_squatter_hands_a_peer_in_another_pid_namespace_nothing);
 		tcase_add_test(root, test_a_silent_flood_from_another_user_does_not_hold_up_a_peer);
 		tcase_add_test(root, test_owner_killed_while_peers_wait_is_a_clear_error);
 		tcase_add_test(root, test_stopped_owner_is_a_timeout_not_a_hang);
