@@ -3,10 +3,13 @@
  * The peer's side of the socket route (fd-socket.h): connect to the owner's
  * abstract Unix socket, present the token, receive the descriptor by
  * SCM_RIGHTS and keep it only if it is the file the owner published (device
- * and inode).  The wait for the owner is bounded (MOONCAKE_SEGMENT_PEER_TIMEOUT_MS,
+ * and inode); in the owner's PID namespace, send the token only to a
+ * listener that is the owner's process.  The wait for the owner is bounded (MOONCAKE_SEGMENT_PEER_TIMEOUT_MS,
  * 10 s by default), so a stopped or stuck owner is an error, never a hang,
- * and fork() is let in while this thread waits.  Nothing here writes the
- * error message: peer-fd.c, which knows the other routes, words it.
+ * and fork() is let in while this thread waits (a child forked meanwhile
+ * closes its copy of the connection, so that the owner's late answer never
+ * lands in that child).  Nothing here writes the error message: peer-fd.c,
+ * which knows the other routes, words it.
  */
 #include "config.h"
 
@@ -54,9 +57,13 @@ static int64_t now_ms(void)
 }
 
 /* Connect and send the request, without the fork registry; 0 or the failure. */
-static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, int64_t deadline, char *why,
-				     size_t why_size)
+static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, uint32_t owner_pid, int64_t deadline,
+				     struct mc_fd_client_result *r)
 {
+	struct ucred cred = { 0, (uid_t)-1, (gid_t)-1 };
+	socklen_t cred_len = sizeof(cred);
+	char *why = r->why;
+	size_t why_size = sizeof(r->why);
 	uint8_t request[MC_FD_REQUEST_BYTES];
 	struct sockaddr_un addr;
 	socklen_t len = mc_fd_socket_address(h->socket_id, &addr);
@@ -85,13 +92,21 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, int64_t 
 		snprintf(why, why_size, "connect to @%s: %s", addr.sun_path + 1, strerror(errno));
 		return MC_FD_CLIENT_SYSTEM;
 	}
+	/* The owner's name is free once it finished: whoever took it since gets
+	 * no token (the pid is known only in the owner's PID namespace). */
+	if (owner_pid && getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 &&
+	    (uint32_t)cred.pid != owner_pid) {
+		r->listener_pid = (int)cred.pid;
+		return MC_FD_CLIENT_IMPOSTOR;
+	}
 	for (int i = 0; i < 4; i++)
 		request[i] = (uint8_t)(MC_FD_REQUEST_MAGIC >> (8 * i));
 	memcpy(request + 4, h->token, MC_PEER_FD_TOKEN_SIZE);
-	/* Room for one small message right after connect: this does not block. */
-	if (send(s, request, sizeof(request), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(request)) {
-		if (errno == EPIPE || errno == ECONNRESET)
-			return MC_FD_CLIENT_CLOSED;
+	/* Room for one small message right after connect: this does not block.
+	 * The owner refuses another user as it accepts, before reading: its
+	 * reply may be waiting although it hung up already (EPIPE). */
+	if (send(s, request, sizeof(request), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(request) &&
+	    errno != EPIPE && errno != ECONNRESET) {
 		if (errno == EAGAIN)
 			return MC_FD_CLIENT_NO_ANSWER;
 		snprintf(why, why_size, "send: %s", strerror(errno));
@@ -132,7 +147,16 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 	int fd = -1, extra = 0;
 	struct stat st;
 
-	for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL; c; c = CMSG_NXTHDR(&msg, c))
+	/* An owner that hangs up on a request it did not read (it refuses another
+	 * user as it accepts) leaves ECONNRESET, reported before its reply. */
+	if (n < 0 && errno == ECONNRESET) {
+		n = recvmsg(s, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (n < 0 && errno == EAGAIN)
+			errno = ECONNRESET;
+	}
+
+	/* An empty message may carry descriptors too: close what came with it. */
+	for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; c; c = CMSG_NXTHDR(&msg, c))
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
 			for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
 				int got;
@@ -149,6 +173,8 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 		r->failure = n == 0 || errno == ECONNRESET ? MC_FD_CLIENT_CLOSED : MC_FD_CLIENT_SYSTEM;
 		if (r->failure == MC_FD_CLIENT_SYSTEM)
 			snprintf(r->why, sizeof(r->why), "recvmsg: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		return -1;
 	}
 	r->owner_uid = (uint32_t)bytes[4] | (uint32_t)bytes[5] << 8 | (uint32_t)bytes[6] << 16 |
@@ -173,10 +199,11 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 	return -1;
 }
 
-int mc_fd_client_receive(const struct mc_peer_fd *h, struct mc_fd_client_result *r)
+int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, struct mc_fd_client_result *r)
 {
+	struct mc_tracked_fd tracking;
 	int64_t deadline;
-	int ms, s, fd = -1;
+	int ms, s, err, fd = -1;
 
 	memset(r, 0, sizeof(*r));
 	r->status = -1;
@@ -184,21 +211,27 @@ int mc_fd_client_receive(const struct mc_peer_fd *h, struct mc_fd_client_result 
 	ms = timeout_ms(r->why, sizeof(r->why));
 	r->timeout_ms = ms;
 	if (ms < 0) {
-		r->failure = MC_FD_CLIENT_SYSTEM;
+		r->failure = MC_FD_CLIENT_BAD_SETTING;
 		return -1;
 	}
 	deadline = now_ms() + ms;
-	/* The owner may take its time: let fork() in meanwhile; the descriptor
-	 * itself arrives only once the registry is ours again. */
-	mc_fd_track_pause();
+	/* The owner may take its time: let fork() in meanwhile; the connection
+	 * is tracked (a child closes its copy), and the descriptor itself
+	 * arrives only once the registry is ours again. */
 	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	err = errno;
+	if (s >= 0)
+		mc_fd_track_held(&tracking, &s);
+	mc_fd_track_pause();
 	if (s < 0) {
 		r->failure = MC_FD_CLIENT_SYSTEM;
-		snprintf(r->why, sizeof(r->why), "socket(AF_UNIX): %s", strerror(errno));
+		snprintf(r->why, sizeof(r->why), "socket(AF_UNIX): %s", strerror(err));
 	} else {
-		r->failure = ask(s, h, deadline, r->why, sizeof(r->why));
+		r->failure = ask(s, h, owner_pid, deadline, r);
 	}
 	mc_fd_track_resume();
+	if (s >= 0)
+		mc_fd_untrack_held(&tracking);
 	if (r->failure == MC_FD_CLIENT_OK)
 		fd = take_reply(s, h, r);
 	if (s >= 0)

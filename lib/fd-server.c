@@ -7,14 +7,17 @@
  * network namespace.  The socket's name is public; the 128-bit token that
  * travels with it in the blob is the secret a peer must present, and the
  * peer's uid (SO_PEERCRED) must be the owner's or one that
- * MOONCAKE_SEGMENT_PEER_UIDS lets in.
+ * MOONCAKE_SEGMENT_PEER_UIDS lets in: that is checked as the connection is
+ * accepted, so another user's connections never take a slot.
  *
  * One thread per offer serves from offer until withdraw, so the owner's
  * create and complete never wait for a peer.  It polls the listener and
  * every connection (at most MAX_CONNECTIONS at a time, the rest wait in the
  * backlog), answers each request as soon as it is complete, and drops a peer
  * that has not sent one by its deadline: a slow or silent peer never stops
- * the others.  It calls no log callback (that could need a lock the owner's
+ * the others.  When accept fails for want of descriptors or memory, the
+ * listener rests ACCEPT_RETRY_MS (it stays readable: polling it would
+ * spin).  It calls no log callback (that could need a lock the owner's
  * thread holds while it joins this one); withdraw logs what it refused.
  *
  * fork(): the listener and the wake-up eventfd are tracked by fork.c; the
@@ -43,6 +46,8 @@
 
 #define MAX_CONNECTIONS	 64
 #define MAX_ALLOWED_UIDS 16
+/* Out of descriptors or memory: how long the listener waits before the next accept. */
+#define ACCEPT_RETRY_MS 50
 
 struct connection {
 	int fd;		     /* -1: free slot */
@@ -213,9 +218,6 @@ static void answer(struct mc_fd_offer *o, struct connection *c)
 	else if (n != MC_FD_REQUEST_BYTES || magic != MC_FD_REQUEST_MAGIC) {
 		note_refusal(o, &cred, "not a request of this protocol");
 		reply(o, c->fd, MC_FD_REPLY_MALFORMED);
-	} else if (!uid_allowed(o, cred.uid)) {
-		note_refusal(o, &cred, "another user (MOONCAKE_SEGMENT_PEER_UIDS lets users in)");
-		reply(o, c->fd, MC_FD_REPLY_OTHER_USER);
 	} else if (!same_token(request + 4, o->token)) {
 		note_refusal(o, &cred, "wrong token");
 		reply(o, c->fd, MC_FD_REPLY_BAD_TOKEN);
@@ -225,21 +227,47 @@ static void answer(struct mc_fd_offer *o, struct connection *c)
 	close_connection(o, c);
 }
 
-/* Take the waiting peers while there is room; each gets its deadline. */
-static void accept_peers(struct mc_fd_offer *o)
+/* A peer of a user not let in is told so as soon as it is accepted, before
+ * it sends anything: it never holds a slot (nor delays the others) for the
+ * request deadline.  True when it was refused and hung up on. */
+static bool refuse_other_user(struct mc_fd_offer *o, struct connection *c)
+{
+	struct ucred cred = { 0, (uid_t)-1, (gid_t)-1 };
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+		cred.uid = (uid_t)-1;
+	if (uid_allowed(o, cred.uid))
+		return false;
+	note_refusal(o, &cred, "another user (MOONCAKE_SEGMENT_PEER_UIDS lets users in)");
+	reply(o, c->fd, MC_FD_REPLY_OTHER_USER);
+	close_connection(o, c);
+	return true;
+}
+
+/* Take the waiting peers while there is room; each gets its deadline.
+ * False when accept cannot take one now (EMFILE, ENFILE, ENOMEM, ENOBUFS):
+ * the listener stays readable, so the caller must not poll it at once. */
+static bool accept_peers(struct mc_fd_offer *o)
 {
 	for (int i = 0; i < MAX_CONNECTIONS; i++) {
 		struct connection *c = &o->connections[i];
+		int err;
 
 		if (c->fd >= 0)
 			continue;
 		pthread_mutex_lock(&o->connections_lock);
 		c->fd = accept4(o->listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		err = errno;
 		pthread_mutex_unlock(&o->connections_lock);
 		if (c->fd < 0)
-			return; /* EAGAIN: nobody else waits; anything else: next round */
+			/* EAGAIN: nobody else waits; a peer that gave up: next round */
+			return err == EAGAIN || err == ECONNABORTED || err == EINTR;
+		if (refuse_other_user(o, c))
+			continue;
 		c->deadline_ms = now_ms() + MC_FD_SERVER_REQUEST_DEADLINE_MS;
 	}
+	return true;
 }
 
 static void *serve(void *arg)
@@ -247,9 +275,10 @@ static void *serve(void *arg)
 	struct mc_fd_offer *o = arg;
 	struct pollfd fds[2 + MAX_CONNECTIONS];
 	int slot_of[2 + MAX_CONNECTIONS];
+	int64_t accept_again = 0; /* after accept failed: when to try again */
 
 	for (;;) {
-		int64_t now = now_ms(), next = -1;
+		int64_t now = now_ms(), next = accept_again > now ? accept_again : -1;
 		int n = 0, timeout, ready;
 		bool room = false;
 
@@ -271,7 +300,7 @@ static void *serve(void *arg)
 			slot_of[n] = i;
 			fds[n++] = (struct pollfd){ c->fd, POLLIN, 0 };
 		}
-		if (room)
+		if (room && accept_again <= now)
 			fds[n++] = (struct pollfd){ o->listener, POLLIN, 0 };
 		timeout = next < 0 ? -1 : (int)(next - now);
 		ready = poll(fds, (nfds_t)n, timeout);
@@ -284,10 +313,10 @@ static void *serve(void *arg)
 		for (int k = 1; k < n; k++) {
 			if (!fds[k].revents)
 				continue;
-			if (fds[k].fd == o->listener)
-				accept_peers(o);
-			else
+			if (fds[k].fd != o->listener)
 				answer(o, &o->connections[slot_of[k]]);
+			else if (!accept_peers(o))
+				accept_again = now_ms() + ACCEPT_RETRY_MS;
 		}
 	}
 }

@@ -62,9 +62,11 @@ enum mc_fd_client_failure {
 	MC_FD_CLIENT_OK,
 	MC_FD_CLIENT_NOT_LISTENING, /* nothing listens on the name: the owner finished or exited */
 	MC_FD_CLIENT_CLOSED,	    /* the owner hung up without a reply: it finished or exited */
+	MC_FD_CLIENT_IMPOSTOR,	    /* another process listens on the name: the owner finished */
 	MC_FD_CLIENT_NO_ANSWER,	    /* no reply before the timeout */
 	MC_FD_CLIENT_REFUSED,	    /* the owner said no: status says why */
 	MC_FD_CLIENT_WRONG_FILE,    /* the descriptor received is not the published file */
+	MC_FD_CLIENT_BAD_SETTING,   /* MOONCAKE_SEGMENT_PEER_TIMEOUT_MS is malformed: why says how */
 	MC_FD_CLIENT_SYSTEM,	    /* anything else: why says what */
 };
 
@@ -72,6 +74,7 @@ struct mc_fd_client_result {
 	enum mc_fd_client_failure failure;
 	int status;	    /* the owner's enum mc_fd_reply_status, -1 when none came */
 	uint32_t owner_uid; /* from a reply */
+	int listener_pid;   /* MC_FD_CLIENT_IMPOSTOR: who listens instead */
 	int timeout_ms;
 	char socket_name[48];
 	char why[192];
@@ -79,7 +82,9 @@ struct mc_fd_client_result {
 
 /* Ask the owner's socket for descriptor @h (h->socket_id != 0); call it
  * between mc_fd_track_begin() and _end() (it pauses the registry while it
- * waits).  The descriptor, checked against h->dev/ino, or -1 and @r says why. */
-int mc_fd_client_receive(const struct mc_peer_fd *h, struct mc_fd_client_result *r);
+ * waits).  @owner_pid: the pid the listener must have (SO_PEERCRED) before
+ * the token is sent, 0 when this rank cannot tell (another PID namespace).
+ * The descriptor, checked against h->dev/ino, or -1 and @r says why. */
+int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, struct mc_fd_client_result *r);
 
 #endif

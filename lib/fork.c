@@ -92,6 +92,23 @@ void mc_fd_close(struct mc_tracked_fd *t)
 	pthread_mutex_unlock(&registry_lock);
 }
 
+void mc_fd_track_held(struct mc_tracked_fd *t, int *fd)
+{
+	t->fd = fd;
+	t->next = tracked;
+	tracked = t;
+}
+
+void mc_fd_untrack_held(struct mc_tracked_fd *t)
+{
+	for (struct mc_tracked_fd **p = &tracked; *p; p = &(*p)->next)
+		if (*p == t) {
+			*p = t->next;
+			break;
+		}
+	t->next = NULL;
+}
+
 void mc_fd_track_pause(void)
 {
 	pthread_mutex_unlock(&registry_lock);

@@ -245,6 +245,10 @@ void mc_fd_close(struct mc_tracked_fd *t);
  * registry back before creating the one to track. */
 void mc_fd_track_pause(void);
 void mc_fd_track_resume(void);
+/* Between begin and end: track *@fd, which this thread closes itself after
+ * mc_fd_untrack_held() (a descriptor used across a pause). */
+void mc_fd_track_held(struct mc_tracked_fd *t, int *fd);
+void mc_fd_untrack_held(struct mc_tracked_fd *t);
 
 /* --- one create at a time per memory cgroup (commit-lock.c) -------------------- */
 

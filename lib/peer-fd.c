@@ -288,6 +288,13 @@ static int socket_cause(const struct mc_fd_client_result *r, char *cause, size_t
 			"or exited, while this rank waited; " KEEP_OWNER_ALIVE,
 			r->socket_name);
 		return ESRCH;
+	case MC_FD_CLIENT_IMPOSTOR:
+		snprintf(
+			cause, size,
+			"process %d, not the owner, listens on the owner's socket %s: the owner called "
+			"finish() or destroy() before this rank completed, and its name was taken; " KEEP_OWNER_ALIVE,
+			r->listener_pid, r->socket_name);
+		return ESRCH;
 	case MC_FD_CLIENT_NO_ANSWER:
 		snprintf(
 			cause, size,
@@ -376,6 +383,7 @@ int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h
 	uint64_t own_pid_ns = mc_host_pid_namespace(), own_net_ns = mc_host_net_namespace();
 	bool other_pid_ns = owner->pid_namespace && own_pid_ns && owner->pid_namespace != own_pid_ns;
 	bool other_net_ns = owner->net_namespace && own_net_ns && owner->net_namespace != own_net_ns;
+	bool same_pid_ns = owner->pid_namespace && own_pid_ns && owner->pid_namespace == own_pid_ns;
 	struct mc_fd_client_result r = { .failure = MC_FD_CLIENT_OK, .status = -1 };
 	bool socket_tried = false;
 	char cause[512];
@@ -385,9 +393,12 @@ int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h
 	 * uid check), from any PID namespace of its network namespace, whatever
 	 * ptrace would allow.  An abstract name means nothing in another one. */
 	if (h->socket_id && !other_net_ns) {
-		fd = mc_fd_client_receive(h, &r);
+		fd = mc_fd_client_receive(h, same_pid_ns ? h->pid : 0, &r);
 		if (fd >= 0)
 			return fd;
+		/* The user's own mistake: said, whichever route could have worked. */
+		if (r.failure == MC_FD_CLIENT_BAD_SETTING)
+			return mc_error(EINVAL, "Shared segment: %s", r.why);
 		socket_tried = true;
 	}
 	/* A pid from another PID namespace names another process here, or none. */

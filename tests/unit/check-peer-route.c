@@ -5,13 +5,20 @@
  * Any user: the owner's thread and socket exist from create until finish or
  * destroy and are gone after (thread, descriptor and /proc/net/unix counts);
  * silent peers never hold up a real one; a forked child of the owner has
- * neither the listener nor the thread, and its destroy joins nothing.
+ * neither the listener nor the thread, and its destroy joins nothing;
+ * an owner out of descriptors does not spin; a child forked while a peer
+ * waits holds neither its connection nor the owner's late answer; a
+ * process that binds the owner's name once it is free never gets the token
+ * from a peer of the owner's PID namespace.
  *
  * As root (namespaces, other users; nothing of the host is changed): peers
  * in another PID namespace of the same network namespace share one copy
  * (writes both ways, PSS); another PID and another network namespace is
  * refused naming both fixes; another uid is refused unless the owner lets it
- * in; a wrong token is refused (and the owner logs it); a stopped owner is a
+ * in, and a flood of silent connections from another uid holds up no peer;
+ * a squatter on the owner's freed name hands a peer in another PID
+ * namespace nothing it keeps (another file, extra files, an empty message);
+ * a wrong token is refused (and the owner logs it); a stopped owner is a
  * timeout, a killed one a clear error, neither a hang, and nothing is left.
  */
 #include "config.h"
@@ -19,18 +26,22 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "fd-socket.h"
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"
@@ -41,6 +52,19 @@
 #define STRANGER 54321 /* a uid and gid no account has */
 
 /* --- helpers ------------------------------------------------------------------ */
+
+/* The thread count once it is @expected or 1 s passed: a joined thread's
+ * task leaves /proc a moment after pthread_join() returns. */
+static int tasks_settled_at(int expected)
+{
+	int n = count_tasks();
+
+	for (int i = 0; i < 200 && n != expected; i++) {
+		usleep(5000);
+		n = count_tasks();
+	}
+	return n;
+}
 
 /* The owner's handle, from its blob (rank @owner of @blobs). */
 static bool owner_handle(const uint8_t *blobs, uint32_t owner, struct mc_peer_fd *h)
@@ -138,13 +162,13 @@ static void check_thread_and_socket_lifetime(bool complete_first, bool finish_fi
 	}
 	if (finish_first) {
 		ck_assert_int_eq(mooncake_segment_finish(owner), 0);
-		ck_assert_int_eq(count_tasks(), tasks);
+		ck_assert_int_eq(tasks_settled_at(tasks), tasks);
 		ck_assert_int_eq(count_fds(), fds);
 		ck_assert(!socket_listed(h.socket_id));
 	}
 	mooncake_segment_destroy(peer);
 	mooncake_segment_destroy(owner);
-	ck_assert_int_eq(count_tasks(), tasks);
+	ck_assert_int_eq(tasks_settled_at(tasks), tasks);
 	ck_assert_int_eq(count_fds(), fds);
 	ck_assert(!socket_listed(h.socket_id));
 }
@@ -181,12 +205,42 @@ START_TEST(test_a_malformed_peer_uid_list_is_a_clear_error_at_create)
 			      "%s", mooncake_segment_last_error());
 	}
 	unsetenv("MOONCAKE_SEGMENT_PEER_UIDS");
-	ck_assert_int_eq(count_tasks(), tasks);
+	ck_assert_int_eq(tasks_settled_at(tasks), tasks);
 	ck_assert_int_eq(count_fds(), fds);
 	ck_assert_int_eq(count_mappings(), maps);
 	setenv("MOONCAKE_SEGMENT_PEER_UIDS", "any", 1);
 	ck_assert_int_eq(mooncake_segment_create("uids", SIZE, &o, &owner, blob), 0);
 	unsetenv("MOONCAKE_SEGMENT_PEER_UIDS");
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
+/* A wrong MOONCAKE_SEGMENT_PEER_TIMEOUT_MS is the peer's complete error, naming the value and the
+ * fix, also where another route would have reached the owner (this PID namespace). */
+START_TEST(test_a_malformed_peer_timeout_is_a_clear_error_at_complete)
+{
+	static const char *const bad[] = { "10s", "0", "-5", "99999999999" };
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+
+	ck_assert_int_eq(mooncake_segment_create("timeout", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("timeout", SIZE, &p, &peer, blobs + BLOB), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int fds = count_fds(), maps = count_mappings();
+
+		setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", bad[i], 1);
+		ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EINVAL,
+				"MOONCAKE_SEGMENT_PEER_TIMEOUT_MS='");
+		ck_assert_msg(strstr(mooncake_segment_last_error(), bad[i]) &&
+				      strstr(mooncake_segment_last_error(), "fix or unset it"),
+			      "%s", mooncake_segment_last_error());
+		ck_assert_int_eq(count_fds(), fds);
+		ck_assert_int_eq(count_mappings(), maps);
+	}
+	unsetenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS");
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	mooncake_segment_destroy(peer);
 	mooncake_segment_destroy(owner);
 }
 END_TEST
@@ -294,6 +348,333 @@ START_TEST(test_forked_child_of_the_owner_has_no_listener_and_no_thread)
 }
 END_TEST
 
+/* What a process that binds the owner's name after the owner finished hands a late peer. */
+enum squat { SQUAT_OTHER_FILE, SQUAT_THREE_FILES, SQUAT_EIGHT_FILES, SQUAT_EMPTY_MESSAGE_WITH_A_FILE };
+
+/* The squatter's exit code when the peer hung up without presenting the token. */
+#define SQUATTER_GOT_NO_REQUEST 44
+
+/* The squatter (a child): bind @id, take one peer's request, answer as told with bait memfds. */
+static int squat(uint64_t id, enum squat how, int ready)
+{
+	static const int files[] = { 1, 3, 8, 1 };
+	uint8_t ok[8] = { 0 }, request[64];
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+		struct cmsghdr align;
+	} control;
+	struct iovec iov = { ok, how == SQUAT_EMPTY_MESSAGE_WITH_A_FILE ? 0 : sizeof(ok) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf };
+	struct sockaddr_un addr;
+	struct cmsghdr *cmsg;
+	int l = socket(AF_UNIX, SOCK_SEQPACKET, 0), c, bait[8];
+	ssize_t got;
+
+	if (l < 0 || bind(l, (struct sockaddr *)&addr, mc_fd_socket_address(id, &addr)) != 0 ||
+	    listen(l, 4) != 0)
+		return 30;
+	if (write(ready, "r", 1) != 1)
+		return 31;
+	c = accept(l, NULL, NULL);
+	if (c < 0)
+		return 32;
+	got = recv(c, request, sizeof(request), 0);
+	if (got == 0)
+		return SQUATTER_GOT_NO_REQUEST;
+	if (got != MC_FD_REQUEST_BYTES)
+		return 36;
+	for (int i = 0; i < files[how]; i++)
+		if ((bait[i] = memfd_create("squatter-bait", 0)) < 0)
+			return 33;
+	memset(&control, 0, sizeof(control));
+	msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)files[how]);
+	cmsg = CMSG_FIRSTHDR(&msg);
+	if (!cmsg)
+		return 35;
+	cmsg->cmsg_level = SOL_SOCKET;
+	cmsg->cmsg_type = SCM_RIGHTS;
+	cmsg->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)files[how]);
+	memcpy(CMSG_DATA(cmsg), bait, sizeof(int) * (size_t)files[how]);
+	if (sendmsg(c, &msg, MSG_NOSIGNAL) < 0)
+		return 34;
+	close(c); /* what is sent stays queued for the peer */
+	return 0;
+}
+
+/* How many of this process's descriptors are a squatter's bait. */
+static int bait_here(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char path[600], target[128];
+	int n = 0;
+	ssize_t len;
+
+	while (d && (e = readdir(d))) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len > 0) {
+			target[len] = '\0';
+			n += strstr(target, "squatter-bait") != NULL;
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* A peer that completes after the owner finished, against @owner_blob: it
+ * fails, and keeps no descriptor (none of a squatter's bait); 0 or why not. */
+static struct mooncake_segment *squatted_owner;
+
+static int late_peer(const uint8_t *owner_blob)
+{
+	struct mooncake_segment_options p = test_options(2, 1, 0);
+	struct mooncake_segment *peer;
+	uint8_t blobs[2 * BLOB];
+	int fds, code = 0;
+
+	memcpy(blobs, owner_blob, BLOB);
+	if (mooncake_segment_create("squatted", SIZE, &p, &peer, blobs + BLOB) != 0)
+		return 40;
+	fds = count_fds();
+	if (mooncake_segment_complete(peer, blobs, sizeof(blobs)) >= 0)
+		code = 41;
+	else if (bait_here() != 0)
+		code = 42;
+	else if (count_fds() != fds)
+		code = 43;
+	mooncake_segment_destroy(peer);
+	return code;
+}
+
+/* An owner that finished (its name free again; left in squatted_owner) and a
+ * squatter on that name that answers as @how; returns the squatter's pid. */
+static pid_t finished_owner_and_squatter(enum squat how, uint8_t *owner_blob)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+	struct mc_peer_fd h;
+	int ready[2];
+	char byte;
+	pid_t child;
+
+	ck_assert_int_eq(mooncake_segment_create("squatted", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("squatted", SIZE, &p, &peer, blobs + BLOB), 0);
+	ck_assert(owner_handle(blobs, 0, &h));
+	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(mooncake_segment_finish(owner), 0);
+	mooncake_segment_destroy(peer);
+	memcpy(owner_blob, blobs, BLOB);
+	ck_assert_int_eq(pipe(ready), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0)
+		_exit(squat(h.socket_id, how, ready[1]));
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	close(ready[0]);
+	close(ready[1]);
+	/* The owner lives on (finished): its pid is the one a peer here expects. */
+	squatted_owner = owner;
+	return child;
+}
+
+/* In the owner's PID namespace a late peer sees that another process holds
+ * the owner's name (SO_PEERCRED) and never hands it the token. */
+START_TEST(test_a_squatter_in_the_owners_pid_namespace_gets_no_token)
+{
+	uint8_t owner_blob[BLOB];
+	pid_t squatter = finished_owner_and_squatter(SQUAT_OTHER_FILE, owner_blob);
+	int status, code = late_peer(owner_blob);
+
+	ck_assert_int_eq(waitpid(squatter, &status, 0), squatter);
+	mooncake_segment_destroy(squatted_owner);
+	ck_assert_msg(code == 0, "late peer: %d", code);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == SQUATTER_GOT_NO_REQUEST,
+		      "the squatter got the token (status 0x%x)", status);
+}
+END_TEST
+
+/* An owner out of descriptors (accept: EMFILE) waits for one, without burning
+ * a CPU, and serves the peer that waited once it has one again. */
+START_TEST(test_an_owner_out_of_descriptors_does_not_spin)
+{
+	struct mooncake_segment_options o = test_options(1, 0, 0);
+	struct mooncake_segment *owner;
+	uint8_t blob[BLOB], request[MC_FD_REQUEST_BYTES];
+	struct rlimit saved, low;
+	struct timespec cpu0, cpu1;
+	struct mc_peer_fd h;
+	int go[2], status, filler[64], n = 0;
+	char byte;
+	pid_t child;
+	int64_t burnt_ms;
+
+	ck_assert_int_eq(mooncake_segment_create("no-fds", SIZE, &o, &owner, blob), 0);
+	ck_assert(owner_handle(blob, 0, &h));
+	ck_assert_int_eq(pipe(go), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		uint8_t reply[16];
+		struct sockaddr_un addr;
+		socklen_t len = mc_fd_socket_address(h.socket_id, &addr);
+
+		if (read(go[0], &byte, 1) != 1)
+			_exit(30);
+		for (int i = 0; i < 4; i++)
+			request[i] = (uint8_t)(MC_FD_REQUEST_MAGIC >> (8 * i));
+		memcpy(request + 4, h.token, MC_PEER_FD_TOKEN_SIZE);
+		/* Valgrind emulates EMFILE by closing what accept returned: ask again then. */
+		for (int attempt = 0; attempt < 50; attempt++) {
+			struct pollfd pfd = { socket(AF_UNIX, SOCK_SEQPACKET, 0), POLLIN, 0 };
+			ssize_t got = -1;
+
+			if (pfd.fd < 0 || connect(pfd.fd, (struct sockaddr *)&addr, len) != 0)
+				_exit(31);
+			if (send(pfd.fd, request, sizeof(request), MSG_NOSIGNAL) ==
+				    (ssize_t)sizeof(request) &&
+			    poll(&pfd, 1, 5000) == 1)
+				got = recv(pfd.fd, reply, sizeof(reply), 0);
+			close(pfd.fd);
+			if (got == 8)
+				_exit(reply[0] == MC_FD_REPLY_OK ? 0 : 33);
+			usleep(100 * 1000);
+		}
+		_exit(32);
+	}
+	/* Every descriptor this process may have is taken. */
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	low = saved;
+	low.rlim_cur = (rlim_t)count_fds() + 40;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (n < 64 && (filler[n] = dup(0)) >= 0)
+		n++;
+	ck_assert_int_eq(errno, EMFILE);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+	usleep(600 * 1000);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+	burnt_ms = (int64_t)(cpu1.tv_sec - cpu0.tv_sec) * 1000 + (cpu1.tv_nsec - cpu0.tv_nsec) / 1000000;
+	while (n > 0)
+		close(filler[--n]);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	close(go[0]);
+	close(go[1]);
+	mooncake_segment_destroy(owner);
+	ck_assert_msg(burnt_ms < 150, "the owner burnt %lld ms of CPU in 600 ms waiting for a descriptor",
+		      (long long)burnt_ms);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "peer status 0x%x", status);
+}
+END_TEST
+
+/* How many sockets this process holds, plus how many of them hold a message
+ * with descriptors. */
+static int sockets_and_descriptors_on_them(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char path[600], target[64];
+	int n = 0;
+	ssize_t len;
+
+	while (d && (e = readdir(d))) {
+		union {
+			char buf[CMSG_SPACE(sizeof(int) * 4)];
+			struct cmsghdr align;
+		} control;
+		uint8_t bytes[64];
+		struct iovec iov = { bytes, sizeof(bytes) };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		if (strncmp(target, "socket:", 7) != 0)
+			continue;
+		n++;
+		msg.msg_control = control.buf;
+		msg.msg_controllen = sizeof(control.buf);
+		if (recvmsg(atoi(e->d_name), &msg, MSG_DONTWAIT) >= 0 && msg.msg_controllen > 0)
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static pid_t late_child;
+
+/* Fork while the peer waits; the child looks, once the owner answered late, at what it holds. */
+static void *fork_while_the_peer_waits(void *arg)
+{
+	(void)arg;
+	/* Once the peer's connection exists (this process has no other socket). */
+	for (int i = 0; i < 400 && !has_socket_descriptor(); i++)
+		usleep(5000);
+	late_child = fork();
+	if (late_child == 0) {
+		usleep(1000 * 1000);
+		_exit(sockets_and_descriptors_on_them());
+	}
+	return NULL;
+}
+
+/* A child forked while a peer waits for a stopped owner: it must not hold
+ * the peer's connection, so that when the peer gives up (and maps by /proc)
+ * and the owner answers late, the answer hands the pages to nobody. */
+START_TEST(test_a_child_forked_while_the_peer_waits_gets_no_late_answer)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+	int to_owner[2], from_owner[2], status;
+	pthread_t forker;
+	pid_t owner_pid;
+	char byte;
+
+	ck_assert_int_eq(pipe(to_owner), 0);
+	ck_assert_int_eq(pipe(from_owner), 0);
+	owner_pid = fork();
+	ck_assert_int_ge(owner_pid, 0);
+	if (owner_pid == 0) {
+		if (mooncake_segment_create("late", SIZE, &o, &owner, blobs) != 0 ||
+		    write(from_owner[1], blobs, BLOB) != BLOB)
+			_exit(30);
+		(void)!read(to_owner[0], &byte, 1);
+		mooncake_segment_destroy(owner);
+		_exit(0);
+	}
+	ck_assert_int_eq(read(from_owner[0], blobs, BLOB), BLOB);
+	ck_assert_int_eq(mooncake_segment_create("late", SIZE, &p, &peer, blobs + BLOB), 0);
+	setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", "300", 1);
+	ck_assert_int_eq(kill(owner_pid, SIGSTOP), 0);
+	ck_assert_int_eq(pthread_create(&forker, NULL, fork_while_the_peer_waits, NULL), 0);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0); /* by /proc */
+	ck_assert_int_eq(pthread_join(forker, NULL), 0);
+	ck_assert_int_gt(late_child, 0);
+	ck_assert_int_eq(kill(owner_pid, SIGCONT), 0); /* it answers now */
+	ck_assert_int_eq(waitpid(late_child, &status, 0), late_child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "the child forked while the peer waited holds its connection, or the owner's answer "
+		      "(status 0x%x)",
+		      status);
+	unsetenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS");
+	mooncake_segment_destroy(peer);
+	ck_assert_int_eq(write(to_owner[1], "q", 1), 1);
+	ck_assert_int_eq(waitpid(owner_pid, &status, 0), owner_pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(to_owner[0]);
+	close(to_owner[1]);
+	close(from_owner[0]);
+	close(from_owner[1]);
+}
+END_TEST
+
 /* --- as root: real namespaces and users ------------------------------------------- */
 
 enum place { NEW_PID_NAMESPACE, NEW_PID_AND_NETWORK_NAMESPACE };
@@ -335,6 +716,35 @@ static int enter_namespaces(int flags, bool *in_child)
 	}
 	return waitpid(child, &status, 0) == child && WIFEXITED(status) ? WEXITSTATUS(status) : 13;
 }
+
+/* In another PID namespace the peer cannot tell the owner's pid: whatever
+ * the squatter answers (another file, too many files, a file on an empty
+ * message), the peer maps nothing and keeps none of them. */
+START_TEST(test_a_squatter_hands_a_peer_in_another_pid_namespace_nothing)
+{
+	for (int how = SQUAT_OTHER_FILE; how <= SQUAT_EMPTY_MESSAGE_WITH_A_FILE; how++) {
+		uint8_t owner_blob[BLOB];
+		pid_t squatter = finished_owner_and_squatter((enum squat)how, owner_blob), helper;
+		int status, code;
+		bool in_child;
+
+		helper = fork();
+		ck_assert_int_ge(helper, 0);
+		if (helper == 0) {
+			code = enter_namespaces(CLONE_NEWPID, &in_child);
+			_exit(in_child ? late_peer(owner_blob) : code);
+		}
+		ck_assert_int_eq(waitpid(helper, &status, 0), helper);
+		code = WIFEXITED(status) ? WEXITSTATUS(status) : 99;
+		ck_assert_int_eq(waitpid(squatter, &status, 0), squatter);
+		mooncake_segment_destroy(squatted_owner);
+		ck_assert_msg(code == 0, "case %d: late peer: %d", how, code);
+		/* Not vacuous: the squatter took the request and answered. */
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "case %d: squatter status 0x%x",
+			      how, status);
+	}
+}
+END_TEST
 
 struct log_capture {
 	char text[4096];
@@ -536,6 +946,63 @@ START_TEST(test_a_wrong_token_is_refused)
 }
 END_TEST
 
+/* Another user's connections are refused as they are accepted: a flood of
+ * silent ones (ten times the owner's 64 slots, each slot held 2 s if it
+ * waited for a request) never holds up the owner's own peer. */
+START_TEST(test_a_silent_flood_from_another_user_does_not_hold_up_a_peer)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * BLOB];
+	struct mc_peer_fd h;
+	struct timespec start;
+	int ready[2], hold[2], status;
+	char byte;
+	pid_t child;
+
+	setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", "3000", 1);
+	ck_assert_int_eq(mooncake_segment_create("flooded", SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("flooded", SIZE, &p, &peer, blobs + BLOB), 0);
+	ck_assert(owner_handle(blobs, 0, &h));
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(hold), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		struct sockaddr_un addr;
+		socklen_t len = mc_fd_socket_address(h.socket_id, &addr);
+
+		close(hold[1]);
+		if (become_stranger() != 0)
+			_exit(30);
+		for (int i = 0; i < 640; i++) {
+			int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+
+			if (s < 0 || connect(s, (struct sockaddr *)&addr, len) != 0)
+				_exit(31);
+		}
+		if (write(ready[1], "r", 1) != 1)
+			_exit(32);
+		(void)!read(hold[0], &byte, 1); /* silent until the peer is done */
+		_exit(0);
+	}
+	close(hold[0]);
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	ck_assert_msg(elapsed_ms(&start) < 1000, "the peer waited %lld ms behind the flood",
+		      (long long)elapsed_ms(&start));
+	close(hold[1]);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "flood status 0x%x", status);
+	unsetenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS");
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+	close(ready[0]);
+	close(ready[1]);
+}
+END_TEST
+
 /* --- as root: an owner that stops answering ------------------------------------------ */
 
 struct stuck_case {
@@ -676,6 +1143,10 @@ int main(void)
 	tcase_add_test(any, test_silent_peers_do_not_hold_up_the_others);
 	tcase_add_test(any, test_forked_child_of_the_owner_has_no_listener_and_no_thread);
 	tcase_add_test(any, test_a_malformed_peer_uid_list_is_a_clear_error_at_create);
+	tcase_add_test(any, test_a_malformed_peer_timeout_is_a_clear_error_at_complete);
+	tcase_add_test(any, test_a_squatter_in_the_owners_pid_namespace_gets_no_token);
+	tcase_add_test(any, test_an_owner_out_of_descriptors_does_not_spin);
+	tcase_add_test(any, test_a_child_forked_while_the_peer_waits_gets_no_late_answer);
 	suite_add_tcase(s, any);
 	if (geteuid() != 0) {
 		printf("# skipping the namespace and user tests: they need root (unshare, setuid)\n");
@@ -688,6 +1159,8 @@ int main(void)
 		tcase_add_test(root, test_another_pid_and_network_namespace_is_refused_naming_both_fixes);
 		tcase_add_test(root, test_another_uid_is_refused_unless_the_owner_lets_it_in);
 		tcase_add_test(root, test_a_wrong_token_is_refused);
+		tcase_add_test(root, test_a_squatter_hands_a_peer_in_another_pid_namespace_nothing);
+		tcase_add_test(root, test_a_silent_flood_from_another_user_does_not_hold_up_a_peer);
 		tcase_add_test(root, test_owner_killed_while_peers_wait_is_a_clear_error);
 		tcase_add_test(root, test_stopped_owner_is_a_timeout_not_a_hang);
 		tcase_set_timeout(root, 60);
