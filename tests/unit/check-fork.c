@@ -42,29 +42,10 @@ static int in_child(int (*fn)(void *), void *arg)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* Descriptors of this process that are a memfd the library created. */
+/* Descriptors of process @pid that are a memfd the library created. */
 static int count_segment_memfds(pid_t pid)
 {
-	char dir[64], path[320], target[256];
-	DIR *d;
-	struct dirent *e;
-	int n = 0;
-	ssize_t len;
-
-	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
-	d = opendir(dir);
-	if (!d)
-		return -1;
-	while ((e = readdir(d))) {
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		len = readlink(path, target, sizeof(target) - 1);
-		if (len <= 0)
-			continue;
-		target[len] = '\0';
-		n += strncmp(target, "/memfd:mooncake-segment:", 24) == 0;
-	}
-	closedir(d);
-	return n;
+	return count_fds_to((int)pid, "/memfd:mooncake-segment:");
 }
 
 /* Whether process @pid holds file @ino of device @dev: a descriptor or a mapping. */
@@ -264,6 +245,7 @@ static int rank_forking_before_finish(struct group_rank *self, void *arg)
 	RANK_CHECK(mooncake_segment_create("fork", SIZE, &opt, &seg, blob) == 0);
 	if (self->rank == 0) {
 		RANK_CHECK(fstat(mc_memfd_descriptor(seg), &st) == 0);
+		RANK_CHECK(count_segment_memfds(getpid()) == 1); /* the counter sees the owner's */
 		dev = (uint64_t)st.st_dev;
 		ino = (uint64_t)st.st_ino;
 		RANK_CHECK(pipe(report) == 0 && pipe(release) == 0);

@@ -404,23 +404,7 @@ static int squat(uint64_t id, enum squat how, int ready)
 /* How many of this process's descriptors are a squatter's bait. */
 static int bait_here(void)
 {
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	char path[600], target[128];
-	int n = 0;
-	ssize_t len;
-
-	while (d && (e = readdir(d))) {
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		len = readlink(path, target, sizeof(target) - 1);
-		if (len > 0) {
-			target[len] = '\0';
-			n += strstr(target, "squatter-bait") != NULL;
-		}
-	}
-	if (d)
-		closedir(d);
-	return n;
+	return count_fds_to((int)getpid(), "/memfd:squatter-bait");
 }
 
 /* A peer that completes after the owner finished, against @owner_blob: it

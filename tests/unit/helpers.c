@@ -37,6 +37,30 @@ int count_fds(void)
 	return n < 0 ? n : n - 1; /* the directory's own descriptor */
 }
 
+int count_fds_to(int pid, const char *prefix)
+{
+	char dir[64], path[320], target[256];
+	struct dirent *e;
+	int n = 0;
+	ssize_t len;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+	d = opendir(dir);
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		n += strncmp(target, prefix, strlen(prefix)) == 0;
+	}
+	closedir(d);
+	return n;
+}
+
 int count_tasks(void)
 {
 	return count_entries("/proc/self/task");

@@ -16,6 +16,9 @@
 /* Descriptors open in this process, and the library's mappings in it
  * (segment pages and address windows, which carry its name). */
 int count_fds(void);
+/* Descriptors of process @pid whose target starts with @prefix
+ * ("/memfd:mooncake-segment:"); -1 when /proc/PID/fd is unreadable. */
+int count_fds_to(int pid, const char *prefix);
 /* Threads of this process. */
 int count_tasks(void);
 int count_mappings(void);
