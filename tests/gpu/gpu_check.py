@@ -26,7 +26,7 @@ driver of tests/fakes/cuda when MOONCAKE_SEGMENT_CUDA_LIBRARY names it.
 import argparse
 import json
 import os
-import socket
+import tempfile
 import time
 
 import torch
@@ -80,9 +80,10 @@ def check_sharing(rank, world, cpu, gpu, smoke):
     return read_ok and written_ok
 
 
-def rank_main(rank, world, port, mode, size_bytes, smoke, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def rank_main(rank, world, store, mode, size_bytes, smoke, results):
+    # A file store: the ranks of one host need no TCP rendezvous (whose
+    # connection retries throw C++ exceptions inside torch).
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     device = 0 if smoke else rank % torch.cuda.device_count()
     if not smoke:
         torch.cuda.set_device(device)
@@ -141,12 +142,10 @@ def rank_main(rank, world, port, mode, size_bytes, smoke, results):
 
 
 def run_mode(mode, ranks, size_bytes, smoke):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with mp.Manager() as manager:
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp, mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(rank_main, args=(ranks, port, mode, size_bytes, smoke, results), nprocs=ranks, join=True)
+        store = os.path.join(tmp, "store")
+        mp.spawn(rank_main, args=(ranks, store, mode, size_bytes, smoke, results), nprocs=ranks, join=True)
         per_rank = [dict(results[r]) for r in range(ranks)]
     summary = {
         "ranks": per_rank,
