@@ -69,19 +69,14 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
-/* Whether process @pid (as this process's /proc numbers it) is stopped or
+/* Whether process @pid (as this process's /proc numbers it; SO_PEERCRED
+ * gives 0 for a holder in an unseen PID namespace) is stopped or
  * traced-stopped; false when unknown. */
 static bool process_stopped(pid_t pid)
 {
-	char path[64], line[512], *close;
+	char state = mc_process_state(pid);
 
-	if (pid <= 0)
-		return false; /* SO_PEERCRED gives 0 for a holder in an unseen PID namespace */
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (!mc_read_line(path, line, sizeof(line)))
-		return false;
-	close = strrchr(line, ')'); /* the command name may hold anything */
-	return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+	return state == 'T' || state == 't';
 }
 
 /* Wait until the holder of @addr lets go (or a short while when it cannot be

@@ -89,15 +89,12 @@ static bool proc_shows(uint32_t pid)
 /* Alive, not a zombie (which has no descriptors left). */
 static bool process_exists(pid_t pid)
 {
-	char path[64], line[512], *close;
+	char state;
 
 	if (kill(pid, 0) != 0 && errno != EPERM)
 		return false;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (!mc_read_line(path, line, sizeof(line)))
-		return true; /* /proc does not show it: trust kill() */
-	close = strrchr(line, ')');
-	return !(close && (close[2] == 'Z' || close[2] == 'X'));
+	state = mc_process_state(pid); /* '\0': /proc does not show it, trust kill() */
+	return state != 'Z' && state != 'X';
 }
 
 int mc_peer_fd_gone(const struct mc_peer_fd *h)

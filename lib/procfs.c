@@ -63,6 +63,19 @@ bool mc_read_line(const char *path, char *buf, size_t size)
 	return ok;
 }
 
+char mc_process_state(pid_t pid)
+{
+	char path[64], line[512], *close;
+
+	if (pid <= 0)
+		return '\0';
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!mc_read_line(path, line, sizeof(line)))
+		return '\0';
+	close = strrchr(line, ')'); /* the command name may hold anything, ')' included */
+	return close && close[1] == ' ' ? close[2] : '\0';
+}
+
 bool mc_selected_mode(const char *line, char *mode, size_t size)
 {
 	const char *open = strchr(line, '[');

@@ -15,11 +15,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "private.h" /* mc_read_host_line(), mc_meminfo_field(): the CLI's too */
 
 /* The first line of @path into @buf, newline stripped; false on error. */
 bool mc_read_line(const char *path, char *buf, size_t size);
+/* The state letter of process @pid in this process's /proc/PID/stat (R, S,
+ * D, T, t, Z, X...), '\0' when it cannot be read.  A live process's file:
+ * never under the host root. */
+char mc_process_state(pid_t pid);
 /* The host root, "" on a real host. */
 const char *mc_host_root(void);
 /* Replace the host root (tests; call before any other thread reads host facts). */
