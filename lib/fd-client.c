@@ -48,14 +48,6 @@ static int timeout_ms(char *why, size_t why_size)
 	return (int)ms;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Connect and send the request, without the fork registry; 0 or the failure. */
 static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, uint32_t owner_pid, int64_t deadline,
 				     struct mc_fd_client_result *r)
@@ -75,7 +67,7 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, uint32_t
 	/* A Unix socket's connect waits for room in the backlog up to SO_SNDTIMEO;
 	 * a signal handler of the application's interrupts it, and it starts again. */
 	do {
-		left = deadline - now_ms();
+		left = deadline - mc_now_ms();
 		if (left <= 0)
 			return MC_FD_CLIENT_NO_ANSWER;
 		tv.tv_sec = left / 1000;
@@ -113,7 +105,7 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, uint32_t
 		return MC_FD_CLIENT_SYSTEM;
 	}
 	do {
-		left = deadline - now_ms();
+		left = deadline - mc_now_ms();
 		ready = poll(&pfd, 1, left > 0 ? (int)left : 0);
 	} while (ready < 0 && errno == EINTR);
 	if (ready == 0)
@@ -125,7 +117,7 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, uint32_t
 	/* The owner hangs up right after its reply: wait for that too (briefly),
 	 * so that no connection of the owner's outlives this call. */
 	pfd.events = 0;
-	left = deadline - now_ms();
+	left = deadline - mc_now_ms();
 	(void)poll(&pfd, 1, left < HANGUP_WAIT_MS ? (left > 0 ? (int)left : 0) : HANGUP_WAIT_MS);
 	return MC_FD_CLIENT_OK;
 }
@@ -214,7 +206,7 @@ int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, struct 
 		r->failure = MC_FD_CLIENT_BAD_SETTING;
 		return -1;
 	}
-	deadline = now_ms() + ms;
+	deadline = mc_now_ms() + ms;
 	/* The owner may take its time: let fork() in meanwhile; the connection
 	 * is tracked (a child closes its copy), and the descriptor itself
 	 * arrives only once the registry is ours again. */

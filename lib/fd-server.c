@@ -83,14 +83,6 @@ static pthread_mutex_t offers_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
 static struct mc_fd_offer *offers;
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* --- fork(): the connections ------------------------------------------------ */
 
 static void before_fork(void)
@@ -265,7 +257,7 @@ static bool accept_peers(struct mc_fd_offer *o)
 			return err == EAGAIN || err == ECONNABORTED || err == EINTR;
 		if (refuse_other_user(o, c))
 			continue;
-		c->deadline_ms = now_ms() + MC_FD_SERVER_REQUEST_DEADLINE_MS;
+		c->deadline_ms = mc_now_ms() + MC_FD_SERVER_REQUEST_DEADLINE_MS;
 	}
 	return true;
 }
@@ -278,7 +270,7 @@ static void *serve(void *arg)
 	int64_t accept_again = 0; /* after accept failed: when to try again */
 
 	for (;;) {
-		int64_t now = now_ms(), next = accept_again > now ? accept_again : -1;
+		int64_t now = mc_now_ms(), next = accept_again > now ? accept_again : -1;
 		int n = 0, timeout, ready;
 		bool room = false;
 
@@ -316,7 +308,7 @@ static void *serve(void *arg)
 			if (fds[k].fd != o->listener)
 				answer(o, &o->connections[slot_of[k]]);
 			else if (!accept_peers(o))
-				accept_again = now_ms() + ACCEPT_RETRY_MS;
+				accept_again = mc_now_ms() + ACCEPT_RETRY_MS;
 		}
 	}
 }

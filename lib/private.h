@@ -89,4 +89,10 @@ static inline uint64_t mc_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The same clock in milliseconds, signed for deadline arithmetic. */
+static inline int64_t mc_now_ms(void)
+{
+	return (int64_t)(mc_now_ns() / 1000000u);
+}
+
 #endif
