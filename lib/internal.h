@@ -16,10 +16,10 @@
 #include <time.h>
 
 #include "mooncake/segment.h"
-#include "accel.h"
-#include "cgroup.h"
+#include "accel/accel.h"
+#include "host/cgroup.h"
 #include "private.h"
-#include "procfs.h"
+#include "host/procfs.h"
 
 /* Only definitions marked MC_EXPORT leave the library (with the version script). */
 #define MC_EXPORT __attribute__((visibility("default")))

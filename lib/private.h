@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "cgroup.h"
+#include "host/cgroup.h"
 
 /* A definition that leaves the library in the MOONCAKE_SEGMENT_PRIVATE node. */
 #define MC_PRIVATE __attribute__((visibility("default")))

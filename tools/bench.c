@@ -35,7 +35,7 @@
 
 #include "cli.h"
 
-#include "linux-compat.h"
+#include "base/linux-compat.h"
 
 #define MAX_THREADS 64
 #define MAX_SIZES   8

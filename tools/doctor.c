@@ -38,7 +38,7 @@
 
 #include "cli.h"
 
-#include "linux-compat.h"
+#include "base/linux-compat.h"
 
 enum status { OK, WARN, FAIL };
 static const char *const status_names[] = { "ok", "warn", "fail" };

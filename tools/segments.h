@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* What every memfd of the library is called (lib/host-memfd.c), as /proc shows it. */
+/* What every memfd of the library is called (lib/backends/host-memfd.c), as /proc shows it. */
 #define SEGMENT_MEMFD_PREFIX "/memfd:mooncake-segment:"
 #define SEGMENT_OWNER_TAG    "|owner="
 

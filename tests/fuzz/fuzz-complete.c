@@ -25,7 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "fd-socket.h"
+#include "route/fd-socket.h"
 #include "internal.h"
 
 #define MAX_WORLD 4

@@ -13,7 +13,7 @@ top=$(cd "$here/../.." && pwd)
 builddir=$(cd "${2:-$top}" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The headers configure found (cuda.h for lib/accel-cuda.c), from the build's Makefile.
+# The headers configure found (cuda.h for lib/accel/accel-cuda.c), from the build's Makefile.
 read -r -a accel_cppflags <<<"$(sed -n 's/^\(CUDA\|ASCEND\)_CPPFLAGS = //p' "$builddir/Makefile" | tr '\n' ' ')"
 mapfile -t sources < <(make -s -C "$builddir" print-lib-sources)
 

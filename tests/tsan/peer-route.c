@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ThreadSanitizer driver for the socket route (lib/fd-server.c,
- * lib/fd-client.c): in each round one owner and PEERS peers of one segment
+ * ThreadSanitizer driver for the socket route (lib/route/fd-server.c,
+ * lib/route/fd-client.c): in each round one owner and PEERS peers of one segment
  * live in this process; the peers complete from their own threads at once,
  * so their connections reach the owner's server thread together, while the
  * owner finishes after a few of them; another thread forks meanwhile (the

@@ -8,7 +8,7 @@ top=$(cd "$here/../.." && pwd)
 builddir=$(cd "${1:-$top}" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The headers configure found (cuda.h for lib/accel-cuda.c), from the build's Makefile.
+# The headers configure found (cuda.h for lib/accel/accel-cuda.c), from the build's Makefile.
 read -r -a accel_cppflags <<<"$(sed -n 's/^\(CUDA\|ASCEND\)_CPPFLAGS = //p' "$builddir/Makefile" | tr '\n' ' ')"
 # The library's sources this configuration compiles (no accelerator file without its headers).
 mapfile -t sources < <(make -s -C "$builddir" print-lib-sources)

@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda-driver.h"
+#include "accel/cuda-driver.h"
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"

@@ -27,7 +27,7 @@
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"
-#include "linux-compat.h"
+#include "base/linux-compat.h"
 #include "privileged.h"
 
 #define BLOB	 MOONCAKE_SEGMENT_BLOB_SIZE

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The socket route (lib/fd-server.c, lib/fd-client.c), with real processes.
+ * The socket route (lib/route/fd-server.c, lib/route/fd-client.c), with real processes.
  *
  * Any user: the owner's thread and socket exist from create until finish or
  * destroy and are gone after (thread, descriptor and /proc/net/unix counts);
@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fd-socket.h"
+#include "route/fd-socket.h"
 #include "group.h"
 #include "helpers.h"
 #include "internal.h"

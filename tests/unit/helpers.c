@@ -2,7 +2,7 @@
 #include "config.h"
 
 #include "helpers.h"
-#include "linux-compat.h"
+#include "base/linux-compat.h"
 
 #include <dirent.h>
 #include <ftw.h>
@@ -104,7 +104,7 @@ int count_mappings(void)
 
 	if (!f)
 		return -1;
-	/* Only the library's own: segment pages and windows (lib/window.c) carry
+	/* Only the library's own: segment pages and windows (lib/host/window.c) carry
 	 * its name; malloc, stdio and checkers map memory of their own at any moment. */
 	while (fgets(line, sizeof(line), f))
 		if (strstr(line, "mooncake-segment"))

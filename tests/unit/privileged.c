@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "procfs.h"
+#include "host/procfs.h"
 
 #define MAX_SETTINGS 8
 

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ascend-runtime.h"
+#include "accel/ascend-runtime.h"
 #include "internal.h"
 
 /* The runtime's fallback when it cannot say (upstream does the same). */

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "linux-compat.h"
+#include "base/linux-compat.h"
 
 /* The owner's own: the memfd it keeps for importers until finish(), and
  * the offer that serves it to them (peer-fd.c). */

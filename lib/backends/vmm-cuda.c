@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda-driver.h"
+#include "accel/cuda-driver.h"
 #include "internal.h"
 
 #define FABRIC_HANDLE_BYTES sizeof(CUmemFabricHandle)

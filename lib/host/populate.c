@@ -35,7 +35,7 @@
 #include <time.h>
 
 #include "internal.h"
-#include "linux-compat.h"
+#include "base/linux-compat.h"
 
 /* Below this much per thread, starting a thread costs more than it saves. */
 #define MIN_BYTES_PER_THREAD (UINT64_C(64) << 20)
