@@ -8,7 +8,9 @@
  * application needs is in <mooncake/segment.h> (doc/decisions.md says which
  * fact went where and why).  Each function is defined where its job is and
  * marked MC_PRIVATE there; the library calls them too, so the tool reports
- * what create() itself reads.
+ * what create() itself reads.  Each declaration says why it is private and
+ * not public.  Like the public header, this one includes no header of the
+ * library, so any folder of lib/ may include it (lib/README.md).
  */
 #ifndef MOONCAKE_SEGMENT_PRIVATE_H
 #define MOONCAKE_SEGMENT_PRIVATE_H
@@ -18,32 +20,57 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "host/cgroup.h"
-
 /* A definition that leaves the library in the MOONCAKE_SEGMENT_PRIVATE node. */
 #define MC_PRIVATE __attribute__((visibility("default")))
 
 /* --- host facts under the host root (procfs.c, procfs.h) --------------------- */
 
 /* The first line of @path (absolute, under /proc or /sys) below the host
- * root, newline stripped; false on error. */
+ * root, newline stripped; false on error.
+ * Why private: plain procfs/sysfs text; exported only so that the CLI
+ * honours MOONCAKE_SEGMENT_HOST_ROOT exactly as the library does. */
 bool mc_read_host_line(const char *path, char *buf, size_t size);
-/* A /proc/meminfo field in bytes ("kB" fields) or as a count; 0 when absent. */
+/* A /proc/meminfo field in bytes ("kB" fields) or as a count; 0 when absent.
+ * Why private: as mc_read_host_line(). */
 uint64_t mc_meminfo_field(const char *name);
 
-/* --- memory room (limits.c) -------------------------------------------------- */
+/* --- memory room (limits.c, cgroup.c) ------------------------------------------ */
+
+/* Page cache of a cgroup (memory.stat), in bytes. */
+struct mc_page_cache {
+	uint64_t active_file;
+	uint64_t inactive_file;
+	uint64_t dirty;
+	uint64_t writeback;
+	uint64_t clean; /* active + inactive - dirty - writeback: what reclaim frees */
+};
+
+struct mc_memory_room {
+	uint64_t
+		room; /* limit - (usage - cache.clean): bytes that can still be charged, UINT64_MAX unlimited */
+	uint64_t limit;
+	uint64_t usage;
+	struct mc_page_cache cache;
+	char where[256];      /* the cgroup directory that binds */
+	char outermost[1280]; /* the outermost limited directory: every limit of ours nests in it */
+};
 
 /* This process's memory cgroup room, read under the host root as create's
- * room check reads it; false when no limit applies. */
+ * room check reads it; false when no limit applies.
+ * Why private: a breakdown for a person diagnosing a refusal (doctor);
+ * mooncake_segment_room() is the number a program needs, and this struct
+ * follows cgroup v1/v2 details we may still change. */
 bool mc_self_cgroup_room(struct mc_memory_room *room);
 
 /* --- HugeTLB pools (hugetlb.c) ----------------------------------------------- */
 
 /* The page sizes that have a pool on this host, ascending, at most @max of
- * them into @sizes; returns how many there are. */
+ * them into @sizes; returns how many there are.
+ * Why private: diagnosis (doctor, bench); room(hugetlb=true) answers the
+ * program's question. */
 size_t mc_hugetlb_sizes(uint64_t *sizes, size_t max);
 /* The pool of @page_size: its pages and those free and not reserved; false
- * when it cannot be read. */
+ * when it cannot be read.  Why private: as mc_hugetlb_sizes(). */
 bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available);
 
 /* --- the kernel's account of a mapping (smaps.c) ----------------------------- */
@@ -55,7 +82,9 @@ struct mc_mapping_usage {
 	uint64_t hugetlb;    /* HugeTLB pages mapped: not part of Rss or Pss */
 };
 /* Sum /proc/self/smaps over every VMA inside [@base, @base+@len) (madvise may
- * have split the mapping); false when no VMA starts at @base. */
+ * have split the mapping); false when no VMA starts at @base.
+ * Why private: the demo's PSS figure; get_info() gives a program the
+ * residency it needs. */
 bool mc_mapping_usage(const void *base, uint64_t len, struct mc_mapping_usage *usage);
 
 /* --- accelerator runtimes (accel.c) ------------------------------------------ */
@@ -75,10 +104,13 @@ struct mc_runtime_report {
 	} device[MC_RUNTIME_REPORT_DEVICES];
 };
 /* Runtime @index of this build, in order of preference; loads it.  False
- * past the last one. */
+ * past the last one.
+ * Why private: doctor's report; a program has its runtime's own API, and
+ * what placement chose is public in get_info().numa_node.  A public form
+ * would freeze a per-runtime struct we may still change. */
 bool mc_accel_report(size_t index, struct mc_runtime_report *report);
 
-/* --- clock (inline: no symbol) ----------------------------------------------- */
+/* --- clock (inline: no symbol; the CLI's bench times with it too) ------------- */
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 static inline uint64_t mc_now_ns(void)

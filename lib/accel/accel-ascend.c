@@ -12,9 +12,9 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "base/error.h"
 #include "accel.h"
 #include "ascend-runtime.h"
-#include "internal.h"
 
 static bool ascend_available(void)
 {

@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "accel.h"
 #include "cuda-driver.h"
-#include "internal.h"
 
 static bool cuda_available(void)
 {

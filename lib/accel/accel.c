@@ -8,15 +8,18 @@
  */
 #include "config.h"
 
+#include "base/error.h"
+#include "host/placement.h"
+#include "host/procfs.h"
+#include "mooncake/segment.h"
 #include "accel.h"
+#include "private.h"
 
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "internal.h"
 
 /* In order of preference; each is compiled in only when configure found its headers. */
 static const struct mc_accel_ops *const runtimes[] = {

@@ -10,9 +10,11 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "ascend-runtime.h"
+#include "base/base.h"
+#include "base/error.h"
+#include "mooncake/segment.h"
 #include "accel.h"
-#include "internal.h"
+#include "ascend-runtime.h"
 
 struct mc_acl mc_acl;
 

@@ -12,9 +12,11 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "cuda-driver.h"
+#include "base/base.h"
+#include "base/error.h"
+#include "mooncake/segment.h"
 #include "accel.h"
-#include "internal.h"
+#include "cuda-driver.h"
 
 struct mc_cu mc_cu;
 

@@ -10,8 +10,9 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "base/error.h"
+#include "mooncake/segment.h"
 #include "accel.h"
-#include "internal.h"
 
 void mc_unregister_chunks(struct mc_registration *reg, const struct mc_chunk_ops *ops)
 {

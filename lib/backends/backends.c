@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The table of backends this build has.  A backend (internal.h's
+ * The table of backends this build has.  A backend (backend.h's
  * mc_backend_ops) is one file and its lines here; create() and supported()
  * take the one that serves the options' mmap value (of several, the first
  * that can serve the flags on this host, in table order).
@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base/base.h"
+#include "base/error.h"
+#include "mooncake/segment.h"
+#include "backend.h"
 
 extern const struct mc_backend_ops mc_backend_memfd; /* host-memfd.c */
 #if HAVE_ASCEND_VMM

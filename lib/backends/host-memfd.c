@@ -23,8 +23,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base/base.h"
+#include "base/error.h"
 #include "base/linux-compat.h"
+#include "base/tracked-fd.h"
+#include "host/host.h"
+#include "host/limits.h"
+#include "host/placement.h"
+#include "host/populate.h"
+#include "host/window.h"
+#include "mooncake/segment.h"
+#include "route/route.h"
+#include "backend.h"
+#include "private.h"
 
 /* The owner's own: the memfd it keeps for importers until finish(), and
  * the offer that serves it to them (peer-fd.c). */
@@ -34,14 +45,14 @@ struct memfd_state {
 	struct mc_fd_offer *offer;
 };
 
-static struct memfd_state *state_of(const struct mooncake_segment *seg)
+static struct memfd_state *state_of(const struct mc_memory *mem)
 {
-	return seg->backend_state;
+	return mem->state;
 }
 
-int mc_memfd_descriptor(const struct mooncake_segment *seg)
+int mc_memfd_descriptor(const struct mc_memory *mem)
 {
-	return state_of(seg) ? state_of(seg)->fd : -1;
+	return state_of(mem) ? state_of(mem)->fd : -1;
 }
 
 static int memfd_granularity(const struct mooncake_segment_options *opt, uint64_t *page_size)
@@ -78,12 +89,12 @@ static unsigned int hugetlb_size_flag(uint64_t page_size)
 }
 
 /* The error for a HugeTLB pool that cannot back the segment, with the numbers and the fix. */
-static int hugetlb_pool_error(const struct mooncake_segment *seg, int sys_errno)
+static int hugetlb_pool_error(const struct mc_memory *mem, int sys_errno)
 {
-	uint64_t needed = seg->alloc_size / seg->page_size, total = 0, available = 0;
-	unsigned long long kb = (unsigned long long)(seg->page_size >> 10);
-	bool known = mc_hugetlb_pool(seg->page_size, &total, &available);
-	bool is_default = seg->page_size == mc_hugetlb_default_size();
+	uint64_t needed = mem->alloc_size / mem->page_size, total = 0, available = 0;
+	unsigned long long kb = (unsigned long long)(mem->page_size >> 10);
+	bool known = mc_hugetlb_pool(mem->page_size, &total, &available);
+	bool is_default = mem->page_size == mc_hugetlb_default_size();
 	char fix[192];
 
 	if (is_default)
@@ -99,30 +110,30 @@ static int hugetlb_pool_error(const struct mooncake_segment *seg, int sys_errno)
 			ENOMEM, sys_errno,
 			"Shared segment '%s' needs %llu HugeTLB pages of %llu kB and the pool cannot "
 			"back them; raise it (%s)",
-			seg->label, (unsigned long long)needed, kb, fix);
+			mem->label, (unsigned long long)needed, kb, fix);
 	return mc_error(ENOMEM,
 			"Shared segment '%s' needs %llu HugeTLB pages of %llu kB but only %llu of the pool's "
 			"%llu are free; raise the pool (%s) or use hugetlb=false",
-			seg->label, (unsigned long long)needed, kb, (unsigned long long)available,
+			mem->label, (unsigned long long)needed, kb, (unsigned long long)available,
 			(unsigned long long)total, fix);
 }
 
-static uint64_t window_alignment(const struct mooncake_segment *seg)
+static uint64_t window_alignment(const struct mc_memory *mem)
 {
 	/* Align for huge pages even where THP is off today: address space is free. */
-	return seg->opt.hugetlb ? seg->page_size : mc_host_thp_pmd_size();
+	return mem->opt->hugetlb ? mem->page_size : mc_host_thp_pmd_size();
 }
 
-static void advise_after_map(struct mooncake_segment *seg)
+static void advise_after_map(struct mc_memory *mem)
 {
-	if (!seg->opt.hugetlb && mc_host_shmem_thp_allowed()) {
-		if (madvise(seg->base, seg->alloc_size, MADV_HUGEPAGE) == 0)
-			seg->info_flags |= MOONCAKE_SEGMENT_INFO_THP_ADVISED;
+	if (!mem->opt->hugetlb && mc_host_shmem_thp_allowed()) {
+		if (madvise(mem->base, mem->alloc_size, MADV_HUGEPAGE) == 0)
+			mem->info_flags |= MOONCAKE_SEGMENT_INFO_THP_ADVISED;
 		else
 			mc_log(MOONCAKE_SEGMENT_LOG_INFO,
 			       "Shared segment '%s': MADV_HUGEPAGE refused (%s); "
 			       "4 KiB pages",
-			       seg->label, strerror(errno));
+			       mem->label, strerror(errno));
 	}
 	/* No MADV_DONTFORK: a MAP_SHARED mapping has no copy-on-write, so a forked
 	 * child shares the very pages (registered or pinned ones too) and may read
@@ -130,119 +141,120 @@ static void advise_after_map(struct mooncake_segment *seg)
 	 * own allocations land in the range (fork.c keeps the descriptors out). */
 }
 
-static int map_over_window(struct mooncake_segment *seg, int fd)
+static int map_over_window(struct mc_memory *mem, int fd)
 {
-	void *p = mmap(seg->base, seg->alloc_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	void *p = mmap(mem->base, mem->alloc_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
 
 	if (p == MAP_FAILED)
 		return -errno;
-	seg->mapped = true;
+	mem->mapped = true;
 	return 0;
 }
 
-static int memfd_create_owner(struct mooncake_segment *seg)
+static int memfd_create_owner(struct mc_memory *mem)
 {
 	char name[96];
 	unsigned int flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	struct mc_peer_fd handle;
 	struct mc_commit_request req;
+	struct mc_room_need need = { .label = mem->label, .bytes = mem->alloc_size };
 	struct memfd_state *state = calloc(1, sizeof(*state));
 	int err;
 
 	if (!state)
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	state->fd = -1;
-	seg->backend_state = state;
-	if (seg->opt.hugetlb)
-		flags |= MFD_HUGETLB | hugetlb_size_flag(seg->page_size);
-	snprintf(name, sizeof(name), "mooncake-segment:%s|owner=%d", seg->label, (int)getpid());
+	mem->state = state;
+	if (mem->opt->hugetlb)
+		flags |= MFD_HUGETLB | hugetlb_size_flag(mem->page_size);
+	snprintf(name, sizeof(name), "mooncake-segment:%s|owner=%d", mem->label, (int)getpid());
 	mc_fd_track_begin();
 	state->fd = memfd_create(name, flags);
 	mc_fd_track_end(&state->tracking, &state->fd);
 	if (state->fd < 0) {
 		err = errno;
-		if (seg->opt.hugetlb && err == EINVAL)
+		if (mem->opt->hugetlb && err == EINVAL)
 			return mc_error_sys(ENOTSUP, err,
 					    "Shared segment hugetlb=true: memfd_create(MFD_HUGETLB) refused");
 		return mc_error_sys(mc_fold_errno(err), err, "Shared segment memfd_create failed%s",
 				    err == EPERM ? " (a seccomp filter may block memfd_create)" : "");
 	}
 	/* Above RLIMIT_FSIZE, ftruncate (and fallocate) would raise SIGXFSZ and kill us. */
-	err = mc_check_file_size_limit(seg);
+	err = mc_check_file_size_limit(mem->label, mem->alloc_size);
 	if (err)
 		return err;
-	if (ftruncate(state->fd, (off_t)seg->alloc_size) != 0)
+	if (ftruncate(state->fd, (off_t)mem->alloc_size) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno,
 				    "Shared segment ftruncate to %llu bytes failed",
-				    (unsigned long long)seg->alloc_size);
+				    (unsigned long long)mem->alloc_size);
 	/* Nobody may shrink or grow the file under the others' mappings. */
 	if (fcntl(state->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno, "Shared segment cannot seal its memfd");
 
-	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
-	if (!seg->base)
-		return mc_address_space_error(seg, errno);
-	err = map_over_window(seg, state->fd);
+	mem->base = mc_window_reserve(mem->alloc_size, window_alignment(mem));
+	if (!mem->base)
+		return mc_address_space_error(mem->label, mem->alloc_size, errno);
+	err = map_over_window(mem, state->fd);
 	if (err) {
 		/* HugeTLB reserves the pool at mmap: ENOMEM means the pool is short. */
-		if (seg->opt.hugetlb && err == -ENOMEM)
-			return hugetlb_pool_error(seg, ENOMEM);
+		if (mem->opt->hugetlb && err == -ENOMEM)
+			return hugetlb_pool_error(mem, ENOMEM);
 		return mc_error_sys(mc_fold_errno(-err), -err, "Shared segment mmap of %llu bytes failed",
-				    (unsigned long long)seg->alloc_size);
+				    (unsigned long long)mem->alloc_size);
 	}
-	if (seg->opt.hugetlb)
-		seg->info_flags |= MOONCAKE_SEGMENT_INFO_HUGETLB;
-	advise_after_map(seg);
+	if (mem->opt->hugetlb)
+		mem->info_flags |= MOONCAKE_SEGMENT_INFO_HUGETLB;
+	advise_after_map(mem);
 	/* The policy is in place before the first page exists. */
-	mc_placement_apply(&seg->placement, seg->base, seg->alloc_size);
+	mc_placement_apply(&mem->placement, mem->base, mem->alloc_size);
 
 	req = (struct mc_commit_request){
 		.fd = state->fd,
-		.addr = seg->base,
-		.len = seg->alloc_size,
-		.page_size = seg->page_size,
-		.threads = seg->opt.commit_threads,
-		.cpu_node = seg->placement.node >= 0 && !seg->placement.degraded ? seg->placement.node : -1,
-		.thp = (seg->info_flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) != 0,
-		.hugetlb = seg->opt.hugetlb,
-		.placement = &seg->placement,
+		.addr = mem->base,
+		.len = mem->alloc_size,
+		.page_size = mem->page_size,
+		.threads = mem->opt->commit_threads,
+		.cpu_node = mem->placement.node >= 0 && !mem->placement.degraded ? mem->placement.node : -1,
+		.thp = (mem->info_flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) != 0,
+		.hugetlb = mem->opt->hugetlb,
+		.placement = &mem->placement,
 		/* Only under a memory cgroup limit; HugeTLB is not charged to it. */
-		.check_room = seg->memcg_limited && !seg->opt.hugetlb ? mc_check_commit_room : NULL,
-		.check_room_ctx = seg,
+		.check_room = mem->check_commit_room && !mem->opt->hugetlb ? mc_check_commit_room : NULL,
+		.room_need = &need,
 	};
-	err = mc_commit_pages(&req, &seg->commit);
-	if (seg->placement.degraded)
-		seg->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
+	err = mc_commit_pages(&req, &mem->commit);
+	if (mem->placement.degraded)
+		mem->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
 	if (err) {
-		if (seg->opt.hugetlb && err == -ENOSPC)
-			return hugetlb_pool_error(seg, ENOSPC);
+		if (mem->opt->hugetlb && err == -ENOSPC)
+			return hugetlb_pool_error(mem, ENOSPC);
 		return err;
 	}
-	if (seg->commit.thp_fallback) {
-		seg->info_flags |= MOONCAKE_SEGMENT_INFO_THP_FALLBACK;
+	if (mem->commit.thp_fallback) {
+		mem->info_flags |= MOONCAKE_SEGMENT_INFO_THP_FALLBACK;
 		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
 		       "Shared segment '%s': THP committed slower than base pages; the "
 		       "rest uses base pages",
-		       seg->label);
+		       mem->label);
 	}
 
 	err = mc_peer_fd_offer(state->fd, &handle, &state->offer);
 	if (err)
 		return err;
-	seg->handle_bytes = mc_peer_fd_encode(&handle, seg->handle, sizeof(seg->handle));
+	mem->handle_bytes = mc_peer_fd_encode(&handle, mem->handle, sizeof(mem->handle));
 	return 0;
 }
 
-static int memfd_reserve(struct mooncake_segment *seg)
+static int memfd_reserve(struct mc_memory *mem)
 {
-	seg->base = mc_window_reserve(seg->alloc_size, window_alignment(seg));
-	if (!seg->base)
-		return mc_address_space_error(seg, errno);
+	mem->base = mc_window_reserve(mem->alloc_size, window_alignment(mem));
+	if (!mem->base)
+		return mc_address_space_error(mem->label, mem->alloc_size, errno);
 	return 0;
 }
 
 /* The file we opened must be the sealed memfd the owner published. */
-static int check_owner_file(const struct mooncake_segment *seg, int fd, const struct mc_peer_fd *h)
+static int check_owner_file(const struct mc_memory *mem, int fd, const struct mc_peer_fd *h)
 {
 	struct stat st;
 	int seals;
@@ -253,22 +265,22 @@ static int check_owner_file(const struct mooncake_segment *seg, int fd, const st
 		errno = 0;
 		return mc_peer_fd_gone(h);
 	}
-	if ((uint64_t)st.st_size != seg->alloc_size)
+	if ((uint64_t)st.st_size != mem->alloc_size)
 		return mc_error(EPROTO, "Shared segment owner's memfd holds %llu bytes, the blobs say %llu",
-				(unsigned long long)st.st_size, (unsigned long long)seg->alloc_size);
+				(unsigned long long)st.st_size, (unsigned long long)mem->alloc_size);
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || !(seals & F_SEAL_SHRINK))
 		return mc_error(EPROTO, "Shared segment owner's memfd is not sealed against shrinking");
 	return 0;
 }
 
-static void memfd_unimport(struct mooncake_segment *seg)
+static void memfd_unimport(struct mc_memory *mem)
 {
-	if (seg->mapped && mc_window_reset(seg->base, seg->alloc_size) == 0)
-		seg->mapped = false;
+	if (mem->mapped && mc_window_reset(mem->base, mem->alloc_size) == 0)
+		mem->mapped = false;
 }
 
-static int memfd_import(struct mooncake_segment *seg, const struct mc_owner_ref *owner)
+static int memfd_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 {
 	struct mc_peer_fd h;
 	struct mc_tracked_fd tracking;
@@ -284,47 +296,47 @@ static int memfd_import(struct mooncake_segment *seg, const struct mc_owner_ref 
 	mc_fd_track_end(&tracking, &fd);
 	if (fd < 0)
 		return fd;
-	err = check_owner_file(seg, fd, &h);
+	err = check_owner_file(mem, fd, &h);
 	if (!err) {
-		err = map_over_window(seg, fd);
+		err = map_over_window(mem, fd);
 		if (err)
 			err = mc_error_sys(mc_fold_errno(-err), -err,
 					   "Shared segment: cannot map the owner's %llu bytes",
-					   (unsigned long long)seg->alloc_size);
+					   (unsigned long long)mem->alloc_size);
 	}
 	mc_fd_close(&tracking);
 	if (err)
 		return err;
 
-	advise_after_map(seg);
-	if (seg->opt.populate_on_import) {
-		err = mc_populate_mapping(seg->base, seg->alloc_size, seg->page_size,
-					  seg->opt.commit_threads);
+	advise_after_map(mem);
+	if (mem->opt->populate_on_import) {
+		err = mc_populate_mapping(mem->base, mem->alloc_size, mem->page_size,
+					  mem->opt->commit_threads);
 		if (err) {
-			memfd_unimport(seg); /* a failed complete leaves nothing mapped */
+			memfd_unimport(mem); /* a failed complete leaves nothing mapped */
 			return err;
 		}
 	}
 	return 0;
 }
 
-static void memfd_finish(struct mooncake_segment *seg)
+static void memfd_finish(struct mc_memory *mem)
 {
-	if (!state_of(seg))
+	if (!state_of(mem))
 		return;
 	/* Stop serving before the descriptor it serves is closed. */
-	mc_peer_fd_withdraw(&state_of(seg)->offer);
-	mc_fd_close(&state_of(seg)->tracking);
+	mc_peer_fd_withdraw(&state_of(mem)->offer);
+	mc_fd_close(&state_of(mem)->tracking);
 }
 
-static void memfd_release(struct mooncake_segment *seg)
+static void memfd_release(struct mc_memory *mem)
 {
-	mc_window_release(seg->base, seg->alloc_size);
-	seg->base = NULL;
-	seg->mapped = false;
-	memfd_finish(seg);
-	free(seg->backend_state);
-	seg->backend_state = NULL;
+	mc_window_release(mem->base, mem->alloc_size);
+	mem->base = NULL;
+	mem->mapped = false;
+	memfd_finish(mem);
+	free(mem->state);
+	mem->state = NULL;
 }
 
 static bool kernel_has_hugetlb_memfd(void)
@@ -353,11 +365,11 @@ static bool memfd_charges_memory_cgroup(const struct mooncake_segment_options *o
 	return !opt->hugetlb; /* HugeTLB pages come from their own pool */
 }
 
-static void memfd_describe(const struct mooncake_segment *seg, struct mooncake_segment_info *info)
+static void memfd_describe(const struct mc_memory *mem, struct mooncake_segment_info *info)
 {
-	snprintf(info->backend, sizeof(info->backend), "memfd%s", seg->opt.hugetlb ? "-hugetlb" : "");
+	snprintf(info->backend, sizeof(info->backend), "memfd%s", mem->opt->hugetlb ? "-hugetlb" : "");
 	/* HugeTLB pages are counted by the *_Hugetlb fields, not in Rss. */
-	if (seg->opt.hugetlb)
+	if (mem->opt->hugetlb)
 		info->resident_bytes = info->huge_bytes;
 }
 

@@ -24,7 +24,13 @@
 #include <string.h>
 
 #include "accel/ascend-runtime.h"
-#include "internal.h"
+#include "base/base.h"
+#include "base/error.h"
+#include "host/placement.h"
+#include "mooncake/segment.h"
+#include "route/route.h"
+#include "backend.h"
+#include "private.h"
 
 /* The runtime's fallback when it cannot say (upstream does the same). */
 #define VMM_DEFAULT_GRANULARITY (UINT64_C(2) << 20)
@@ -38,14 +44,14 @@ struct vmm_state {
 	void *physical;
 };
 
-static struct vmm_state *state_of(const struct mooncake_segment *seg)
+static struct vmm_state *state_of(const struct mc_memory *mem)
 {
-	return seg->backend_state;
+	return mem->state;
 }
 
-void *mc_ascend_vmm_physical(const struct mooncake_segment *seg)
+void *mc_ascend_vmm_physical(const struct mc_memory *mem)
 {
-	return state_of(seg) ? state_of(seg)->physical : NULL;
+	return state_of(mem) ? state_of(mem)->physical : NULL;
 }
 
 static int acl_errno(aclError r)
@@ -98,38 +104,38 @@ static int vmm_granularity(const struct mooncake_segment_options *opt, uint64_t 
 }
 
 /* Every rank runs on its device_id: the runtime allocates for, and grants, the current device. */
-static int require_device(struct mooncake_segment *seg)
+static int require_device(struct mc_memory *mem)
 {
 	int err;
 
-	if (seg->opt.device_id < 0)
+	if (mem->opt->device_id < 0)
 		return mc_error(EINVAL,
 				"Shared segment mmap=false needs a device_id (the NPU that uses it), got %d",
-				seg->opt.device_id);
+				mem->opt->device_id);
 	/* A peer's message gets its rank from the state machine. */
-	err = mc_acl_require_device(seg->opt.device_id, seg->is_owner ? "owner" : NULL);
+	err = mc_acl_require_device(mem->opt->device_id, mem->is_owner ? "owner" : NULL);
 	if (err)
 		return err;
-	seg->backend_state = calloc(1, sizeof(struct vmm_state));
-	return seg->backend_state ? 0 : mc_error(ENOMEM, "Shared segment: out of memory");
+	mem->state = calloc(1, sizeof(struct vmm_state));
+	return mem->state ? 0 : mc_error(ENOMEM, "Shared segment: out of memory");
 }
 
 /* The placement's node where the runtime can place there, else any host memory (degraded). */
-static int allocate_physical(struct mooncake_segment *seg)
+static int allocate_physical(struct mc_memory *mem)
 {
-	struct mc_placement *p = &seg->placement;
+	struct mc_placement *p = &mem->placement;
 	bool on_node = (p->mode == MC_PLACE_BIND || p->mode == MC_PLACE_PREFERRED) && p->node >= 0;
 	aclrtPhysicalMemProp prop = on_node ? host_memory(ACL_MEM_LOCATION_TYPE_HOST_NUMA, (uint32_t)p->node)
 					    : host_memory(ACL_MEM_LOCATION_TYPE_HOST, 0);
 	uint64_t start = mc_now_ns();
-	aclError r = mc_acl.aclrtMallocPhysical(&state_of(seg)->physical, seg->alloc_size, &prop, 0);
+	aclError r = mc_acl.aclrtMallocPhysical(&state_of(mem)->physical, mem->alloc_size, &prop, 0);
 
 	if (r != ACL_SUCCESS && on_node && r != ACL_ERROR_RT_MEMORY_ALLOCATION) {
 		snprintf(p->why, sizeof(p->why),
 			 "the Ascend runtime cannot allocate on node %d (returned %d)", p->node, (int)r);
 		p->degraded = true;
 		prop = host_memory(ACL_MEM_LOCATION_TYPE_HOST, 0);
-		r = mc_acl.aclrtMallocPhysical(&state_of(seg)->physical, seg->alloc_size, &prop, 0);
+		r = mc_acl.aclrtMallocPhysical(&state_of(mem)->physical, mem->alloc_size, &prop, 0);
 	} else if (p->mode == MC_PLACE_INTERLEAVE) {
 		snprintf(p->why, sizeof(p->why), "the Ascend runtime cannot interleave its pinned memory");
 		p->degraded = true;
@@ -137,51 +143,51 @@ static int allocate_physical(struct mooncake_segment *seg)
 	if (r != ACL_SUCCESS) {
 		char text[192];
 
-		state_of(seg)->physical = NULL;
+		state_of(mem)->physical = NULL;
 		mc_acl_describe(r, text, sizeof(text));
 		return mc_error(
 			acl_errno(r),
 			"Shared segment aclrtMallocPhysical failed for a shared segment of %llu bytes "
 			"of pinned host memory: %s%s",
-			(unsigned long long)seg->alloc_size, text,
+			(unsigned long long)mem->alloc_size, text,
 			r == ACL_ERROR_RT_MEMORY_ALLOCATION ? " (out of memory: a smaller segment, or "
 							      "free host memory)"
 							    : "");
 	}
 	if (p->degraded) {
-		seg->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
-		mc_log(MOONCAKE_SEGMENT_LOG_WARNING, "Shared segment '%s': %s; default placement", seg->label,
+		mem->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
+		mc_log(MOONCAKE_SEGMENT_LOG_WARNING, "Shared segment '%s': %s; default placement", mem->label,
 		       p->why);
 	}
 	/* The runtime pins (and so commits) every page here. */
-	seg->commit.ns = mc_now_ns() - start;
-	seg->commit.threads = 1;
-	snprintf(seg->commit.method, sizeof(seg->commit.method), "aclrtMallocPhysical");
+	mem->commit.ns = mc_now_ns() - start;
+	mem->commit.threads = 1;
+	snprintf(mem->commit.method, sizeof(mem->commit.method), "aclrtMallocPhysical");
 	return 0;
 }
 
-static int vmm_reserve_range(struct mooncake_segment *seg)
+static int vmm_reserve_range(struct mc_memory *mem)
 {
-	aclError r = mc_acl.aclrtReserveMemAddress(&seg->base, seg->alloc_size, 0, NULL, RESERVE_HUGE_PAGES);
+	aclError r = mc_acl.aclrtReserveMemAddress(&mem->base, mem->alloc_size, 0, NULL, RESERVE_HUGE_PAGES);
 
 	if (r != ACL_SUCCESS) {
-		seg->base = NULL;
+		mem->base = NULL;
 		return acl_failure(r, "aclrtReserveMemAddress", "cannot reserve its address range");
 	}
 	return 0;
 }
 
 /* Map the physical handle over the reservation and let this rank's current device use it. */
-static int map_and_grant(struct mooncake_segment *seg)
+static int map_and_grant(struct mc_memory *mem)
 {
 	aclrtMemAccessDesc access;
 	int32_t logical = -1;
 	int user = mc_acl_current_device();
-	aclError r = mc_acl.aclrtMapMem(seg->base, seg->alloc_size, 0, state_of(seg)->physical, 0);
+	aclError r = mc_acl.aclrtMapMem(mem->base, mem->alloc_size, 0, state_of(mem)->physical, 0);
 
 	if (r != ACL_SUCCESS)
 		return acl_failure(r, "aclrtMapMem", "cannot map the pinned memory");
-	seg->mapped = true;
+	mem->mapped = true;
 	/* SetAccess wants the driver's logical id, not the user id (ASCEND_RT_VISIBLE_DEVICES). */
 	r = mc_acl.aclrtGetLogicDevIdByUserDevId(user, &logical);
 	if (r != ACL_SUCCESS)
@@ -190,75 +196,75 @@ static int map_and_grant(struct mooncake_segment *seg)
 	access.flags = ACL_RT_MEM_ACCESS_FLAGS_READWRITE;
 	access.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
 	access.location.id = (uint32_t)logical;
-	r = mc_acl.aclrtMemSetAccess(seg->base, seg->alloc_size, &access, 1);
+	r = mc_acl.aclrtMemSetAccess(mem->base, mem->alloc_size, &access, 1);
 	if (r != ACL_SUCCESS)
 		return acl_failure(r, "aclrtMemSetAccess", "cannot grant the device access");
 	return 0;
 }
 
-static int export_handle(struct mooncake_segment *seg)
+static int export_handle(struct mc_memory *mem)
 {
 	aclrtMemFabricHandle fabric;
 	uint64_t in_server = 0;
 	aclError r;
 
 	memset(&fabric, 0, sizeof(fabric));
-	r = mc_acl.aclrtMemExportToShareableHandleV2(state_of(seg)->physical,
+	r = mc_acl.aclrtMemExportToShareableHandleV2(state_of(mem)->physical,
 						     ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
 						     ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, &fabric);
 	if (r == ACL_SUCCESS) {
-		memcpy(seg->handle, &fabric, FABRIC_HANDLE_BYTES);
-		seg->handle_bytes = FABRIC_HANDLE_BYTES;
+		memcpy(mem->handle, &fabric, FABRIC_HANDLE_BYTES);
+		mem->handle_bytes = FABRIC_HANDLE_BYTES;
 		return 0;
 	}
 	if (r != ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
 		return acl_failure(r, "aclrtMemExportToShareableHandleV2", "cannot export its pinned memory");
-	r = mc_acl.aclrtMemExportToShareableHandleV2(state_of(seg)->physical,
+	r = mc_acl.aclrtMemExportToShareableHandleV2(state_of(mem)->physical,
 						     ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
 						     ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, &in_server);
 	if (r != ACL_SUCCESS)
 		return acl_failure(r, "aclrtMemExportToShareableHandleV2", "cannot export its pinned memory");
-	memcpy(seg->handle, &in_server, DEFAULT_HANDLE_BYTES);
-	seg->handle_bytes = DEFAULT_HANDLE_BYTES;
+	memcpy(mem->handle, &in_server, DEFAULT_HANDLE_BYTES);
+	mem->handle_bytes = DEFAULT_HANDLE_BYTES;
 	return 0;
 }
 
-static int vmm_create_owner(struct mooncake_segment *seg)
+static int vmm_create_owner(struct mc_memory *mem)
 {
-	int err = require_device(seg);
+	int err = require_device(mem);
 
 	if (!err)
-		err = allocate_physical(seg);
+		err = allocate_physical(mem);
 	if (!err)
-		err = vmm_reserve_range(seg);
+		err = vmm_reserve_range(mem);
 	if (!err)
-		err = map_and_grant(seg);
+		err = map_and_grant(mem);
 	if (!err)
-		err = export_handle(seg);
+		err = export_handle(mem);
 	return err; /* create() releases whatever was built */
 }
 
-static int vmm_reserve(struct mooncake_segment *seg)
+static int vmm_reserve(struct mc_memory *mem)
 {
-	int err = require_device(seg);
+	int err = require_device(mem);
 
-	return err ? err : vmm_reserve_range(seg);
+	return err ? err : vmm_reserve_range(mem);
 }
 
 /* Unmap and free the physical handle (imported, or the owner's own); the range stays reserved. */
-static void vmm_unimport(struct mooncake_segment *seg)
+static void vmm_unimport(struct mc_memory *mem)
 {
-	struct vmm_state *state = state_of(seg);
+	struct vmm_state *state = state_of(mem);
 
-	if (seg->mapped && mc_acl.aclrtUnmapMem(seg->base) == ACL_SUCCESS)
-		seg->mapped = false;
-	if (!seg->mapped && state && state->physical) {
+	if (mem->mapped && mc_acl.aclrtUnmapMem(mem->base) == ACL_SUCCESS)
+		mem->mapped = false;
+	if (!mem->mapped && state && state->physical) {
 		mc_acl.aclrtFreePhysical(state->physical);
 		state->physical = NULL;
 	}
 }
 
-static int vmm_import(struct mooncake_segment *seg, const struct mc_owner_ref *owner)
+static int vmm_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 {
 	aclrtMemSharedHandleType type;
 	aclrtMemFabricHandle fabric;
@@ -281,32 +287,32 @@ static int vmm_import(struct mooncake_segment *seg, const struct mc_owner_ref *o
 				"shareable handle (8 or 128 bytes)",
 				owner->handle_bytes);
 	}
-	r = mc_acl.aclrtMemImportFromShareableHandleV2(handle, type, 0, &state_of(seg)->physical);
+	r = mc_acl.aclrtMemImportFromShareableHandleV2(handle, type, 0, &state_of(mem)->physical);
 	if (r != ACL_SUCCESS) {
-		state_of(seg)->physical = NULL;
+		state_of(mem)->physical = NULL;
 		return acl_failure(r, "aclrtMemImportFromShareableHandleV2",
 				   "cannot import the owner's memory");
 	}
-	err = map_and_grant(seg);
+	err = map_and_grant(mem);
 	if (err)
-		vmm_unimport(seg); /* a failed complete leaves nothing mapped */
+		vmm_unimport(mem); /* a failed complete leaves nothing mapped */
 	return err;
 }
 
-static void vmm_finish(struct mooncake_segment *seg)
+static void vmm_finish(struct mc_memory *mem)
 {
-	(void)seg; /* peers hold their own imported handles: nothing to drop */
+	(void)mem; /* peers hold their own imported handles: nothing to drop */
 }
 
 /* Only what was built is released: mapped, physical and base say what that is. */
-static void vmm_release(struct mooncake_segment *seg)
+static void vmm_release(struct mc_memory *mem)
 {
-	vmm_unimport(seg);
-	if (seg->base)
-		mc_acl.aclrtReleaseMemAddress(seg->base);
-	seg->base = NULL;
-	free(seg->backend_state);
-	seg->backend_state = NULL;
+	vmm_unimport(mem);
+	if (mem->base)
+		mc_acl.aclrtReleaseMemAddress(mem->base);
+	mem->base = NULL;
+	free(mem->state);
+	mem->state = NULL;
 }
 
 static bool vmm_supported(bool host_register, bool hugetlb)
@@ -320,9 +326,9 @@ static bool vmm_charges_memory_cgroup(const struct mooncake_segment_options *opt
 	return true; /* checked as before; whether pinned runtime memory is charged is the runtime's */
 }
 
-static void vmm_describe(const struct mooncake_segment *seg, struct mooncake_segment_info *info)
+static void vmm_describe(const struct mc_memory *mem, struct mooncake_segment_info *info)
 {
-	(void)seg;
+	(void)mem;
 	snprintf(info->backend, sizeof(info->backend), "ascend-vmm");
 	if (!info->accelerator[0])
 		snprintf(info->accelerator, sizeof(info->accelerator), "ascend");

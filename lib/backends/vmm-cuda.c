@@ -27,7 +27,14 @@
 #include <string.h>
 
 #include "accel/cuda-driver.h"
-#include "internal.h"
+#include "base/base.h"
+#include "base/error.h"
+#include "base/tracked-fd.h"
+#include "host/placement.h"
+#include "mooncake/segment.h"
+#include "route/route.h"
+#include "backend.h"
+#include "private.h"
 
 #define FABRIC_HANDLE_BYTES sizeof(CUmemFabricHandle)
 
@@ -35,21 +42,21 @@
 struct vmm_state {
 	CUcontext ctx;				 /* device_id's primary context, retained; NULL: not yet */
 	CUmemGenericAllocationHandle allocation; /* created (owner) or imported (peer); 0: none */
-	bool reserved;				 /* seg->base is the driver's reservation */
+	bool reserved;				 /* mem->base is the driver's reservation */
 	int node;				 /* owner: the host node the pages are on */
 	int exported_fd;			 /* owner: the POSIX descriptor offered to peers */
 	struct mc_tracked_fd tracking;		 /* closes it in a forked child (fork.c) */
 	struct mc_fd_offer *offer;
 };
 
-static struct vmm_state *state_of(const struct mooncake_segment *seg)
+static struct vmm_state *state_of(const struct mc_memory *mem)
 {
-	return seg->backend_state;
+	return mem->state;
 }
 
-static CUdeviceptr base_of(const struct mooncake_segment *seg)
+static CUdeviceptr base_of(const struct mc_memory *mem)
 {
-	return (CUdeviceptr)(uintptr_t)seg->base;
+	return (CUdeviceptr)(uintptr_t)mem->base;
 }
 
 /* Record a failed driver call: "Shared segment: cuMemX failed (<what>): NAME: text". */
@@ -208,24 +215,24 @@ static int fabric_supported(int device)
 }
 
 /* cuMemCreate on @node; FABRIC too when asked, dropped when the system refuses it (no IMEX channel). */
-static CUresult create_on_node(struct mooncake_segment *seg, int node, bool *fabric)
+static CUresult create_on_node(struct mc_memory *mem, int node, bool *fabric)
 {
 	unsigned int types =
 		CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | (*fabric ? CU_MEM_HANDLE_TYPE_FABRIC : 0);
 	CUmemAllocationProp prop = pinned_on_node(node, types);
-	CUresult r = mc_cu.cuMemCreate(&state_of(seg)->allocation, seg->alloc_size, &prop, 0);
+	CUresult r = mc_cu.cuMemCreate(&state_of(mem)->allocation, mem->alloc_size, &prop, 0);
 
 	if (*fabric && (r == CUDA_ERROR_NOT_PERMITTED || r == CUDA_ERROR_NOT_SUPPORTED)) {
 		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
 		       "Shared segment '%s': no FABRIC handle (no IMEX channel for this user?); POSIX "
 		       "descriptor only",
-		       seg->label);
+		       mem->label);
 		*fabric = false;
 		prop = pinned_on_node(node, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-		r = mc_cu.cuMemCreate(&state_of(seg)->allocation, seg->alloc_size, &prop, 0);
+		r = mc_cu.cuMemCreate(&state_of(mem)->allocation, mem->alloc_size, &prop, 0);
 	}
 	if (r != CUDA_SUCCESS)
-		state_of(seg)->allocation = 0;
+		state_of(mem)->allocation = 0;
 	return r;
 }
 
@@ -235,23 +242,23 @@ static CUresult create_on_node(struct mooncake_segment *seg, int node, bool *fab
  * the placement marked degraded as the Ascend backend does.  Interleaving
  * is not something the driver does with pinned memory: degraded too.
  */
-static int allocate_pinned(struct mooncake_segment *seg, bool *fabric)
+static int allocate_pinned(struct mc_memory *mem, bool *fabric)
 {
-	struct mc_placement *p = &seg->placement;
+	struct mc_placement *p = &mem->placement;
 	bool on_node = (p->mode == MC_PLACE_BIND || p->mode == MC_PLACE_PREFERRED) && p->node >= 0;
-	int device_node = device_host_node(seg->opt.device_id);
+	int device_node = device_host_node(mem->opt->device_id);
 	int fallback = device_node >= 0 ? device_node : 0;
 	int node = on_node ? p->node : fallback;
 	uint64_t start = mc_now_ns();
 	char text[160];
-	CUresult r = create_on_node(seg, node, fabric);
+	CUresult r = create_on_node(mem, node, fabric);
 
 	if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && on_node && fallback != node) {
 		snprintf(p->why, sizeof(p->why), "the CUDA driver cannot allocate on node %d (%s)", node,
 			 mc_cu_describe(r, text, sizeof(text)));
 		p->degraded = true;
 		node = fallback;
-		r = create_on_node(seg, node, fabric);
+		r = create_on_node(mem, node, fabric);
 	} else if (p->mode == MC_PLACE_INTERLEAVE) {
 		snprintf(p->why, sizeof(p->why), "the CUDA driver cannot interleave its pinned memory");
 		p->degraded = true;
@@ -260,55 +267,55 @@ static int allocate_pinned(struct mooncake_segment *seg, bool *fabric)
 		return mc_error(
 			mc_cu_errno(r),
 			"Shared segment: cuMemCreate failed for %llu bytes of pinned host memory on node %d: %s%s",
-			(unsigned long long)seg->alloc_size, node, mc_cu_describe(r, text, sizeof(text)),
+			(unsigned long long)mem->alloc_size, node, mc_cu_describe(r, text, sizeof(text)),
 			r == CUDA_ERROR_OUT_OF_MEMORY
 				? " (out of memory: a smaller segment, or free host memory)"
 				: "; use mmap=true (with host_register=true for the GPU)");
 	if (p->degraded) {
-		seg->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
-		mc_log(MOONCAKE_SEGMENT_LOG_WARNING, "Shared segment '%s': %s; pages on node %d", seg->label,
+		mem->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
+		mc_log(MOONCAKE_SEGMENT_LOG_WARNING, "Shared segment '%s': %s; pages on node %d", mem->label,
 		       p->why, node);
 	}
-	state_of(seg)->node = node;
+	state_of(mem)->node = node;
 	/* The driver pins (and so commits) every page here. */
-	seg->commit.ns = mc_now_ns() - start;
-	seg->commit.threads = 1;
-	snprintf(seg->commit.method, sizeof(seg->commit.method), "cuMemCreate");
+	mem->commit.ns = mc_now_ns() - start;
+	mem->commit.threads = 1;
+	snprintf(mem->commit.method, sizeof(mem->commit.method), "cuMemCreate");
 	return 0;
 }
 
 /* --- address range, mapping, access ---------------------------------------- */
 
-static int reserve_range(struct mooncake_segment *seg)
+static int reserve_range(struct mc_memory *mem)
 {
 	CUdeviceptr ptr = 0;
-	CUresult r = mc_cu.cuMemAddressReserve(&ptr, seg->alloc_size, seg->page_size, 0, 0);
+	CUresult r = mc_cu.cuMemAddressReserve(&ptr, mem->alloc_size, mem->page_size, 0, 0);
 
 	if (r != CUDA_SUCCESS)
 		return cu_failure(r, "cuMemAddressReserve", "its address range");
-	seg->base = (void *)(uintptr_t)ptr;
-	state_of(seg)->reserved = true;
+	mem->base = (void *)(uintptr_t)ptr;
+	state_of(mem)->reserved = true;
 	return 0;
 }
 
 /* Map the allocation over the reservation; grant this rank's device and the CPU. */
-static int map_and_grant(struct mooncake_segment *seg, int node)
+static int map_and_grant(struct mc_memory *mem, int node)
 {
 	CUmemAccessDesc access[2];
-	CUresult r = mc_cu.cuMemMap(base_of(seg), seg->alloc_size, 0, state_of(seg)->allocation, 0);
+	CUresult r = mc_cu.cuMemMap(base_of(mem), mem->alloc_size, 0, state_of(mem)->allocation, 0);
 
 	if (r != CUDA_SUCCESS)
 		return cu_failure(r, "cuMemMap", "mapping the pinned memory");
-	seg->mapped = true;
+	mem->mapped = true;
 	memset(access, 0, sizeof(access));
 	access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	access[0].location.id = seg->opt.device_id;
+	access[0].location.id = mem->opt->device_id;
 	access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 	/* Without this grant the CPU cannot touch the pages at all (the id is ignored, cuda.h). */
 	access[1].location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
 	access[1].location.id = node;
 	access[1].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	r = mc_cu.cuMemSetAccess(base_of(seg), seg->alloc_size, access, MC_ARRAY_SIZE(access));
+	r = mc_cu.cuMemSetAccess(base_of(mem), mem->alloc_size, access, MC_ARRAY_SIZE(access));
 	if (r != CUDA_SUCCESS)
 		return cu_failure(r, "cuMemSetAccess", "access for its device and the host");
 	return 0;
@@ -317,9 +324,9 @@ static int map_and_grant(struct mooncake_segment *seg, int node)
 /* --- owner --------------------------------------------------------------------- */
 
 /* Export the POSIX descriptor (tracked: no forked child keeps it), offer it, and append the FABRIC handle. */
-static int export_and_offer(struct mooncake_segment *seg, bool fabric)
+static int export_and_offer(struct mc_memory *mem, bool fabric)
 {
-	struct vmm_state *state = state_of(seg);
+	struct vmm_state *state = state_of(mem);
 	CUmemFabricHandle fabric_handle;
 	struct mc_peer_fd h;
 	uint16_t used;
@@ -344,111 +351,111 @@ static int export_and_offer(struct mooncake_segment *seg, bool fabric)
 	err = mc_peer_fd_offer(state->exported_fd, &h, &state->offer);
 	if (err)
 		return err;
-	used = mc_peer_fd_encode(&h, seg->handle, sizeof(seg->handle));
-	if (!used || (fabric && used + FABRIC_HANDLE_BYTES > sizeof(seg->handle)))
+	used = mc_peer_fd_encode(&h, mem->handle, sizeof(mem->handle));
+	if (!used || (fabric && used + FABRIC_HANDLE_BYTES > sizeof(mem->handle)))
 		return mc_error(EPROTO, "Shared segment: the CUDA VMM handle does not fit in a blob");
 	if (fabric) {
-		memcpy(seg->handle + used, &fabric_handle, FABRIC_HANDLE_BYTES);
+		memcpy(mem->handle + used, &fabric_handle, FABRIC_HANDLE_BYTES);
 		used += FABRIC_HANDLE_BYTES;
 	}
-	seg->handle_bytes = used;
+	mem->handle_bytes = used;
 	return 0;
 }
 
 /* Every rank: state, a device to run on, its primary context retained and current. */
-static int enter_device(struct mooncake_segment *seg)
+static int enter_device(struct mc_memory *mem)
 {
 	struct vmm_state *state;
 	int err;
 
-	if (seg->opt.device_id < 0)
+	if (mem->opt->device_id < 0)
 		return mc_error(EINVAL,
 				"Shared segment mmap=false needs a device_id (the CUDA device that uses it), "
 				"got %d",
-				seg->opt.device_id);
+				mem->opt->device_id);
 	state = calloc(1, sizeof(*state));
 	if (!state)
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	state->exported_fd = -1;
-	seg->backend_state = state;
-	err = mc_cu_enter(seg->opt.device_id, &state->ctx, "mmap=false");
+	mem->state = state;
+	err = mc_cu_enter(mem->opt->device_id, &state->ctx, "mmap=false");
 	if (err)
 		state->ctx = NULL;
 	return err;
 }
 
-static int vmm_create_owner(struct mooncake_segment *seg)
+static int vmm_create_owner(struct mc_memory *mem)
 {
 	bool fabric;
-	int err = enter_device(seg);
+	int err = enter_device(mem);
 
 	if (err)
 		return err;
-	fabric = fabric_supported(seg->opt.device_id);
-	err = allocate_pinned(seg, &fabric);
+	fabric = fabric_supported(mem->opt->device_id);
+	err = allocate_pinned(mem, &fabric);
 	if (!err)
-		err = reserve_range(seg);
+		err = reserve_range(mem);
 	if (!err)
-		err = map_and_grant(seg, state_of(seg)->node);
+		err = map_and_grant(mem, state_of(mem)->node);
 	if (!err)
-		err = export_and_offer(seg, fabric);
+		err = export_and_offer(mem, fabric);
 	mc_cu_pop();
 	return err; /* create() releases whatever was built */
 }
 
 /* --- peers ----------------------------------------------------------------------- */
 
-static int vmm_reserve(struct mooncake_segment *seg)
+static int vmm_reserve(struct mc_memory *mem)
 {
-	int err = enter_device(seg);
+	int err = enter_device(mem);
 
 	if (err)
 		return err;
-	err = reserve_range(seg);
+	err = reserve_range(mem);
 	mc_cu_pop();
 	return err;
 }
 
 /* Unmap and release the allocation (imported, or the owner's own); the range stays reserved. */
-static void unmap_and_release(struct mooncake_segment *seg)
+static void unmap_and_release(struct mc_memory *mem)
 {
-	struct vmm_state *state = state_of(seg);
+	struct vmm_state *state = state_of(mem);
 	char text[160];
 	CUresult r;
 
-	if (seg->mapped) {
-		r = mc_cu.cuMemUnmap(base_of(seg), seg->alloc_size);
+	if (mem->mapped) {
+		r = mc_cu.cuMemUnmap(base_of(mem), mem->alloc_size);
 		if (r == CUDA_SUCCESS)
-			seg->mapped = false;
+			mem->mapped = false;
 		else
 			mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
 			       "Shared segment '%s': cuMemUnmap failed (%s); its range stays mapped",
-			       seg->label, mc_cu_describe(r, text, sizeof(text)));
+			       mem->label, mc_cu_describe(r, text, sizeof(text)));
 	}
 	/* Legal while mapped too: the driver frees the pages with the last mapping. */
 	if (state && state->allocation) {
 		r = mc_cu.cuMemRelease(state->allocation);
 		if (r != CUDA_SUCCESS)
 			mc_log(MOONCAKE_SEGMENT_LOG_WARNING, "Shared segment '%s': cuMemRelease failed (%s)",
-			       seg->label, mc_cu_describe(r, text, sizeof(text)));
+			       mem->label, mc_cu_describe(r, text, sizeof(text)));
 		state->allocation = 0;
 	}
 }
 
-static void vmm_unimport(struct mooncake_segment *seg)
+static void vmm_unimport(struct mc_memory *mem)
 {
-	struct vmm_state *state = state_of(seg);
+	struct vmm_state *state = state_of(mem);
 
 	if (!state || !state->ctx || !mc_cu_push(state->ctx))
 		return;
-	unmap_and_release(seg);
+	unmap_and_release(mem);
 	mc_cu_pop();
 }
 
 /* The owner's descriptor through peer-fd.c's routes, else its FABRIC handle. */
-static int import_allocation(struct mooncake_segment *seg, const struct mc_owner_ref *owner)
+static int import_allocation(struct mc_memory *mem, const struct mc_owner_ref *owner)
 {
-	struct vmm_state *state = state_of(seg);
+	struct vmm_state *state = state_of(mem);
 	struct mc_tracked_fd tracking;
 	CUmemFabricHandle fabric;
 	struct mc_peer_fd h;
@@ -498,20 +505,20 @@ static int import_allocation(struct mooncake_segment *seg, const struct mc_owner
 	return 0;
 }
 
-static int vmm_import(struct mooncake_segment *seg, const struct mc_owner_ref *owner)
+static int vmm_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 {
-	struct vmm_state *state = state_of(seg);
+	struct vmm_state *state = state_of(mem);
 	int err;
 
 	if (!state || !state->ctx || !mc_cu_push(state->ctx))
 		return mc_error(EIO, "Shared segment: cannot make CUDA device %d current",
-				seg->opt.device_id);
-	err = import_allocation(seg, owner);
+				mem->opt->device_id);
+	err = import_allocation(mem, owner);
 	/* The host grant's node is ignored by the driver for HOST_NUMA (cuda.h). */
 	if (!err)
-		err = map_and_grant(seg, 0);
+		err = map_and_grant(mem, 0);
 	if (err)
-		unmap_and_release(seg); /* a failed complete leaves nothing mapped */
+		unmap_and_release(mem); /* a failed complete leaves nothing mapped */
 	mc_cu_pop();
 	return err;
 }
@@ -519,39 +526,39 @@ static int vmm_import(struct mooncake_segment *seg, const struct mc_owner_ref *o
 /* --- teardown ---------------------------------------------------------------------- */
 
 /* Owner: stop offering the descriptor and close it; peers hold their own imports. */
-static void vmm_finish(struct mooncake_segment *seg)
+static void vmm_finish(struct mc_memory *mem)
 {
-	if (!state_of(seg))
+	if (!state_of(mem))
 		return;
-	mc_peer_fd_withdraw(&state_of(seg)->offer);
-	mc_fd_close(&state_of(seg)->tracking);
+	mc_peer_fd_withdraw(&state_of(mem)->offer);
+	mc_fd_close(&state_of(mem)->tracking);
 }
 
 /* Only what was built is released, in reverse: mapping, allocation, range, descriptor, context. */
-static void vmm_release(struct mooncake_segment *seg)
+static void vmm_release(struct mc_memory *mem)
 {
-	struct vmm_state *state = state_of(seg);
+	struct vmm_state *state = state_of(mem);
 	char text[160];
 	CUresult r;
 
 	if (state && state->ctx && mc_cu_push(state->ctx)) {
-		unmap_and_release(seg);
-		if (state->reserved && !seg->mapped) {
-			r = mc_cu.cuMemAddressFree(base_of(seg), seg->alloc_size);
+		unmap_and_release(mem);
+		if (state->reserved && !mem->mapped) {
+			r = mc_cu.cuMemAddressFree(base_of(mem), mem->alloc_size);
 			if (r != CUDA_SUCCESS)
 				mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
-				       "Shared segment '%s': cuMemAddressFree failed (%s)", seg->label,
+				       "Shared segment '%s': cuMemAddressFree failed (%s)", mem->label,
 				       mc_cu_describe(r, text, sizeof(text)));
 		}
 		mc_cu_pop();
 	}
-	vmm_finish(seg);
+	vmm_finish(mem);
 	if (state && state->ctx)
-		mc_cu_release(seg->opt.device_id);
-	seg->base = NULL;
-	seg->mapped = false;
-	free(seg->backend_state);
-	seg->backend_state = NULL;
+		mc_cu_release(mem->opt->device_id);
+	mem->base = NULL;
+	mem->mapped = false;
+	free(mem->state);
+	mem->state = NULL;
 }
 
 static bool vmm_charges_memory_cgroup(const struct mooncake_segment_options *opt)
@@ -560,9 +567,9 @@ static bool vmm_charges_memory_cgroup(const struct mooncake_segment_options *opt
 	return true; /* checked as before; whether the driver's pinned pages are charged is the driver's */
 }
 
-static void vmm_describe(const struct mooncake_segment *seg, struct mooncake_segment_info *info)
+static void vmm_describe(const struct mc_memory *mem, struct mooncake_segment_info *info)
 {
-	(void)seg;
+	(void)mem;
 	snprintf(info->backend, sizeof(info->backend), "cuda-vmm");
 	if (!info->accelerator[0])
 		snprintf(info->accelerator, sizeof(info->accelerator), "cuda");

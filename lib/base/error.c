@@ -7,11 +7,14 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "mooncake/segment.h"
+#include "base.h"
+#include "error.h"
 
 static _Thread_local char last_error[1024];
 

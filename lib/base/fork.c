@@ -21,7 +21,9 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "mooncake/segment.h"
+#include "error.h"
+#include "tracked-fd.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;

@@ -13,13 +13,12 @@
 #include "config.h"
 
 #include "cgroup.h"
+#include "procfs.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "procfs.h"
 
 static bool read_u64(const char *path, uint64_t *value)
 {

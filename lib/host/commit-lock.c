@@ -38,7 +38,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base/error.h"
+#include "base/tracked-fd.h"
+#include "mooncake/segment.h"
+#include "commit-lock.h"
+#include "private.h"
+#include "procfs.h"
 
 /* How often a waiter says whom it waits for. */
 #define WAIT_LOG_MS 10000

@@ -15,7 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base/base.h"
+#include "host.h"
+#include "private.h"
+#include "procfs.h"
 
 static int hex_value(char c)
 {

@@ -15,7 +15,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "internal.h"
+#include "host.h"
+#include "private.h"
+#include "procfs.h"
 
 uint64_t mc_hugetlb_default_size(void)
 {

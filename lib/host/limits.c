@@ -10,8 +10,9 @@
  * checked again before each chunk is committed, so that memory another
  * program took meanwhile ends the commit with an error, not the OOM killer.
  *
- * Only what the backend says is charged to the memory cgroup is checked:
- * HugeTLB pages are not, and come from their own pool, which mmap checks.
+ * Only what the backend says is charged to the memory cgroup is checked (the
+ * state machine asks it): HugeTLB pages are not, and come from their own
+ * pool, which mmap checks.
  *
  * mooncake_segment_room() (room.c) reports the same figures as a number: both
  * read them through mc_self_cgroup_room() and mc_host_memory_room(); the
@@ -27,7 +28,12 @@
 #include <stdio.h>
 #include <sys/resource.h>
 
-#include "internal.h"
+#include "base/error.h"
+#include "cgroup.h"
+#include "commit-lock.h"
+#include "limits.h"
+#include "private.h"
+#include "procfs.h"
 
 MC_PRIVATE bool mc_self_cgroup_room(struct mc_memory_room *room)
 {
@@ -58,7 +64,7 @@ static const char *room_figures(const struct mc_memory_room *room, char *buf, si
 	return buf;
 }
 
-static int cgroup_room_error(const struct mooncake_segment *seg, const struct mc_memory_room *room)
+static int cgroup_room_error(const char *label, uint64_t bytes, const struct mc_memory_room *room)
 {
 	char figures[768];
 
@@ -67,46 +73,44 @@ static int cgroup_room_error(const struct mooncake_segment *seg, const struct mc
 		"Shared segment '%s' needs %llu bytes but its memory cgroup has room for %llu (%s); "
 		"committing would end in the OOM killer. Raise the limit (Docker: --memory; Kubernetes: "
 		"resources.limits.memory; systemd: MemoryMax=) or create a smaller segment",
-		seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)room->room,
+		label, (unsigned long long)bytes, (unsigned long long)room->room,
 		room_figures(room, figures, sizeof(figures)));
 }
 
-int mc_check_memory_room(struct mooncake_segment *seg, struct mc_commit_lock *lock)
+int mc_check_memory_room(const char *label, uint64_t bytes, bool *memcg_limited, struct mc_commit_lock *lock)
 {
 	struct mc_memory_room room;
 	uint64_t available, swap, total;
 
-	if (!seg->backend->charges_memory_cgroup(&seg->opt))
-		return 0;
+	*memcg_limited = false;
 	if (mc_self_cgroup_room(&room)) {
-		seg->memcg_limited = true; /* the commit checks again per chunk */
+		*memcg_limited = true; /* the commit checks again per chunk */
 		/* Every limit of ours nests in the outermost one: one lock there covers them all. */
 		mc_commit_lock_acquire(room.outermost, lock);
 		/* Read again: whoever held the lock has committed meanwhile. */
 		if (lock->fd >= 0 && !mc_self_cgroup_room(&room))
 			room.room = UINT64_MAX;
-		if (seg->alloc_size > room.room) {
+		if (bytes > room.room) {
 			mc_commit_lock_release(lock);
-			return cgroup_room_error(seg, &room);
+			return cgroup_room_error(label, bytes, &room);
 		}
 	}
 	total = mc_host_memory_room(&available, &swap);
-	if (seg->alloc_size > total) {
+	if (bytes > total) {
 		mc_commit_lock_release(lock);
 		return mc_error(
 			ENOMEM,
 			"Shared segment '%s' needs %llu bytes but the host has %llu available "
 			"(MemAvailable %llu + SwapFree %llu); create a smaller segment or free memory",
-			seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)total,
+			label, (unsigned long long)bytes, (unsigned long long)total,
 			(unsigned long long)available, (unsigned long long)swap);
 	}
 	return 0;
 }
 
-int mc_check_commit_room(const void *segment, uint64_t committed)
+int mc_check_commit_room(const struct mc_room_need *need, uint64_t committed)
 {
-	const struct mooncake_segment *seg = segment;
-	uint64_t remaining = seg->alloc_size > committed ? seg->alloc_size - committed : 0;
+	uint64_t remaining = need->bytes > committed ? need->bytes - committed : 0;
 	struct mc_memory_room room;
 	char figures[768];
 
@@ -120,16 +124,16 @@ int mc_check_commit_room(const void *segment, uint64_t committed)
 		"remaining %llu would end in the OOM killer. Raise the limit (Docker: --memory; Kubernetes: "
 		"resources.limits.memory; systemd: MemoryMax=), create a smaller segment, or retry when "
 		"the other program is done",
-		seg->label, (unsigned long long)committed, (unsigned long long)seg->alloc_size,
+		need->label, (unsigned long long)committed, (unsigned long long)need->bytes,
 		(unsigned long long)room.room, room_figures(&room, figures, sizeof(figures)),
 		(unsigned long long)remaining);
 }
 
-int mc_check_file_size_limit(const struct mooncake_segment *seg)
+int mc_check_file_size_limit(const char *label, uint64_t bytes)
 {
 	struct rlimit r;
 
-	if (getrlimit(RLIMIT_FSIZE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || seg->alloc_size <= r.rlim_cur)
+	if (getrlimit(RLIMIT_FSIZE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || bytes <= r.rlim_cur)
 		return 0;
 	return mc_error(
 		EFBIG,
@@ -137,7 +141,7 @@ int mc_check_file_size_limit(const struct mooncake_segment *seg)
 		"(RLIMIT_FSIZE, ulimit -f) is %llu bytes, and sizing the file past it would kill the "
 		"process with SIGXFSZ; raise it before starting the ranks (ulimit -f unlimited; systemd: "
 		"LimitFSIZE=infinity; a batch scheduler's file size limit) or create a smaller segment",
-		seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)r.rlim_cur);
+		label, (unsigned long long)bytes, (unsigned long long)r.rlim_cur);
 }
 
 uint64_t mc_address_space_in_use(void)
@@ -154,7 +158,7 @@ uint64_t mc_address_space_in_use(void)
 	return (uint64_t)kb << 10;
 }
 
-int mc_address_space_error(const struct mooncake_segment *seg, int sys_errno)
+int mc_address_space_error(const char *label, uint64_t bytes, int sys_errno)
 {
 	struct rlimit r;
 
@@ -165,9 +169,9 @@ int mc_address_space_error(const struct mooncake_segment *seg, int sys_errno)
 			"address space limit (RLIMIT_AS, ulimit -v) is %llu bytes and it already maps %llu; "
 			"raise it before starting the ranks (ulimit -v unlimited; systemd: LimitAS=infinity; "
 			"a batch scheduler's virtual memory limit) or create a smaller segment",
-			seg->label, (unsigned long long)seg->alloc_size, (unsigned long long)r.rlim_cur,
+			label, (unsigned long long)bytes, (unsigned long long)r.rlim_cur,
 			(unsigned long long)mc_address_space_in_use());
 	return mc_error_sys(ENOMEM, sys_errno,
-			    "Shared segment '%s' cannot reserve %llu bytes of address space", seg->label,
-			    (unsigned long long)seg->alloc_size);
+			    "Shared segment '%s' cannot reserve %llu bytes of address space", label,
+			    (unsigned long long)bytes);
 }

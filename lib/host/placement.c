@@ -23,7 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base/error.h"
+#include "mooncake/segment.h"
+#include "placement.h"
+#include "procfs.h"
 
 #define MAX_NODES 64
 

@@ -34,8 +34,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "base/base.h"
+#include "base/error.h"
 #include "base/linux-compat.h"
+#include "host.h"
+#include "placement.h"
+#include "populate.h"
+#include "private.h"
 
 /* Below this much per thread, starting a thread costs more than it saves. */
 #define MIN_BYTES_PER_THREAD (UINT64_C(64) << 20)
@@ -161,7 +166,7 @@ static int allocate_range(const struct mc_commit_request *req, uint64_t off, uin
 /* The room check, when the request has one: a negative errno (message set) or 0. */
 static int check_room(const struct mc_commit_request *req, uint64_t committed)
 {
-	return req->check_room ? req->check_room(req->check_room_ctx, committed) : 0;
+	return req->check_room ? req->check_room(req->room_need, committed) : 0;
 }
 
 /* allocate_range() chunk by chunk, checking the room before each (fallocate

@@ -6,6 +6,8 @@
  */
 #include "config.h"
 
+#include "mooncake/segment.h"
+#include "private.h"
 #include "procfs.h"
 
 #include <pthread.h>

@@ -17,7 +17,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "private.h" /* mc_read_host_line(), mc_meminfo_field(): the CLI's too */
+#include "mooncake/segment.h"
+#include "private.h"
 
 /* The first line of @path into @buf, newline stripped; false on error. */
 bool mc_read_line(const char *path, char *buf, size_t size);

@@ -13,10 +13,14 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "base/base.h"
+#include "base/tracked-fd.h"
+#include "host.h"
+#include "window.h"
 
 #define RESERVE_FLAGS (MAP_PRIVATE | MAP_NORESERVE)
 #define WINDOW_NAME   "mooncake-segment-window"

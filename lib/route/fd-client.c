@@ -22,7 +22,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/little-endian.h"
+#include "base/tracked-fd.h"
+#include "mooncake/segment.h"
 #include "fd-socket.h"
+#include "private.h"
+#include "route.h"
 
 #define HANGUP_WAIT_MS 1000
 
@@ -91,8 +96,7 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, uint32_t
 		r->listener_pid = (int)cred.pid;
 		return MC_FD_CLIENT_IMPOSTOR;
 	}
-	for (int i = 0; i < 4; i++)
-		request[i] = (uint8_t)(MC_FD_REQUEST_MAGIC >> (8 * i));
+	mc_put_le32(request, MC_FD_REQUEST_MAGIC);
 	memcpy(request + 4, h->token, MC_PEER_FD_TOKEN_SIZE);
 	/* Room for one small message right after connect: this does not block.
 	 * The owner refuses another user as it accepts, before reading: its
@@ -169,8 +173,7 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 			close(fd);
 		return -1;
 	}
-	r->owner_uid = (uint32_t)bytes[4] | (uint32_t)bytes[5] << 8 | (uint32_t)bytes[6] << 16 |
-		       (uint32_t)bytes[7] << 24;
+	r->owner_uid = mc_get_le32(bytes + 4);
 	r->status = bytes[0];
 	if (n != MC_FD_REPLY_BYTES || extra || (msg.msg_flags & MSG_CTRUNC) ||
 	    r->status > MC_FD_REPLY_MALFORMED || (r->status == MC_FD_REPLY_OK) != (fd >= 0)) {

@@ -41,8 +41,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/error.h"
+#include "base/little-endian.h"
+#include "base/tracked-fd.h"
+#include "mooncake/segment.h"
 #include "fd-socket.h"
-#include "internal.h"
+#include "private.h"
+#include "route.h"
 
 #define MAX_CONNECTIONS	 64
 #define MAX_ALLOWED_UIDS 16
@@ -163,10 +168,7 @@ static void reply(const struct mc_fd_offer *o, int conn, enum mc_fd_reply_status
 {
 	uint32_t uid = (uint32_t)getuid();
 	/* status, three zero bytes, the owner's uid (fd-socket.h) */
-	uint8_t bytes[MC_FD_REPLY_BYTES] = {
-		(uint8_t)status,      0, 0, 0, (uint8_t)uid, (uint8_t)(uid >> 8), (uint8_t)(uid >> 16),
-		(uint8_t)(uid >> 24),
-	};
+	uint8_t bytes[MC_FD_REPLY_BYTES] = { (uint8_t)status };
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
@@ -174,6 +176,7 @@ static void reply(const struct mc_fd_offer *o, int conn, enum mc_fd_reply_status
 	struct iovec iov = { bytes, sizeof(bytes) };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 
+	mc_put_le32(bytes + 4, uid);
 	if (status == MC_FD_REPLY_OK) {
 		struct cmsghdr *cmsg;
 
@@ -203,8 +206,8 @@ static void answer(struct mc_fd_offer *o, struct connection *c)
 		return; /* not there yet after all */
 	if (n > 0 && getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
 		cred.uid = (uid_t)-1;
-	for (int i = 3; i >= 0 && n >= 4; i--)
-		magic = (magic << 8) | request[i];
+	if (n >= 4)
+		magic = mc_get_le32(request);
 	if (n <= 0)
 		; /* the peer hung up */
 	else if (n != MC_FD_REQUEST_BYTES || magic != MC_FD_REQUEST_MAGIC) {

@@ -17,7 +17,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "internal.h"
+#include "mooncake/segment.h"
+#include "route.h"
 
 #define MC_FD_REQUEST_MAGIC UINT32_C(0x4446434D) /* bytes "MCFD" */
 /* magic (4), token (16) */

@@ -30,33 +30,24 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/error.h"
+#include "base/little-endian.h"
+#include "host/host.h"
+#include "host/procfs.h"
+#include "mooncake/segment.h"
 #include "fd-socket.h"
-#include "internal.h"
-
-static void put_le(uint8_t *p, uint64_t v, int bytes)
-{
-	for (int i = 0; i < bytes; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int bytes)
-{
-	uint64_t v = 0;
-
-	for (int i = bytes - 1; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
+#include "private.h"
+#include "route.h"
 
 uint16_t mc_peer_fd_encode(const struct mc_peer_fd *h, uint8_t *out, size_t room)
 {
 	if (room < MC_PEER_FD_HANDLE_BYTES)
 		return 0;
-	put_le(out, h->pid, 4);
-	put_le(out + 4, h->fd, 4);
-	put_le(out + 8, h->dev, 8);
-	put_le(out + 16, h->ino, 8);
-	put_le(out + 24, h->socket_id, 8);
+	mc_put_le32(out, h->pid);
+	mc_put_le32(out + 4, h->fd);
+	mc_put_le64(out + 8, h->dev);
+	mc_put_le64(out + 16, h->ino);
+	mc_put_le64(out + 24, h->socket_id);
 	memcpy(out + 32, h->token, MC_PEER_FD_TOKEN_SIZE);
 	return MC_PEER_FD_HANDLE_BYTES;
 }
@@ -65,11 +56,11 @@ bool mc_peer_fd_decode(const uint8_t *in, size_t len, struct mc_peer_fd *h, size
 {
 	if (len < MC_PEER_FD_HANDLE_BYTES)
 		return false;
-	h->pid = (uint32_t)get_le(in, 4);
-	h->fd = (uint32_t)get_le(in + 4, 4);
-	h->dev = get_le(in + 8, 8);
-	h->ino = get_le(in + 16, 8);
-	h->socket_id = get_le(in + 24, 8);
+	h->pid = mc_get_le32(in);
+	h->fd = mc_get_le32(in + 4);
+	h->dev = mc_get_le64(in + 8);
+	h->ino = mc_get_le64(in + 16);
+	h->socket_id = mc_get_le64(in + 24);
 	memcpy(h->token, in + 32, MC_PEER_FD_TOKEN_SIZE);
 	if (used)
 		*used = MC_PEER_FD_HANDLE_BYTES;

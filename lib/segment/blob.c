@@ -10,7 +10,13 @@
 #include <errno.h>
 #include <string.h>
 
-#include "internal.h"
+#include "backends/backend.h"
+#include "base/base.h"
+#include "base/error.h"
+#include "base/little-endian.h"
+#include "host/host.h"
+#include "mooncake/segment.h"
+#include "blob.h"
 
 enum {
 	OFF_MAGIC = 0,
@@ -51,52 +57,11 @@ uint64_t mc_fnv1a_bytes(uint64_t hash, const void *data, size_t len)
 	return hash;
 }
 
-static void put_u16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_u16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 3; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
 uint64_t mc_fnv1a_u64(uint64_t hash, uint64_t value)
 {
 	uint8_t le[8];
 
-	put_u64(le, value);
+	mc_put_le64(le, value);
 	return mc_fnv1a_bytes(hash, le, sizeof(le));
 }
 
@@ -132,24 +97,24 @@ int mc_blob_encode(const struct mc_blob *b, uint8_t out[MOONCAKE_SEGMENT_BLOB_SI
 		flags |= MC_BLOB_FLAG_HANDLE;
 
 	memset(out, 0, MOONCAKE_SEGMENT_BLOB_SIZE);
-	put_u32(out + OFF_MAGIC, MC_BLOB_MAGIC);
-	put_u16(out + OFF_VERSION, MC_BLOB_VERSION);
-	put_u16(out + OFF_BACKEND, b->backend_id);
-	put_u32(out + OFF_RANK, b->rank_id);
-	put_u32(out + OFF_WORLD, b->world_size);
-	put_u32(out + OFF_OWNER, b->owner_rank);
-	put_u32(out + OFF_FLAGS, flags);
-	put_u64(out + OFF_PAGE_SIZE, b->page_size);
-	put_u64(out + OFF_FINGERPRINT, b->fingerprint);
-	put_u64(out + OFF_ALLOC_SIZE, b->alloc_size);
+	mc_put_le32(out + OFF_MAGIC, MC_BLOB_MAGIC);
+	mc_put_le16(out + OFF_VERSION, MC_BLOB_VERSION);
+	mc_put_le16(out + OFF_BACKEND, b->backend_id);
+	mc_put_le32(out + OFF_RANK, b->rank_id);
+	mc_put_le32(out + OFF_WORLD, b->world_size);
+	mc_put_le32(out + OFF_OWNER, b->owner_rank);
+	mc_put_le32(out + OFF_FLAGS, flags);
+	mc_put_le64(out + OFF_PAGE_SIZE, b->page_size);
+	mc_put_le64(out + OFF_FINGERPRINT, b->fingerprint);
+	mc_put_le64(out + OFF_ALLOC_SIZE, b->alloc_size);
 	memcpy(out + OFF_BOOT_ID, b->boot_id, MC_BOOT_ID_SIZE);
-	put_u64(out + OFF_PID_NS, b->pid_namespace);
-	put_u32(out + OFF_PID, b->pid);
-	put_u32(out + OFF_UID, b->uid);
-	put_u16(out + OFF_HANDLE_BYTES, b->handle_bytes);
+	mc_put_le64(out + OFF_PID_NS, b->pid_namespace);
+	mc_put_le32(out + OFF_PID, b->pid);
+	mc_put_le32(out + OFF_UID, b->uid);
+	mc_put_le16(out + OFF_HANDLE_BYTES, b->handle_bytes);
 	memcpy(out + OFF_HANDLE, b->handle, b->handle_bytes);
-	put_u64(out + OFF_NET_NS, b->net_namespace);
-	put_u64(out + OFF_CHECKSUM, checksum(out));
+	mc_put_le64(out + OFF_NET_NS, b->net_namespace);
+	mc_put_le64(out + OFF_CHECKSUM, checksum(out));
 	return 0;
 }
 
@@ -168,35 +133,35 @@ static bool all_zero(const uint8_t *p, size_t len)
 
 int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, struct mc_blob *b)
 {
-	uint32_t magic = get_u32(in + OFF_MAGIC);
+	uint32_t magic = mc_get_le32(in + OFF_MAGIC);
 
 	memset(b, 0, sizeof(*b));
 	if (magic != MC_BLOB_MAGIC)
 		return MALFORMED("magic mismatch: 0x%08x, expected 0x%08x, not a mooncake-segment blob",
 				 magic, MC_BLOB_MAGIC);
-	b->version = get_u16(in + OFF_VERSION);
+	b->version = mc_get_le16(in + OFF_VERSION);
 	if (b->version != MC_BLOB_VERSION)
 		return MALFORMED(
 			"version mismatch, peers run different builds of mooncake-segment: format version %u, "
 			"this build speaks %u; all ranks must run the same libmooncake-segment",
 			b->version, MC_BLOB_VERSION);
-	if (get_u64(in + OFF_CHECKSUM) != checksum(in))
+	if (mc_get_le64(in + OFF_CHECKSUM) != checksum(in))
 		return MALFORMED("checksum mismatch: it was corrupted or truncated in transit");
 
-	b->backend_id = get_u16(in + OFF_BACKEND);
-	b->rank_id = get_u32(in + OFF_RANK);
-	b->world_size = get_u32(in + OFF_WORLD);
-	b->owner_rank = get_u32(in + OFF_OWNER);
-	b->flags = get_u32(in + OFF_FLAGS);
-	b->page_size = get_u64(in + OFF_PAGE_SIZE);
-	b->fingerprint = get_u64(in + OFF_FINGERPRINT);
-	b->alloc_size = get_u64(in + OFF_ALLOC_SIZE);
+	b->backend_id = mc_get_le16(in + OFF_BACKEND);
+	b->rank_id = mc_get_le32(in + OFF_RANK);
+	b->world_size = mc_get_le32(in + OFF_WORLD);
+	b->owner_rank = mc_get_le32(in + OFF_OWNER);
+	b->flags = mc_get_le32(in + OFF_FLAGS);
+	b->page_size = mc_get_le64(in + OFF_PAGE_SIZE);
+	b->fingerprint = mc_get_le64(in + OFF_FINGERPRINT);
+	b->alloc_size = mc_get_le64(in + OFF_ALLOC_SIZE);
 	memcpy(b->boot_id, in + OFF_BOOT_ID, MC_BOOT_ID_SIZE);
-	b->pid_namespace = get_u64(in + OFF_PID_NS);
-	b->pid = get_u32(in + OFF_PID);
-	b->uid = get_u32(in + OFF_UID);
-	b->handle_bytes = get_u16(in + OFF_HANDLE_BYTES);
-	b->net_namespace = get_u64(in + OFF_NET_NS);
+	b->pid_namespace = mc_get_le64(in + OFF_PID_NS);
+	b->pid = mc_get_le32(in + OFF_PID);
+	b->uid = mc_get_le32(in + OFF_UID);
+	b->handle_bytes = mc_get_le16(in + OFF_HANDLE_BYTES);
+	b->net_namespace = mc_get_le64(in + OFF_NET_NS);
 
 	if (b->flags & ~MC_BLOB_FLAGS_KNOWN)
 		return MALFORMED("has unknown flags 0x%x", b->flags & ~MC_BLOB_FLAGS_KNOWN);

@@ -9,7 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base/base.h"
+#include "base/error.h"
+#include "host/placement.h"
+#include "mooncake/segment.h"
+#include "private.h"
+#include "segment.h"
 
 MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 					struct mooncake_segment_info *info, size_t info_size)
@@ -22,28 +27,28 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 		return mc_error(EINVAL, "Shared segment get_info needs a segment and an info struct");
 	memset(&full, 0, sizeof(full));
 	full.size = seg->size;
-	full.alloc_size = seg->alloc_size;
-	full.page_size = seg->page_size;
-	if (seg->mapped)
-		mc_mapping_usage(seg->base, seg->alloc_size, &usage);
+	full.alloc_size = seg->memory.alloc_size;
+	full.page_size = seg->memory.page_size;
+	if (seg->memory.mapped)
+		mc_mapping_usage(seg->memory.base, seg->memory.alloc_size, &usage);
 	full.resident_bytes = usage.rss;
 	full.huge_bytes = usage.pmd_mapped + usage.hugetlb;
-	full.commit_ns = seg->commit.ns;
-	full.commit_threads = seg->commit.threads;
-	full.flags = seg->info_flags | (seg->is_owner ? MOONCAKE_SEGMENT_INFO_OWNER : 0) |
+	full.commit_ns = seg->memory.commit.ns;
+	full.commit_threads = seg->memory.commit.threads;
+	full.flags = seg->memory.info_flags | (seg->memory.is_owner ? MOONCAKE_SEGMENT_INFO_OWNER : 0) |
 		     (mooncake_segment_device_addr(seg) ? MOONCAKE_SEGMENT_INFO_REGISTERED : 0);
 	full.numa_node_requested = seg->numa_node_requested;
 	full.numa_node = -1;
-	if (seg->mapped)
-		mc_placement_query(seg->base, seg->alloc_size, seg->page_size, &full.numa_node,
-				   &full.numa_node_mask);
+	if (seg->memory.mapped)
+		mc_placement_query(seg->memory.base, seg->memory.alloc_size, seg->memory.page_size,
+				   &full.numa_node, &full.numa_node_mask);
 	full.register_ns = seg->registration.ns;
 	if (seg->registration.ops)
 		snprintf(full.accelerator, sizeof(full.accelerator), "%s", seg->registration.ops->name);
 	snprintf(full.commit_method, sizeof(full.commit_method), "%s",
-		 seg->is_owner ? seg->commit.method : "none (peer)");
+		 seg->memory.is_owner ? seg->memory.commit.method : "none (peer)");
 	/* The backend names itself, and what it counts its own way. */
-	seg->backend->describe(seg, &full);
+	seg->backend->describe(&seg->memory, &full);
 	memcpy(info, &full, info_size < sizeof(full) ? info_size : sizeof(full));
 	return 0;
 }

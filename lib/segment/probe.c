@@ -7,7 +7,10 @@
  */
 #include "config.h"
 
-#include "internal.h"
+#include "accel/accel.h"
+#include "backends/backend.h"
+#include "base/base.h"
+#include "mooncake/segment.h"
 
 MC_EXPORT bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb)
 {

@@ -18,7 +18,13 @@
 #include <errno.h>
 #include <sys/resource.h>
 
-#include "internal.h"
+#include "base/base.h"
+#include "base/error.h"
+#include "host/cgroup.h"
+#include "host/limits.h"
+#include "mooncake/segment.h"
+#include "private.h"
+#include "segment.h"
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
 {

@@ -3,9 +3,9 @@
  * The segment state machine: option validation, create (owner allocates,
  * others reserve), complete (check every rank's blob, then import), finish
  * and destroy.  It knows nothing of memfd or accelerators: a backend
- * (internal.h, chosen from backends.c's table) owns the memory and its
- * private state; the state machine names ranks in messages, places the
- * owner's pages (placement.c) and registers mappings (accel.h).
+ * (backends/backend.h, chosen from backends.c's table) owns the memory and
+ * sees only seg->memory; the state machine names ranks in messages, places
+ * the owner's pages (host/placement.h) and registers mappings (accel/accel.h).
  *
  *   create() -> created --complete()--> ready --finish()--> finished
  *                  \______________ destroy() from any state ______/
@@ -18,7 +18,20 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "accel/accel.h"
+#include "backends/backend.h"
+#include "base/base.h"
+#include "base/error.h"
+#include "host/commit-lock.h"
+#include "host/host.h"
+#include "host/limits.h"
+#include "host/placement.h"
+#include "host/procfs.h"
+#include "mooncake/segment.h"
+#include "route/route.h"
+#include "blob.h"
+#include "private.h"
+#include "segment.h"
 
 MC_EXPORT void mooncake_segment_options_init(struct mooncake_segment_options *opt)
 {
@@ -125,10 +138,12 @@ static int register_mapping(struct mooncake_segment *seg)
 	struct mc_registration reg = {
 		.ops = mc_accel_for_host_register(),
 		.device = seg->opt.device_id,
-		.addr = seg->base,
-		.len = seg->alloc_size,
+		.addr = seg->memory.base,
+		.len = seg->memory.alloc_size,
 		/* Whole pages per call, at least one. */
-		.chunk = chunk < seg->page_size ? seg->page_size : chunk / seg->page_size * seg->page_size,
+		.chunk = chunk < seg->memory.page_size
+				 ? seg->memory.page_size
+				 : chunk / seg->memory.page_size * seg->memory.page_size,
 	};
 	uint64_t start;
 	int err;
@@ -178,17 +193,17 @@ static void fill_blob(const struct mooncake_segment *seg, struct mc_blob *b)
 	b->flags = (seg->opt.mmap ? MC_BLOB_FLAG_MMAP : 0) |
 		   (seg->opt.host_register ? MC_BLOB_FLAG_HOST_REGISTER : 0) |
 		   (seg->opt.hugetlb ? MC_BLOB_FLAG_HUGETLB : 0);
-	b->page_size = seg->page_size;
+	b->page_size = seg->memory.page_size;
 	b->fingerprint = seg->fingerprint;
-	b->alloc_size = seg->alloc_size;
+	b->alloc_size = seg->memory.alloc_size;
 	if (!mc_host_boot_id(b->boot_id))
 		memset(b->boot_id, 0, sizeof(b->boot_id));
 	b->pid_namespace = mc_host_pid_namespace();
 	b->net_namespace = mc_host_net_namespace();
 	b->pid = (uint32_t)getpid();
 	b->uid = (uint32_t)getuid();
-	b->handle_bytes = seg->handle_bytes;
-	memcpy(b->handle, seg->handle, seg->handle_bytes);
+	b->handle_bytes = seg->memory.handle_bytes;
+	memcpy(b->handle, seg->memory.handle, seg->memory.handle_bytes);
 }
 
 static const char *sysfs_root(char buf[1024])
@@ -208,10 +223,10 @@ static int resolve_placement(struct mooncake_segment *seg)
 	sysfs_root(sysfs);
 	if (opt->device_id >= 0 && mc_placement_wants_device_node(opt->numa_node, sysfs))
 		device_node = mc_accel_device_node(opt->device_id, sysfs);
-	err = mc_placement_resolve(opt->numa_node, device_node, sysfs, &seg->placement);
+	err = mc_placement_resolve(opt->numa_node, device_node, sysfs, &seg->memory.placement);
 	/* Report the node automatic placement chose. */
-	if (!err && opt->numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && seg->placement.node >= 0)
-		seg->numa_node_requested = seg->placement.node;
+	if (!err && opt->numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && seg->memory.placement.node >= 0)
+		seg->numa_node_requested = seg->memory.placement.node;
 	return err;
 }
 
@@ -221,79 +236,105 @@ static bool inherited(const struct mooncake_segment *seg)
 	return seg->creator != getpid();
 }
 
+/* A new segment object for these (validated) arguments, nothing allocated yet. */
+static struct mooncake_segment *new_segment(const char *name, uint64_t size,
+					    const struct mooncake_segment_options *opt)
+{
+	struct mooncake_segment *seg = calloc(1, sizeof(*seg));
+
+	if (!seg)
+		return NULL;
+	seg->opt = *opt;
+	seg->creator = getpid();
+	seg->size = size;
+	seg->numa_node_requested = opt->numa_node;
+	copy_label(seg->label, sizeof(seg->label), name);
+	seg->fingerprint = mc_fingerprint(name, size, opt);
+	seg->memory.opt = &seg->opt;
+	seg->memory.label = seg->label;
+	seg->memory.is_owner = opt->rank_id == opt->owner_rank;
+	seg->memory.placement.node = -1; /* a peer places nothing */
+	return seg;
+}
+
+/* Choose the backend, the page size and so the allocation size, and (owner)
+ * where the pages go. */
+static int plan_memory(struct mooncake_segment *seg)
+{
+	const struct mooncake_segment_options *opt = &seg->opt;
+	struct mc_memory *mem = &seg->memory;
+	char sysfs[1024];
+	int err;
+
+	seg->backend = pick_backend(opt);
+	if (!seg->backend)
+		return hint_zeroed_options(opt, -ENOTSUP);
+	err = mc_backend_granularity(seg->backend, opt, &mem->page_size);
+	if (err)
+		return hint_zeroed_options(opt, err);
+	mem->alloc_size = mc_align_up(seg->size, mem->page_size);
+	return mem->is_owner ? resolve_placement(seg) : mc_placement_check(opt->numa_node, sysfs_root(sysfs));
+}
+
+/* The owner allocates and commits, a peer reserves its window; then
+ * (host_register) the owner registers its mapping. */
+static int allocate_memory(struct mooncake_segment *seg)
+{
+	struct mc_memory *mem = &seg->memory;
+	struct mc_commit_lock commit_lock = MC_COMMIT_LOCK_NONE;
+	int err;
+
+	if (mem->is_owner && seg->backend->charges_memory_cgroup(&seg->opt)) {
+		/* An oversized commit ends in the OOM killer: refuse it first, and
+		 * hold the cgroup's commit lock until the pages are charged. */
+		err = mc_check_memory_room(mem->label, mem->alloc_size, &mem->check_commit_room,
+					   &commit_lock);
+		if (err)
+			return err;
+	}
+	err = mem->is_owner ? seg->backend->create_owner(mem) : seg->backend->reserve(mem);
+	err = mc_error_name_rank(err, seg->opt.rank_id);
+	mc_commit_lock_release(&commit_lock);
+	if (!err && mem->is_owner && seg->opt.host_register)
+		err = register_mapping(seg);
+	return err;
+}
+
 MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 				      const struct mooncake_segment_options *opt,
 				      struct mooncake_segment **out, void *blob)
 {
 	struct mooncake_segment *seg;
 	struct mc_blob b;
-	char sysfs[1024];
-	struct mc_commit_lock commit_lock = MC_COMMIT_LOCK_NONE;
 	int err;
 
 	mc_clear_error();
 	err = validate(name, size, opt, out, blob);
 	if (err)
 		return err;
-	seg = calloc(1, sizeof(*seg));
+	seg = new_segment(name, size, opt);
 	if (!seg)
 		return mc_error(ENOMEM, "Shared segment: out of memory");
-	seg->opt = *opt;
-	seg->placement.node = -1; /* a peer places nothing */
-	seg->creator = getpid();
-	seg->size = size;
-	seg->is_owner = opt->rank_id == opt->owner_rank;
-	seg->numa_node_requested = opt->numa_node;
-	copy_label(seg->label, sizeof(seg->label), name);
-	seg->fingerprint = mc_fingerprint(name, size, opt);
-
-	seg->backend = pick_backend(opt);
-	if (!seg->backend) {
-		err = hint_zeroed_options(opt, -ENOTSUP);
-		goto fail;
+	err = plan_memory(seg);
+	if (!err)
+		err = allocate_memory(seg);
+	if (!err) {
+		fill_blob(seg, &b);
+		err = mc_blob_encode(&b, blob);
 	}
-	err = mc_backend_granularity(seg->backend, opt, &seg->page_size);
 	if (err) {
-		err = hint_zeroed_options(opt, err);
-		goto fail;
+		unregister_mapping(seg);
+		if (seg->backend)
+			seg->backend->release(&seg->memory);
+		free(seg);
+		return err;
 	}
-	seg->alloc_size = mc_align_up(size, seg->page_size);
-	err = seg->is_owner ? resolve_placement(seg) : mc_placement_check(opt->numa_node, sysfs_root(sysfs));
-	if (err)
-		goto fail;
-	if (seg->is_owner) {
-		/* An oversized commit ends in the OOM killer: refuse it first, and
-		 * hold the cgroup's commit lock until the pages are charged. */
-		err = mc_check_memory_room(seg, &commit_lock);
-		if (err)
-			goto fail;
-	}
-
-	err = seg->is_owner ? seg->backend->create_owner(seg) : seg->backend->reserve(seg);
-	err = mc_error_name_rank(err, opt->rank_id);
-	mc_commit_lock_release(&commit_lock);
-	if (!err && seg->is_owner && opt->host_register)
-		err = register_mapping(seg);
-	if (err)
-		goto fail;
-	fill_blob(seg, &b);
-	err = mc_blob_encode(&b, blob);
-	if (err)
-		goto fail;
-
 	mc_log(MOONCAKE_SEGMENT_LOG_INFO,
-	       "Shared segment %s create: rank %u of %u%s, base %p, %llu bytes "
-	       "(page %llu)",
-	       seg->label, opt->rank_id, opt->world_size, seg->is_owner ? " (owner)" : "", seg->base,
-	       (unsigned long long)seg->alloc_size, (unsigned long long)seg->page_size);
+	       "Shared segment %s create: rank %u of %u%s, base %p, %llu bytes (page %llu)", seg->label,
+	       opt->rank_id, opt->world_size, seg->memory.is_owner ? " (owner)" : "", seg->memory.base,
+	       (unsigned long long)seg->memory.alloc_size, (unsigned long long)seg->memory.page_size);
 	*out = seg;
 	return 0;
-fail:
-	unregister_mapping(seg);
-	if (seg->backend)
-		seg->backend->release(seg);
-	free(seg);
-	return err;
 }
 
 static bool boot_id_unknown(const uint8_t id[MC_BOOT_ID_SIZE])
@@ -406,7 +447,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 		return mc_error(EPROTO, "Shared segment owner rank did not export a handle (owner rank %u)",
 				seg->opt.owner_rank);
 
-	if (!seg->is_owner) {
+	if (!seg->memory.is_owner) {
 		struct mc_owner_ref ref = {
 			.pid = owner.pid,
 			.uid = owner.uid,
@@ -416,13 +457,14 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			.handle_bytes = owner.handle_bytes,
 		};
 
-		err = seg->backend->import(seg, &ref);
+		err = seg->backend->import(&seg->memory, &ref);
 		if (err)
 			return mc_error_name_rank(err, seg->opt.rank_id);
 		if (seg->opt.host_register) {
 			err = register_mapping(seg);
 			if (err) {
-				seg->backend->unimport(seg); /* a failed complete leaves nothing mapped */
+				seg->backend->unimport(
+					&seg->memory); /* a failed complete leaves nothing mapped */
 				return err;
 			}
 		}
@@ -437,8 +479,8 @@ MC_EXPORT int mooncake_segment_finish(struct mooncake_segment *seg)
 	if (!seg || !seg->ready)
 		return mc_error(EINVAL, "Shared segment finish needs a segment on which complete succeeded");
 	/* A forked child holds no descriptor (fork.c): nothing of the parent's to drop. */
-	if (seg->is_owner && !seg->finished && !inherited(seg))
-		seg->backend->finish(seg);
+	if (seg->memory.is_owner && !seg->finished && !inherited(seg))
+		seg->backend->finish(&seg->memory);
 	seg->finished = true;
 	return 0;
 }
@@ -453,9 +495,9 @@ MC_EXPORT void mooncake_segment_destroy(struct mooncake_segment *seg)
 	 * the parent's, and the range may by now hold the child's own memory. */
 	if (!inherited(seg)) {
 		unregister_mapping(seg);
-		seg->backend->release(seg);
+		seg->backend->release(&seg->memory);
 	} else {
-		free(seg->backend_state); /* its memory only: what it names is the parent's */
+		free(seg->memory.state); /* its memory only: what it names is the parent's */
 	}
 	free(seg);
 	errno = saved_errno;
@@ -468,7 +510,7 @@ MC_EXPORT bool mooncake_segment_ready(const struct mooncake_segment *seg)
 
 MC_EXPORT void *mooncake_segment_base(const struct mooncake_segment *seg)
 {
-	return seg ? seg->base : NULL;
+	return seg ? seg->memory.base : NULL;
 }
 
 MC_EXPORT uint64_t mooncake_segment_size(const struct mooncake_segment *seg)
@@ -478,7 +520,7 @@ MC_EXPORT uint64_t mooncake_segment_size(const struct mooncake_segment *seg)
 
 MC_EXPORT uint64_t mooncake_segment_alloc_size(const struct mooncake_segment *seg)
 {
-	return seg ? seg->alloc_size : 0;
+	return seg ? seg->memory.alloc_size : 0;
 }
 
 MC_EXPORT uint64_t mooncake_segment_device_addr(const struct mooncake_segment *seg)
@@ -488,5 +530,6 @@ MC_EXPORT uint64_t mooncake_segment_device_addr(const struct mooncake_segment *s
 	if (seg->registration.ops)
 		return seg->registration.device_addr;
 	/* A VMM mapping is the device's address too, once mapped (and granted). */
-	return seg->backend->device_addressable && seg->mapped ? (uint64_t)(uintptr_t)seg->base : 0;
+	return seg->backend->device_addressable && seg->memory.mapped ? (uint64_t)(uintptr_t)seg->memory.base
+								      : 0;
 }

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "route/fd-socket.h"
-#include "internal.h"
+#include "../unit/internals.h"
 
 #define MAX_WORLD 4
 

@@ -18,7 +18,7 @@
 
 #include "group.h"
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 #include "vmm-share.h"
 
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
@@ -168,7 +168,7 @@ START_TEST(test_fabric_handle_where_the_system_has_one)
 	ck_assert(mooncake_segment_supported(false, false, false));
 	maps = count_mappings();
 	two_ranks(&owner, &peer, 1);
-	ck_assert_int_eq(owner->handle_bytes, 128);
+	ck_assert_int_eq(owner->memory.handle_bytes, 128);
 	memset(mooncake_segment_base(owner), 0x5a, 4096);
 	ck_assert_int_eq(((uint8_t *)mooncake_segment_base(peer))[4095], 0x5a);
 	ck_assert_int_eq(calls("export fabric"), 1);
@@ -254,7 +254,8 @@ START_TEST(test_peer_failures_leave_nothing_mapped)
 	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), peer_failures[_i].err,
 			peer_failures[_i].call);
 	ck_assert(!mooncake_segment_ready(peer));
-	ck_assert(!peer->mapped && !mc_ascend_vmm_physical(peer) && mooncake_segment_device_addr(peer) == 0);
+	ck_assert(!peer->memory.mapped && !mc_ascend_vmm_physical(&peer->memory) &&
+		  mooncake_segment_device_addr(peer) == 0);
 	/* What the failed import took is back; the reservation stays until destroy. */
 	ck_assert_int_eq(calls("malloc ") + calls("import "), calls("free ") + 1);
 	unsetenv("FAKE_ACL_FAIL");

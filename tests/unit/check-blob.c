@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 static struct mc_blob sample(void)
 {

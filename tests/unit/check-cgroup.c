@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 #include "privileged.h"
 
 #define MiB (UINT64_C(1) << 20)

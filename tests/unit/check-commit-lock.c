@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 static char logged[1024];
 

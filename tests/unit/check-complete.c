@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 #define BLOB  MOONCAKE_SEGMENT_BLOB_SIZE
 #define WORLD 3

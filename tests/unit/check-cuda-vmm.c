@@ -22,7 +22,7 @@
 #include "accel/cuda-driver.h"
 #include "group.h"
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 #include "vmm-share.h"
 
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
@@ -294,7 +294,7 @@ START_TEST(test_fabric_handle_where_the_device_has_one)
 	setenv("FAKE_CUDA_FABRIC", "1", 1);
 	two_ranks(&owner, &peer, blobs);
 	ck_assert_int_eq(calls("create 6291456 node 0 types 9"), 1);
-	ck_assert_int_eq(owner->handle_bytes, MC_PEER_FD_HANDLE_BYTES + 64);
+	ck_assert_int_eq(owner->memory.handle_bytes, MC_PEER_FD_HANDLE_BYTES + 64);
 	if (_i == 1) {
 		/* No route reaches the descriptor (not served on a socket, the pid is gone): the
 		 * FABRIC handle still does. */
@@ -328,7 +328,7 @@ START_TEST(test_fabric_refused_at_create_falls_back_to_a_descriptor)
 	two_ranks(&owner, &peer, blobs);
 	ck_assert_int_eq(calls("refused create with handle types 9"), 1);
 	ck_assert_int_eq(calls("create 6291456 node 0 types 1"), 1);
-	ck_assert_int_eq(owner->handle_bytes, MC_PEER_FD_HANDLE_BYTES);
+	ck_assert_int_eq(owner->memory.handle_bytes, MC_PEER_FD_HANDLE_BYTES);
 	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
 	mooncake_segment_destroy(peer);
 	mooncake_segment_destroy(owner);
@@ -426,7 +426,7 @@ START_TEST(test_peer_failures_leave_nothing_mapped)
 		ck_assert_msg(strstr(mooncake_segment_last_error(), "Shared segment rank 1"), "%s",
 			      mooncake_segment_last_error());
 		ck_assert(!mooncake_segment_ready(peer));
-		ck_assert(!peer->mapped && mooncake_segment_device_addr(peer) == 0);
+		ck_assert(!peer->memory.mapped && mooncake_segment_device_addr(peer) == 0);
 		/* What the failed import took is back; the reservation stays until destroy. */
 		ck_assert_int_eq(calls("import "), calls("release imported"));
 		ck_assert_int_eq(count_fds(), fds);

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 #include "registration-scenario.h"
 
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 static uint64_t base_fingerprint(void)
 {

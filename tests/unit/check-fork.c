@@ -24,7 +24,7 @@
 
 #include "group.h"
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
 #define SIZE (UINT64_C(8) << 20)
@@ -180,7 +180,7 @@ START_TEST(test_child_destroy_releases_nothing_of_the_parent)
 {
 	struct mooncake_segment *seg = solo_segment(21);
 	uint8_t *base = mooncake_segment_base(seg);
-	int fd = mc_memfd_descriptor(seg), status;
+	int fd = mc_memfd_descriptor(&seg->memory), status;
 
 	fill_pattern(base + SIZE / 2, SIZE / 2, 22);
 	status = in_child(destroy_over_own_memory, seg);
@@ -188,7 +188,7 @@ START_TEST(test_child_destroy_releases_nothing_of_the_parent)
 	/* The parent's mapping, pages and descriptor are untouched. */
 	ck_assert(check_pattern(base, SIZE / 2, 21));
 	ck_assert(check_pattern(base + SIZE / 2, SIZE / 2, 22));
-	ck_assert_int_eq(mc_memfd_descriptor(seg), fd);
+	ck_assert_int_eq(mc_memfd_descriptor(&seg->memory), fd);
 	ck_assert_int_ge(fcntl(fd, F_GETFD), 0);
 	ck_assert_int_eq(mooncake_segment_finish(seg), 0);
 	ck_assert_int_eq(fcntl(fd, F_GETFD), -1);
@@ -244,7 +244,7 @@ static int rank_forking_before_finish(struct group_rank *self, void *arg)
 	(void)arg;
 	RANK_CHECK(mooncake_segment_create("fork", SIZE, &opt, &seg, blob) == 0);
 	if (self->rank == 0) {
-		RANK_CHECK(fstat(mc_memfd_descriptor(seg), &st) == 0);
+		RANK_CHECK(fstat(mc_memfd_descriptor(&seg->memory), &st) == 0);
 		RANK_CHECK(count_segment_memfds(getpid()) == 1); /* the counter sees the owner's */
 		dev = (uint64_t)st.st_dev;
 		ino = (uint64_t)st.st_ino;

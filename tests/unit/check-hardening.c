@@ -22,7 +22,7 @@
 
 #include "group.h"
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
 #define SIZE (UINT64_C(8) << 20)

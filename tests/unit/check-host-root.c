@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 #define BOOT_A "0123456789abcdef0123456789abcdef"
 #define BOOT_B "fedcba98-7654-3210-fedc-ba9876543210"

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 START_TEST(test_boot_id_matches_proc)
 {
@@ -57,9 +57,9 @@ static uint64_t seen_committed[16];
 static int room_checks;
 
 /* Room for the first two 64 MiB chunks, then "another program took the rest". */
-static int room_for_two_chunks(const void *ctx, uint64_t committed)
+static int room_for_two_chunks(const struct mc_room_need *need, uint64_t committed)
 {
-	(void)ctx;
+	(void)need;
 	if (room_checks < 16)
 		seen_committed[room_checks] = committed;
 	room_checks++;

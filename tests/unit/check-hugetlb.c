@@ -15,7 +15,7 @@
 
 #include "group.h"
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 #include "privileged.h"
 
 #define POOL_PAGES 16

@@ -26,7 +26,7 @@
 
 #include "group.h"
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 #include "base/linux-compat.h"
 #include "privileged.h"
 

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 #define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 static uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
 

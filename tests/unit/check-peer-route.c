@@ -44,7 +44,7 @@
 #include "route/fd-socket.h"
 #include "group.h"
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 #include "privileged.h"
 
 #define BLOB	 MOONCAKE_SEGMENT_BLOB_SIZE

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 static char root[256];
 

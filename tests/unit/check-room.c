@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 #define BLOB   MOONCAKE_SEGMENT_BLOB_SIZE
 #define MiB    (UINT64_C(1) << 20)

@@ -19,7 +19,7 @@
 
 #include "group.h"
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 
 /* Lines of /proc/self/maps that lie inside [@base, @base+@len). */
 static int count_vmas_in(const void *base, uint64_t len)
@@ -221,15 +221,15 @@ START_TEST(test_memfd_is_sealed_against_resizing)
 	int seals;
 
 	ck_assert_int_eq(mooncake_segment_create("sealed", TEST_SIZE, &opt, &seg, blob), 0);
-	seals = fcntl(mc_memfd_descriptor(seg), F_GET_SEALS);
+	seals = fcntl(mc_memfd_descriptor(&seg->memory), F_GET_SEALS);
 	ck_assert_int_eq(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
 			 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-	ck_assert_int_eq(ftruncate(mc_memfd_descriptor(seg), 0), -1);
+	ck_assert_int_eq(ftruncate(mc_memfd_descriptor(&seg->memory), 0), -1);
 	ck_assert_int_eq(errno, EPERM);
-	ck_assert_int_eq(ftruncate(mc_memfd_descriptor(seg), (off_t)seg->alloc_size * 2), -1);
+	ck_assert_int_eq(ftruncate(mc_memfd_descriptor(&seg->memory), (off_t)seg->memory.alloc_size * 2), -1);
 	ck_assert_int_eq(errno, EPERM);
 	/* The close-on-exec flag keeps it out of exec'd children. */
-	ck_assert(fcntl(mc_memfd_descriptor(seg), F_GETFD) & FD_CLOEXEC);
+	ck_assert(fcntl(mc_memfd_descriptor(&seg->memory), F_GETFD) & FD_CLOEXEC);
 	mooncake_segment_destroy(seg);
 }
 END_TEST
@@ -255,7 +255,7 @@ START_TEST(test_a_rank_can_discard_pages_but_never_resize_them)
 	fill_pattern(a + off + len, TEST_SIZE - off - len, 8);
 	/* The peer punches a hole through its own mapping: nothing refuses it. */
 	ck_assert_int_eq(madvise(b + off, len, MADV_REMOVE), 0);
-	if (owner->page_size == page) {
+	if (owner->memory.page_size == page) {
 		ck_assert_int_eq(mincore(a + off, len, resident), 0);
 		for (uint64_t i = 0; i < len / page; i++)
 			ck_assert_uint_eq(resident[i] & 1, 0); /* decommitted, before any read */
@@ -265,8 +265,8 @@ START_TEST(test_a_rank_can_discard_pages_but_never_resize_them)
 		ck_assert_uint_eq(a[off + i], 0);
 	ck_assert(check_pattern(a, off, 5));
 	ck_assert(check_pattern(a + off + len, TEST_SIZE - off - len, 8));
-	ck_assert_int_eq(fstat(mc_memfd_descriptor(owner), &st), 0);
-	ck_assert_uint_eq((uint64_t)st.st_size, owner->alloc_size);
+	ck_assert_int_eq(fstat(mc_memfd_descriptor(&owner->memory), &st), 0);
+	ck_assert_uint_eq((uint64_t)st.st_size, owner->memory.alloc_size);
 	/* The size is sealed, so touching the hole allocates again: no SIGBUS. */
 	fill_pattern(b + off, len, 6);
 	ck_assert(check_pattern(a + off, len, 6));

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "internal.h"
+#include "internals.h"
 #include "privileged.h"
 
 #define SHMEM_ENABLED "/sys/kernel/mm/transparent_hugepage/shmem_enabled"

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Will the memory fit (limits.c)?  The memory cgroup's room, the host's, the
+ * process's file size and address space limits, each checked before the
+ * kernel would answer with the OOM killer, SIGXFSZ or a bare ENOMEM.  The
+ * checks see only what they need: how many bytes, and a label for messages.
+ */
+#ifndef MOONCAKE_SEGMENT_LIMITS_H
+#define MOONCAKE_SEGMENT_LIMITS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mooncake/segment.h"
+#include "commit-lock.h"
+
+/* What a commit still being made needs, for the check before each chunk. */
+struct mc_room_need {
+	const char *label; /* the segment's label, as messages name it */
+	uint64_t bytes;	   /* its allocation size */
+};
+
+/* VmSize of this process in bytes (what RLIMIT_AS counts), 0 when unknown. */
+uint64_t mc_address_space_in_use(void);
+/* MemAvailable + SwapFree in bytes (each also returned), UINT64_MAX when MemAvailable is unknown. */
+uint64_t mc_host_memory_room(uint64_t *available, uint64_t *swap);
+/* -ENOMEM with the numbers when @bytes of segment @label cannot fit in this
+ * process's memory cgroup or on the host.  On success @lock holds the cgroup's commit lock (or
+ * none): release it with mc_commit_lock_release() once the pages are
+ * committed; *@memcg_limited says whether a memory cgroup limit applies (the
+ * commit then checks again per chunk). */
+int mc_check_memory_room(const char *label, uint64_t bytes, bool *memcg_limited, struct mc_commit_lock *lock);
+/* Before committing more of @need with @committed bytes charged already:
+ * -ENOMEM with the numbers when the cgroup's room no longer holds the rest. */
+int mc_check_commit_room(const struct mc_room_need *need, uint64_t committed);
+/* -EFBIG naming ulimit -f when a memfd of @bytes would exceed RLIMIT_FSIZE (SIGXFSZ otherwise). */
+int mc_check_file_size_limit(const char *label, uint64_t bytes);
+/* The -ENOMEM for a failed address-space reservation, naming RLIMIT_AS when one is set. */
+int mc_address_space_error(const char *label, uint64_t bytes, int sys_errno);
+
+#endif

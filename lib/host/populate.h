@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Committing pages (populate.c): the owner commits every page before create
+ * returns, in parallel and NUMA-local; a peer maps the page tables of pages
+ * that exist.
+ */
+#ifndef MOONCAKE_SEGMENT_POPULATE_H
+#define MOONCAKE_SEGMENT_POPULATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mooncake/segment.h"
+#include "limits.h"
+#include "placement.h"
+
+struct mc_commit_request {
+	int fd;
+	uint8_t *addr;
+	uint64_t len;
+	uint64_t page_size;
+	unsigned int threads;		/* 0: automatic */
+	int cpu_node;			/* run the threads on this node's CPUs, -1 anywhere */
+	bool thp;			/* THP was advised: measure it against base pages */
+	bool hugetlb;			/* HugeTLB: the mmap reserved the pages already */
+	struct mc_placement *placement; /* HugeTLB fallocate follows the thread policy */
+	/* Called before each chunk is charged with the bytes committed so far
+	 * (mc_check_commit_room, or a test's); non-zero stops the commit with
+	 * that error.  NULL: no check. */
+	int (*check_room)(const struct mc_room_need *need, uint64_t committed);
+	const struct mc_room_need *room_need;
+};
+
+struct mc_commit_result {
+	uint64_t ns;
+	unsigned int threads;
+	bool thp_fallback; /* THP committed slower than base pages: dropped */
+	char method[32];
+};
+
+/* Commit every page of the request before returning, so that lack of memory
+ * is an error now (fallocate: a clean ENOSPC/ENOMEM) and never a SIGBUS later;
+ * page tables are populated in parallel.  0 or a negative errno with a message. */
+int mc_commit_pages(const struct mc_commit_request *req, struct mc_commit_result *result);
+/* Map every page table entry of a mapping of existing pages (peers). */
+int mc_populate_mapping(void *addr, uint64_t len, uint64_t page_size, unsigned int threads);
+
+#endif
