@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "accel.h"
+#include "base/environment.h"
 
 bool mc_runtime_resolve(void *lib, const char *what, const struct mc_runtime_symbol *symbols, size_t count,
 			char *failure, size_t size)
@@ -31,8 +32,9 @@ bool mc_runtime_resolve(void *lib, const char *what, const struct mc_runtime_sym
 void *mc_runtime_open(const char *env, const char *soname, const char *what,
 		      const struct mc_runtime_symbol *symbols, size_t count, char *failure, size_t size)
 {
-	const char *path = getenv(env);
-	void *lib = dlopen(path && *path ? path : soname, RTLD_NOW | RTLD_LOCAL);
+	/* Never obeyed in a privileged program: a user's .so would run there (mc_env). */
+	const char *path = mc_env(env);
+	void *lib = dlopen(path ? path : soname, RTLD_NOW | RTLD_LOCAL);
 
 	if (!lib) {
 		snprintf(failure, size, "%s", dlerror());

@@ -6,6 +6,7 @@
  */
 #include "config.h"
 
+#include "base/environment.h"
 #include "mooncake/segment.h"
 #include "private.h"
 #include "procfs.h"
@@ -20,7 +21,7 @@ static pthread_once_t host_root_once = PTHREAD_ONCE_INIT;
 
 static void host_root_from_environment(void)
 {
-	const char *root = secure_getenv("MOONCAKE_SEGMENT_HOST_ROOT");
+	const char *root = mc_env("MOONCAKE_SEGMENT_HOST_ROOT");
 
 	if (root && strcmp(root, "/") != 0)
 		snprintf(host_root, sizeof(host_root), "%s", root);

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/environment.h"
 #include "base/little-endian.h"
 #include "base/tracked-fd.h"
 #include "mooncake/segment.h"
@@ -34,22 +35,11 @@
 /* The peer's timeout in ms, or -1 (with @why) for a value that is not one. */
 static int timeout_ms(char *why, size_t why_size)
 {
-	const char *text = getenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS");
-	char *end;
-	long ms;
+	uint64_t ms;
 
-	if (!text || !*text)
-		return MC_FD_CLIENT_DEFAULT_TIMEOUT_MS;
-	errno = 0;
-	ms = strtol(text, &end, 10);
-	if (errno || *end || ms <= 0 || ms > INT_MAX) {
-		snprintf(
-			why, why_size,
-			"MOONCAKE_SEGMENT_PEER_TIMEOUT_MS='%s' is not a positive number of milliseconds; fix or "
-			"unset it (default %d)",
-			text, MC_FD_CLIENT_DEFAULT_TIMEOUT_MS);
+	if (mc_env_number("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", 1, MC_FD_CLIENT_MAX_TIMEOUT_MS,
+			  MC_FD_CLIENT_DEFAULT_TIMEOUT_MS, &ms, why, why_size) != 0)
 		return -1;
-	}
 	return (int)ms;
 }
 

@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/environment.h"
 #include "base/error.h"
 #include "base/little-endian.h"
 #include "base/tracked-fd.h"
@@ -321,34 +322,32 @@ static void *serve(void *arg)
 /* The owner's own uids, and those MOONCAKE_SEGMENT_PEER_UIDS adds ("any" or "1000,1001"). */
 static int read_allowed_uids(struct mc_fd_offer *o)
 {
-	const char *text = secure_getenv("MOONCAKE_SEGMENT_PEER_UIDS");
-	const char *p = text;
+	const char *text = mc_env("MOONCAKE_SEGMENT_PEER_UIDS");
 
 	o->allowed[o->n_allowed++] = getuid();
 	o->allowed[o->n_allowed++] = geteuid();
-	if (!text || !*text)
+	if (!text)
 		return 0;
 	if (strcmp(text, "any") == 0) {
 		o->any_uid = true;
 		return 0;
 	}
-	while (*p) {
-		char *end;
-		unsigned long uid;
+	for (const char *p = text;; p++) {
+		size_t len = strcspn(p, ",");
+		uint64_t uid;
 
-		errno = 0;
-		uid = strtoul(p, &end, 10);
-		if (errno || end == p || uid >= UINT_MAX || (*end && *end != ',') ||
-		    o->n_allowed == MAX_ALLOWED_UIDS)
+		if (!mc_parse_decimal(p, len, &uid) || uid >= UINT32_MAX || o->n_allowed == MAX_ALLOWED_UIDS)
 			return mc_error(
 				EINVAL,
 				"Shared segment: MOONCAKE_SEGMENT_PEER_UIDS='%s' is not 'any' or a list "
-				"of at most %d uids separated by commas (e.g. 1000,1001); fix or unset it",
+				"of at most %d uids (digits only) separated by commas, e.g. 1000,1001; fix or "
+				"unset it",
 				text, MAX_ALLOWED_UIDS - 2);
 		o->allowed[o->n_allowed++] = (uid_t)uid;
-		p = *end ? end + 1 : end;
+		p += len;
+		if (!*p)
+			return 0;
 	}
-	return 0;
 }
 
 static bool random_bytes(void *buf, size_t len)

@@ -37,6 +37,8 @@ enum mc_fd_reply_status {
 #define MC_FD_SERVER_REQUEST_DEADLINE_MS 2000
 /* How long a peer waits for the owner's reply (MOONCAKE_SEGMENT_PEER_TIMEOUT_MS overrides). */
 #define MC_FD_CLIENT_DEFAULT_TIMEOUT_MS 10000
+/* The longest wait MOONCAKE_SEGMENT_PEER_TIMEOUT_MS may ask for: one hour. */
+#define MC_FD_CLIENT_MAX_TIMEOUT_MS 3600000
 
 /* The socket's name as /proc/net/unix shows it, with the '@' that stands for the leading NUL. */
 static inline void mc_fd_socket_name(uint64_t id, char *name, size_t size)
@@ -78,7 +80,7 @@ struct mc_fd_client_result {
 	int listener_pid;   /* MC_FD_CLIENT_IMPOSTOR: who listens instead */
 	int timeout_ms;
 	char socket_name[48];
-	char why[192];
+	char why[320];
 };
 
 /* Ask the owner's socket for descriptor @h (h->socket_id != 0); call it

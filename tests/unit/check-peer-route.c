@@ -189,8 +189,11 @@ END_TEST
 /* A wrong MOONCAKE_SEGMENT_PEER_UIDS is the owner's create error, naming the value and the fix. */
 START_TEST(test_a_malformed_peer_uid_list_is_a_clear_error_at_create)
 {
-	static const char *const bad[] = { "12x", "1000,,1001", "-1", "anyone",
-					   "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15" };
+	/* One strict parser: no sign, no space on either side, no empty item, no uid -1. */
+	static const char *const bad[] = {
+		"12x",	 "1000,,1001", "-1", "anyone",	   " 1000",	 "+1000",
+		"1000 ", "1,",	       ",1", "4294967295", "1000, 1001", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15"
+	};
 	struct mooncake_segment_options o = test_options(2, 0, 0);
 	struct mooncake_segment *owner = NULL;
 	uint8_t blob[BLOB];
@@ -219,7 +222,9 @@ END_TEST
  * fix, also where another route would have reached the owner (this PID namespace). */
 START_TEST(test_a_malformed_peer_timeout_is_a_clear_error_at_complete)
 {
-	static const char *const bad[] = { "10s", "0", "-5", "99999999999" };
+	static const char *const bad[] = { "10s", "0", "-5", "99999999999", " 5", "+5", "5 ", "3600001" };
+	static const char *const problem[] = { "not a number", "too small",    "not a number", "too large",
+					       "not a number", "not a number", "not a number", "too large" };
 	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
 	struct mooncake_segment *owner, *peer;
 	uint8_t blobs[2 * BLOB];
@@ -233,6 +238,8 @@ START_TEST(test_a_malformed_peer_timeout_is_a_clear_error_at_complete)
 		ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EINVAL,
 				"MOONCAKE_SEGMENT_PEER_TIMEOUT_MS='");
 		ck_assert_msg(strstr(mooncake_segment_last_error(), bad[i]) &&
+				      strstr(mooncake_segment_last_error(), problem[i]) &&
+				      strstr(mooncake_segment_last_error(), "from 1 to 3600000") &&
 				      strstr(mooncake_segment_last_error(), "fix or unset it"),
 			      "%s", mooncake_segment_last_error());
 		ck_assert_int_eq(count_fds(), fds);

@@ -85,6 +85,7 @@ Suite *suite_complete(void);
 Suite *suite_host(void);
 Suite *suite_host_root(void);
 Suite *suite_room(void);
+Suite *suite_environment(void);
 Suite *suite_placement(void);
 Suite *suite_hardening(void);
 Suite *suite_fork(void);

@@ -10,6 +10,7 @@
 #include "accel/accel.h"
 #include "backends/backend.h"
 #include "base/base.h"
+#include "base/environment.h"
 #include "base/error.h"
 #include "base/tracked-fd.h"
 #include "host/cgroup.h"

@@ -23,6 +23,7 @@ int main(void)
 	srunner_add_suite(runner, suite_commit_lock());
 	srunner_add_suite(runner, suite_limits());
 	srunner_add_suite(runner, suite_room());
+	srunner_add_suite(runner, suite_environment());
 	srunner_run_all(runner, CK_ENV);
 	failed = srunner_ntests_failed(runner);
 	srunner_free(runner);
