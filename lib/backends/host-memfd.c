@@ -238,7 +238,9 @@ static int memfd_create_owner(struct mc_memory *mem)
 		       mem->label);
 	}
 
-	err = mc_peer_fd_offer(state->fd, &handle, &state->offer);
+	/* A group of one has no peer to serve: no thread, no socket. */
+	err = mem->opt->world_size > 1 ? mc_peer_fd_offer(state->fd, &handle, &state->offer)
+				       : mc_peer_fd_describe(state->fd, &handle);
 	if (err)
 		return err;
 	mem->handle_bytes = mc_peer_fd_encode(&handle, mem->handle, sizeof(mem->handle));

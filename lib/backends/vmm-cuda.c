@@ -348,7 +348,9 @@ static int export_and_offer(struct mc_memory *mem, bool fabric)
 			return cu_failure(r, "cuMemExportToShareableHandle(FABRIC)",
 					  "exporting the pinned memory");
 	}
-	err = mc_peer_fd_offer(state->exported_fd, &h, &state->offer);
+	/* A group of one has no peer to serve: no thread, no socket. */
+	err = mem->opt->world_size > 1 ? mc_peer_fd_offer(state->exported_fd, &h, &state->offer)
+				       : mc_peer_fd_describe(state->exported_fd, &h);
 	if (err)
 		return err;
 	used = mc_peer_fd_encode(&h, mem->handle, sizeof(mem->handle));

@@ -432,15 +432,28 @@ static void close_descriptors(struct mc_fd_offer *o)
 	mc_fd_close(&o->wake_tracking);
 }
 
-int mc_peer_fd_offer(int fd, struct mc_peer_fd *h, struct mc_fd_offer **offer)
+int mc_peer_fd_describe(int fd, struct mc_peer_fd *h)
 {
-	struct mc_fd_offer *o;
 	struct stat st;
-	char why[160];
-	int err;
 
 	if (fstat(fd, &st) != 0)
 		return mc_error_sys(EIO, errno, "Shared segment fstat of the descriptor to share failed");
+	memset(h, 0, sizeof(*h));
+	h->pid = (uint32_t)getpid();
+	h->fd = (uint32_t)fd;
+	h->dev = (uint64_t)st.st_dev;
+	h->ino = (uint64_t)st.st_ino;
+	return 0;
+}
+
+int mc_peer_fd_offer(int fd, struct mc_peer_fd *h, struct mc_fd_offer **offer)
+{
+	struct mc_fd_offer *o;
+	char why[160];
+	int err = mc_peer_fd_describe(fd, h);
+
+	if (err)
+		return err;
 	o = calloc(1, sizeof(*o));
 	if (!o)
 		return mc_error(ENOMEM, "Shared segment: out of memory");
@@ -456,12 +469,6 @@ int mc_peer_fd_offer(int fd, struct mc_peer_fd *h, struct mc_fd_offer **offer)
 		free(o);
 		return err;
 	}
-	memset(h, 0, sizeof(*h));
-	h->pid = (uint32_t)getpid();
-	h->fd = (uint32_t)fd;
-	h->dev = (uint64_t)st.st_dev;
-	h->ino = (uint64_t)st.st_ino;
-
 	pthread_once(&handlers_once, install_handlers);
 	pthread_mutex_lock(&offers_lock);
 	o->next = offers;

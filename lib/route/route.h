@@ -47,6 +47,10 @@ struct mc_fd_offer;
  * socket route's address and token) and starts serving it.  *@offer must be
  * NULL on entry; 0 or a negative errno with a message. */
 int mc_peer_fd_offer(int fd, struct mc_peer_fd *h, struct mc_fd_offer **offer);
+/* Owner of a group of one: fill @h as mc_peer_fd_offer() does, but serve
+ * nothing (socket_id 0): no peer will ever ask, so no thread or socket is
+ * started for it.  0 or a negative errno with a message. */
+int mc_peer_fd_describe(int fd, struct mc_peer_fd *h);
 /* Owner: stop serving and free (finish() and release(); NULL-safe,
  * idempotent; in a forked child it only frees what it must, joins no thread
  * it does not own, and closes nothing twice). */

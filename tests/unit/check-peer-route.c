@@ -186,6 +186,29 @@ START_TEST(test_thread_and_socket_are_gone_after_destroy)
 }
 END_TEST
 
+/* A group of one has no peer that could ask: no server thread, no socket. */
+START_TEST(test_a_group_of_one_starts_no_server)
+{
+	struct mooncake_segment_options o = test_options(1, 0, 0);
+	struct mooncake_segment *owner;
+	uint8_t blob[BLOB];
+	struct mc_peer_fd h;
+	int tasks = count_tasks(), fds = count_fds();
+
+	ck_assert_int_eq(mooncake_segment_create("alone", SIZE, &o, &owner, blob), 0);
+	ck_assert(owner_handle(blob, 0, &h));
+	ck_assert_uint_eq(h.socket_id, 0);
+	ck_assert_int_eq(count_tasks(), tasks);
+	ck_assert_int_eq(count_fds(), fds + 1); /* the memfd alone, until finish() */
+	ck_assert_int_eq(mooncake_segment_complete(owner, blob, sizeof(blob)), 0);
+	ck_assert_ptr_nonnull(mooncake_segment_base(owner));
+	ck_assert_int_eq(mooncake_segment_finish(owner), 0);
+	ck_assert_int_eq(count_fds(), fds);
+	mooncake_segment_destroy(owner);
+	ck_assert_int_eq(count_tasks(), tasks);
+}
+END_TEST
+
 /* A wrong MOONCAKE_SEGMENT_PEER_UIDS is the owner's create error, naming the value and the fix. */
 START_TEST(test_a_malformed_peer_uid_list_is_a_clear_error_at_create)
 {
@@ -491,7 +514,7 @@ END_TEST
  * a CPU, and serves the peer that waited once it has one again. */
 START_TEST(test_an_owner_out_of_descriptors_does_not_spin)
 {
-	struct mooncake_segment_options o = test_options(1, 0, 0);
+	struct mooncake_segment_options o = test_options(2, 0, 0);
 	struct mooncake_segment *owner;
 	uint8_t blob[BLOB], request[MC_FD_REQUEST_BYTES];
 	struct rlimit saved, low;
@@ -1131,6 +1154,7 @@ int main(void)
 		return 1;
 	tcase_add_test(any, test_thread_and_socket_are_gone_after_finish);
 	tcase_add_test(any, test_thread_and_socket_are_gone_after_destroy);
+	tcase_add_test(any, test_a_group_of_one_starts_no_server);
 	tcase_add_test(any, test_silent_peers_do_not_hold_up_the_others);
 	tcase_add_test(any, test_forked_child_of_the_owner_has_no_listener_and_no_thread);
 	tcase_add_test(any, test_a_malformed_peer_uid_list_is_a_clear_error_at_create);
