@@ -19,11 +19,15 @@
  * Processes of one cgroup in different network namespaces do not exclude each
  * other; doc/guarantees.md says so.
  *
- * A holder that is stopped (SIGSTOP, a debugger, a frozen container) would
- * make every other create in its cgroup wait for as long as it stays so: a
- * waiter that sees its holder stopped for a second goes on without the lock,
- * saying so; the per-chunk room re-check (limits.c) still keeps the two
- * commits from overrunning the limit together.
+ * Only a running member of the cgroup may make a create wait.  The name is
+ * predictable, so anyone on the host could bind it first: a waiter checks
+ * the holder (SO_PEERCRED, then its /proc/PID/cgroup) and goes on at once,
+ * saying so, when the holder is not in the same limited memory cgroup.  A
+ * holder that is stopped (SIGSTOP, a debugger, a frozen container) or that
+ * this process cannot see (another PID namespace: SO_PEERCRED says pid 0)
+ * is waited for one second, then passed, with a message naming what was
+ * seen.  Going on without the lock is safe: the per-chunk room re-check
+ * (limits.c) still keeps two commits from overrunning the limit together.
  */
 #include "config.h"
 
@@ -39,6 +43,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "cgroup.h"
 #include "base/tracked-fd.h"
 #include "mooncake/segment.h"
 #include "commit-lock.h"
@@ -47,10 +52,8 @@
 
 /* How often a waiter says whom it waits for. */
 #define WAIT_LOG_MS 10000
-/* How often a waiter looks whether its holder is stopped, and for how long
- * a stopped holder is waited for. */
-#define WAIT_CHECK_MS	 200
-#define STOPPED_GRACE_MS 1000
+/* How often a waiter looks at its holder. */
+#define WAIT_CHECK_MS 200
 
 static socklen_t lock_address(const char *cgroup_dir, struct sockaddr_un *addr)
 {
@@ -74,14 +77,74 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
-/* Whether process @pid (as this process's /proc numbers it; SO_PEERCRED
- * gives 0 for a holder in an unseen PID namespace) is stopped or
- * traced-stopped; false when unknown. */
-static bool process_stopped(pid_t pid)
-{
-	char state = mc_process_state(pid);
+enum holder_kind {
+	HOLDER_MEMBER,	 /* a running process of the cgroup: wait for it */
+	HOLDER_STOPPED,	 /* a member, stopped or traced-stopped: wait a grace period */
+	HOLDER_UNSEEN,	 /* pid 0 or no /proc entry: another PID namespace; a grace period */
+	HOLDER_OUTSIDER, /* not charged to our limited memory cgroup: no lock at all */
+};
 
-	return state == 'T' || state == 't';
+/* The outermost limited memory cgroup of the process whose cgroup file is
+ * @proc_cgroup, under this process's cgroup root; false when none applies. */
+static bool outermost_cgroup(const char *proc_cgroup, char *dir, size_t size)
+{
+	char cgroup_root[1024];
+	struct mc_memory_room room;
+
+	mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup");
+	if (!mc_cgroup_memory_room(proc_cgroup, cgroup_root, &room))
+		return false;
+	snprintf(dir, size, "%s", room.outermost);
+	return true;
+}
+
+/* Is process @pid (SO_PEERCRED's number) charged to the same limited memory
+ * cgroup as this one?  Both read from their own /proc files the same way;
+ * where this process's cannot be read there is nothing to compare with, and
+ * the holder counts as a member (as before this check). */
+static bool in_our_cgroup(pid_t pid)
+{
+	char proc_cgroup[64], ours[1280], theirs[1280];
+
+	if (!outermost_cgroup("/proc/self/cgroup", ours, sizeof(ours)))
+		return true;
+	snprintf(proc_cgroup, sizeof(proc_cgroup), "/proc/%d/cgroup", (int)pid);
+	return outermost_cgroup(proc_cgroup, theirs, sizeof(theirs)) && strcmp(ours, theirs) == 0;
+}
+
+static enum holder_kind classify_holder(pid_t pid)
+{
+	char state = pid > 0 ? mc_process_state(pid) : '\0';
+
+	if (!state)
+		return HOLDER_UNSEEN;
+	if (!in_our_cgroup(pid))
+		return HOLDER_OUTSIDER;
+	return state == 'T' || state == 't' ? HOLDER_STOPPED : HOLDER_MEMBER;
+}
+
+/* Why a waiter goes on without the lock, for the log. */
+static void log_passed_holder(enum holder_kind kind, const struct ucred *peer, const char *cgroup_dir)
+{
+	if (kind == HOLDER_OUTSIDER)
+		mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
+		       "Shared segment create ignores the commit lock of its memory cgroup (%s): pid %d (uid "
+		       "%d), which holds its name, is not in that cgroup; the room is still checked before "
+		       "each chunk",
+		       cgroup_dir, (int)peer->pid, (int)peer->uid);
+	else if (kind == HOLDER_UNSEEN)
+		mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
+		       "Shared segment create goes on without the commit lock of its memory cgroup (%s): its "
+		       "holder (pid %d as SO_PEERCRED gives it, uid %d) is in a PID namespace this process "
+		       "cannot see, and it held the lock for %d ms; the room is still checked before each "
+		       "chunk",
+		       cgroup_dir, (int)peer->pid, (int)peer->uid, MC_COMMIT_LOCK_GRACE_MS);
+	else
+		mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
+		       "Shared segment create goes on without the commit lock of its memory cgroup (%s): "
+		       "pid %d, which holds it, is stopped (resume it with kill -CONT %d); the room is "
+		       "still checked before each chunk",
+		       cgroup_dir, (int)peer->pid, (int)peer->pid);
 }
 
 /* Wait until the holder of @addr lets go (or a short while when it cannot be
@@ -94,7 +157,7 @@ static bool wait_for_holder(const struct sockaddr_un *addr, socklen_t len, const
 	struct pollfd p = { fd, POLLIN, 0 };
 	struct ucred peer = { 0 };
 	socklen_t peer_len = sizeof(peer);
-	uint64_t last_log = mc_now_ns(), stopped_since = 0, now;
+	uint64_t last_log = mc_now_ns(), doubtful_since = 0, now;
 
 	/* Refused or full backlog: the holder is binding or releasing right now. */
 	if (fd < 0 || connect(fd, (const struct sockaddr *)addr, len) != 0) {
@@ -103,20 +166,20 @@ static bool wait_for_holder(const struct sockaddr_un *addr, socklen_t len, const
 		sleep_ms(2);
 		return true;
 	}
-	getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0)
+		peer.pid = 0;
 	/* The holder never accepts nor writes: the connection ends when it closes. */
 	while (poll(&p, 1, WAIT_CHECK_MS) == 0) {
+		enum holder_kind kind = classify_holder(peer.pid);
+
 		now = mc_now_ns();
-		if (!process_stopped(peer.pid))
-			stopped_since = 0;
-		else if (!stopped_since)
-			stopped_since = now;
-		else if (now - stopped_since >= STOPPED_GRACE_MS * UINT64_C(1000000)) {
-			mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
-			       "Shared segment create goes on without the commit lock of its memory cgroup (%s): "
-			       "pid %d, which holds it, is stopped (resume it with kill -CONT %d); the room is "
-			       "still checked before each chunk",
-			       cgroup_dir, (int)peer.pid, (int)peer.pid);
+		if (kind == HOLDER_MEMBER)
+			doubtful_since = 0;
+		else if (!doubtful_since)
+			doubtful_since = now;
+		if (kind == HOLDER_OUTSIDER ||
+		    (doubtful_since && now - doubtful_since >= MC_COMMIT_LOCK_GRACE_MS * UINT64_C(1000000))) {
+			log_passed_holder(kind, &peer, cgroup_dir);
 			close(fd);
 			return false;
 		}

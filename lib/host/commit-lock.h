@@ -25,8 +25,15 @@ struct mc_commit_lock {
 		}                  \
 	}
 
-/* Block until this process holds the commit lock of @cgroup_dir; false when
- * no lock can be had or its holder is stopped (the caller goes on without). */
+/* How long a waiter waits for a holder that is stopped or that it cannot
+ * see (another PID namespace) before it goes on without the lock. */
+#define MC_COMMIT_LOCK_GRACE_MS 1000
+
+/* Block until this process holds the commit lock of @cgroup_dir (the
+ * outermost limited memory cgroup directory, as struct mc_memory_room names
+ * it) while a running member of that cgroup holds it; false when no lock
+ * can be had, its holder is not a member (at once), or is stopped or unseen
+ * past MC_COMMIT_LOCK_GRACE_MS: the caller goes on without. */
 bool mc_commit_lock_acquire(const char *cgroup_dir, struct mc_commit_lock *lock);
 /* Let go of @lock (NONE is fine). */
 void mc_commit_lock_release(struct mc_commit_lock *lock);

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
@@ -165,6 +167,78 @@ START_TEST(test_segment_larger_than_the_cgroup_room_is_refused_with_numbers)
 	}
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	remove_cgroup(dir);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "owner status 0x%x", status);
+}
+END_TEST
+
+#define SQUATTER 54321 /* a uid and gid no account has, as another user on the host */
+
+static char squatter_warning[1024];
+
+static void keep_warning(int priority, const char *message, void *userdata)
+{
+	(void)userdata;
+	if (priority == MOONCAKE_SEGMENT_LOG_WARNING)
+		snprintf(squatter_warning, sizeof(squatter_warning), "%s", message);
+}
+
+/* Another user in another cgroup binds the commit lock's name of the owner's
+ * cgroup first and listens: the owner's create must not wait for it. */
+START_TEST(test_a_lock_squatter_outside_the_cgroup_delays_no_create)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	char owners[768], squatters[768];
+	int ready[2], status;
+	pid_t squatter, owner;
+	char byte;
+
+	ck_assert(make_cgroup(owners, sizeof(owners), "locked", 256 * MiB));
+	ck_assert(make_cgroup(squatters, sizeof(squatters), "squatter", 256 * MiB));
+	ck_assert_int_eq(pipe(ready), 0);
+	squatter = fork();
+	ck_assert_int_ge(squatter, 0);
+	if (squatter == 0) {
+		struct mc_commit_lock lock = MC_COMMIT_LOCK_NONE;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		join_cgroup(squatters);
+		if (setresgid(SQUATTER, SQUATTER, SQUATTER) != 0 ||
+		    setresuid(SQUATTER, SQUATTER, SQUATTER) != 0)
+			_exit(2);
+		/* Binds the name the owner's cgroup is keyed by, as anyone could. */
+		if (!mc_commit_lock_acquire(owners, &lock) || write(ready[1], "r", 1) != 1)
+			_exit(3);
+		pause();
+		_exit(0);
+	}
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	owner = fork();
+	ck_assert_int_ge(owner, 0);
+	if (owner == 0) {
+		uint64_t t0;
+
+		join_cgroup(owners);
+		mooncake_segment_set_log_fn(keep_warning, MOONCAKE_SEGMENT_LOG_WARNING, NULL);
+		t0 = mc_now_ns();
+		/* Without the check this waits for ever: the case's timeout fails it. */
+		ck_assert_int_eq(mooncake_segment_create("squatted", 16 * MiB, &opt, &seg, blob), 0);
+		ck_assert_msg(mc_now_ns() - t0 < UINT64_C(500000000), "waited %llu ms",
+			      (unsigned long long)((mc_now_ns() - t0) / 1000000));
+		ck_assert_msg(strstr(squatter_warning, "is not in that cgroup") &&
+				      strstr(squatter_warning, "uid 54321"),
+			      "logged: '%s'", squatter_warning);
+		mooncake_segment_destroy(seg);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(owner, &status, 0), owner);
+	kill(squatter, SIGKILL);
+	waitpid(squatter, NULL, 0);
+	close(ready[0]);
+	close(ready[1]);
+	remove_cgroup(owners);
+	remove_cgroup(squatters);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "owner status 0x%x", status);
 }
 END_TEST
@@ -355,7 +429,7 @@ int main(void)
 {
 	Suite *s = suite_create("cgroup");
 	TCase *tc = tcase_create("limit");
-	static const char *const tags[] = { "capped", "race", "cache" };
+	static const char *const tags[] = { "capped", "race", "cache", "locked", "squatter" };
 	char probe[768];
 	int ret;
 
@@ -371,6 +445,12 @@ int main(void)
 	tcase_add_test(tc, test_segment_larger_than_the_cgroup_room_is_refused_with_numbers);
 	tcase_add_test(tc, test_concurrent_creates_never_overcommit_the_cgroup);
 	tcase_add_test(tc, test_clean_page_cache_leaves_room_for_a_segment);
+	/* Two sibling cgroups have different outermost limits only under an unlimited parent. */
+	if (!mc_self_cgroup_room(&(struct mc_memory_room){ 0 }))
+		tcase_add_test(tc, test_a_lock_squatter_outside_the_cgroup_delays_no_create);
+	else
+		printf("# skipping the lock squatter test: this process's own cgroup is limited, so the two "
+		       "test cgroups would share one lock\n");
 	suite_add_tcase(s, tc);
 	ret = run_suite(s);
 	/* The forked tests have exited, and with them every owner they started. */
