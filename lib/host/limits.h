@@ -20,6 +20,15 @@ struct mc_room_need {
 	uint64_t bytes;	   /* its allocation size */
 };
 
+/* What the kernel charges to the memory cgroup (and takes from the host)
+ * beside the pages of a commit of @bytes: the owner's page tables, the
+ * memfd's page cache index, the commit threads' stacks.  A commit needs
+ * @bytes + mc_commit_overhead(@bytes) of room. */
+uint64_t mc_commit_overhead(uint64_t bytes);
+/* The most bytes, in whole @page_size pages, that a commit can take with its
+ * overhead in @room bytes (what mooncake_segment_room() reports). */
+uint64_t mc_commit_fit(uint64_t room, uint64_t page_size);
+
 /* VmSize of this process in bytes (what RLIMIT_AS counts), 0 when unknown. */
 uint64_t mc_address_space_in_use(void);
 /* MemAvailable + SwapFree in bytes (each also returned), UINT64_MAX when MemAvailable is unknown. */

@@ -75,7 +75,8 @@ MC_EXPORT int mooncake_segment_room(const struct mooncake_segment_options *opt, 
 		if (err)
 			return err;
 	} else {
-		room = memory_room();
+		/* Room for the pages and for what the kernel charges beside them. */
+		room = mc_commit_fit(memory_room(), page_size);
 	}
 	/* The file size limit binds only the memfd create sizes (mmap=true). */
 	if (opt->mmap && getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY)

@@ -171,6 +171,74 @@ START_TEST(test_segment_larger_than_the_cgroup_room_is_refused_with_numbers)
 }
 END_TEST
 
+/* In a fresh cgroup limited to @limit: create(room() - @margin), or with
+ * @margin UINT64_MAX, create(room() + one page).  The child's exit status:
+ * 0 created, 1 refused with ENOMEM before any page was committed, 2 anything
+ * else; an OOM kill shows as a signal (and in the cgroup's count). */
+static int create_at_the_room_edge(uint64_t limit, uint64_t margin, long *kills)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	char dir[768];
+	int status;
+	pid_t pid;
+
+	ck_assert(make_cgroup(dir, sizeof(dir), "edge", limit));
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct mooncake_segment *seg = NULL;
+		uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+		uint64_t room, size;
+		int rc;
+
+		join_cgroup(dir);
+		if (mooncake_segment_room(&opt, &room) != 0)
+			_exit(2);
+		size = margin == UINT64_MAX ? room + (uint64_t)sysconf(_SC_PAGESIZE) : room - margin;
+		rc = mooncake_segment_create("edge", size, &opt, &seg, blob);
+		if (rc == 0) {
+			mooncake_segment_destroy(seg);
+			_exit(0);
+		}
+		/* Refused by the check before the commit, not half way through it. */
+		_exit(rc == -ENOMEM && strstr(mooncake_segment_last_error(), "has room for") ? 1 : 2);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	*kills = oom_kills(dir);
+	remove_cgroup(dir);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* room() is the truth at the edge: create(room() - margin) succeeds for every
+ * margin from 0 to 8 MiB, create(room() + one page) is refused before any
+ * page is committed, and nothing meets the OOM killer, at 64 MiB, 512 MiB and
+ * 4 GiB limits. */
+START_TEST(test_the_room_edge_never_meets_the_oom_killer)
+{
+	static const uint64_t limits[] = { 64 * MiB, 512 * MiB, 4096 * MiB };
+	long kills;
+
+	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+		for (uint64_t margin = 0; margin <= 8 * MiB; margin += MiB) {
+			int rc = create_at_the_room_edge(limits[i], margin, &kills);
+
+			printf("# limit %llu MiB, margin %llu MiB: %s, %ld OOM kills\n",
+			       (unsigned long long)(limits[i] / MiB), (unsigned long long)(margin / MiB),
+			       rc == 0	 ? "created"
+			       : rc == 1 ? "refused"
+					 : "FAILED",
+			       kills);
+			ck_assert_msg(rc == 0 && kills == 0,
+				      "limit %llu, room - %llu: status %d, %ld OOM kills",
+				      (unsigned long long)limits[i], (unsigned long long)margin, rc, kills);
+		}
+		ck_assert_msg(create_at_the_room_edge(limits[i], UINT64_MAX, &kills) == 1 && kills == 0,
+			      "limit %llu: room + one page was not refused up front",
+			      (unsigned long long)limits[i]);
+	}
+}
+END_TEST
+
 #define SQUATTER 54321 /* a uid and gid no account has, as another user on the host */
 
 static char squatter_warning[1024];
@@ -429,7 +497,7 @@ int main(void)
 {
 	Suite *s = suite_create("cgroup");
 	TCase *tc = tcase_create("limit");
-	static const char *const tags[] = { "capped", "race", "cache", "locked", "squatter" };
+	static const char *const tags[] = { "capped", "race", "cache", "locked", "squatter", "edge" };
 	char probe[768];
 	int ret;
 
@@ -441,10 +509,11 @@ int main(void)
 		skip_all("cannot create a limited child memory cgroup (read-only cgroupfs, no delegation, or "
 			 "no memory controller enabled in the parent's cgroup.subtree_control)");
 	remove_cgroup(probe);
-	tcase_set_timeout(tc, 120);
+	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_segment_larger_than_the_cgroup_room_is_refused_with_numbers);
 	tcase_add_test(tc, test_concurrent_creates_never_overcommit_the_cgroup);
 	tcase_add_test(tc, test_clean_page_cache_leaves_room_for_a_segment);
+	tcase_add_test(tc, test_the_room_edge_never_meets_the_oom_killer);
 	/* Two sibling cgroups have different outermost limits only under an unlimited parent. */
 	if (!mc_self_cgroup_room(&(struct mc_memory_room){ 0 }))
 		tcase_add_test(tc, test_a_lock_squatter_outside_the_cgroup_delays_no_create);
