@@ -103,7 +103,15 @@ static int record(int err, int sys_errno, const char *fmt, va_list ap)
 	int n = vsnprintf(last_error, sizeof(last_error), fmt, ap);
 
 	if (sys_errno && n >= 0 && (size_t)n < sizeof(last_error))
-		snprintf(last_error + n, sizeof(last_error) - (size_t)n, ": %s", strerror(sys_errno));
+		n += snprintf(last_error + n, sizeof(last_error) - (size_t)n, ": %s", strerror(sys_errno));
+	/* Out of descriptors: the cause has a fix the errno text does not name. */
+	if ((sys_errno == EMFILE || sys_errno == ENFILE) && n >= 0 && (size_t)n < sizeof(last_error))
+		snprintf(last_error + n, sizeof(last_error) - (size_t)n, "%s",
+			 sys_errno == EMFILE
+				 ? " (this process is out of file descriptors: raise its limit, "
+				   "ulimit -n / RLIMIT_NOFILE; systemd: LimitNOFILE=; Docker: --ulimit "
+				   "nofile=)"
+				 : " (the system is out of file descriptors: fs.file-max)");
 	log_message(MOONCAKE_SEGMENT_LOG_DEBUG, last_error);
 	errno = saved_errno;
 	return -err;

@@ -98,6 +98,46 @@ static int create_under_address_space_limit(void)
 	return 0;
 }
 
+/* Take every descriptor this process may still open (under a lowered limit). */
+static void exhaust_descriptors(void)
+{
+	struct rlimit r;
+
+	getrlimit(RLIMIT_NOFILE, &r);
+	r.rlim_cur = (rlim_t)count_fds() + 8;
+	setrlimit(RLIMIT_NOFILE, &r);
+	while (dup(0) >= 0)
+		;
+}
+
+/* Out of descriptors, the owner's create and a peer's complete name the limit and its fix. */
+static int group_out_of_descriptors(void)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner = NULL, *peer = NULL;
+	uint8_t blobs[2 * BLOB];
+	int ret;
+
+	if (mooncake_segment_create("nofile", UINT64_C(4) << 20, &o, &owner, blobs) != 0 ||
+	    mooncake_segment_create("nofile", UINT64_C(4) << 20, &p, &peer, blobs + BLOB) != 0)
+		return 10;
+	exhaust_descriptors();
+	ret = mooncake_segment_complete(peer, blobs, sizeof(blobs));
+	if (ret != -EMFILE || !strstr(mooncake_segment_last_error(), "ulimit -n")) {
+		fprintf(stderr, "complete: %d (%s)\n", ret, mooncake_segment_last_error());
+		return 11;
+	}
+	if (expect_create_error(UINT64_C(4) << 20, 1, 0, EMFILE, "ulimit -n") != 0)
+		return 12;
+	return 0;
+}
+
+START_TEST(test_out_of_descriptors_names_the_limit)
+{
+	ck_assert_int_eq(in_child(group_out_of_descriptors, "create and complete without descriptors"), 0);
+}
+END_TEST
+
 START_TEST(test_address_space_limit_is_named)
 {
 	ck_assert_int_eq(in_child(create_under_address_space_limit, "create under ulimit -v"), 0);
@@ -110,6 +150,7 @@ Suite *suite_limits(void)
 	TCase *tc = tcase_create("rlimits");
 
 	tcase_add_test(tc, test_file_size_limit_is_a_clean_error_not_sigxfsz);
+	tcase_add_test(tc, test_out_of_descriptors_names_the_limit);
 	/* ASan and valgrind reserve terabytes of address space of their own. */
 	if (under_memory_checker())
 		printf("# skipping test_address_space_limit_is_named: RLIMIT_AS cannot be set under ASan or "
