@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The segments on this host, found from /proc (segments.c): which processes
- * map or hold each memfd named "mooncake-segment:LABEL|owner=PID", and how
- * much of it is resident, on which NUMA node and in huge pages.
+ * The segments on this host, found from /proc (segments.c, one process at a
+ * time by segments-process.c): which processes map or hold each memfd named
+ * "mooncake-segment:LABEL|owner=PID", and how much of it is resident, on
+ * which NUMA node and in huge pages; and the renderers of a scan.
  */
 #ifndef MOONCAKE_SEGMENT_SEGMENTS_H
 #define MOONCAKE_SEGMENT_SEGMENTS_H
@@ -76,7 +77,10 @@ void segments_free(struct segment_scan *scan);
 /* "LABEL|owner=PID (deleted)" -> label and owner pid (-1 when the name carries none). */
 void segments_parse_name(const char *name, char *label, size_t size, long *owner);
 
-/* The scan in Prometheus text format (prometheus.c). */
+/* The scan as a table (list-table.c), as JSON (list-json.c) and in
+ * Prometheus text format (prometheus.c). */
+void list_write_table(FILE *out, const struct segment_scan *scan);
+void list_write_json(FILE *out, const struct segment_scan *scan);
 void prometheus_write(FILE *out, const struct segment_scan *scan);
 
 #endif

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The list as JSON for a program (the schema, and what may change in it, is
+ * doc/list-json.md): the scan's counts, then each segment with its facts and
+ * the processes that map it or hold its descriptor.  Bytes are exact
+ * integers, not the table's rounded sizes.
+ */
+#include "config.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "segments.h"
+
+static void write_json_nodes(FILE *out, const struct node_bytes *nb)
+{
+	bool first = true;
+
+	fputc('{', out);
+	for (unsigned int n = 0; n < nb->count; n++) {
+		if (!nb->bytes[n])
+			continue;
+		fprintf(out, "%s\"%u\": %llu", first ? "" : ", ", n, (unsigned long long)nb->bytes[n]);
+		first = false;
+	}
+	fputc('}', out);
+}
+
+void list_write_json(FILE *out, const struct segment_scan *scan)
+{
+	fprintf(out,
+		"{\"schema_version\": 1, \"root\": %s, \"processes_scanned\": %u, "
+		"\"processes_unreadable\": %u, \"scan_seconds\": %.6f, \"segments\": [",
+		geteuid() == 0 ? "true" : "false", scan->processes, scan->unreadable,
+		(double)scan->duration_ns / 1e9);
+	for (unsigned int i = 0; i < scan->nsegs; i++) {
+		const struct segment *s = &scan->segs[i];
+
+		fprintf(out, "%s\n  {\"id\": \"%u:%u:%llu\", \"label\": ", i ? "," : "", s->dev_major,
+			s->dev_minor, (unsigned long long)s->ino);
+		json_string(out, s->label);
+		fprintf(out,
+			", \"dev\": \"%u:%u\", \"inode\": %llu, \"size_bytes\": %llu, \"backend\": \"memfd\", "
+			"\"hugetlb\": %s, \"page_size_bytes\": %llu, ",
+			s->dev_major, s->dev_minor, (unsigned long long)s->ino, (unsigned long long)s->size,
+			s->hugetlb ? "true" : "false", (unsigned long long)s->page_size);
+		if (s->owner >= 0)
+			fprintf(out, "\"owner_pid\": %d, ", (int)s->procs[s->owner].pid);
+		else
+			fputs("\"owner_pid\": null, ", out);
+		if (s->named_owner >= 0)
+			fprintf(out, "\"owner_pid_in_namespace\": %ld, ", s->named_owner);
+		else
+			fputs("\"owner_pid_in_namespace\": null, ", out);
+		fprintf(out,
+			"\"mapped_processes\": %u, \"resident_bytes\": %llu, \"resident_bytes_by_node\": ",
+			s->mappers, (unsigned long long)s->resident_bytes);
+		write_json_nodes(out, &s->resident);
+		fprintf(out, ", \"huge_page_bytes\": %llu, \"private_copies_bytes\": %llu, \"processes\": [",
+			(unsigned long long)s->huge_page_bytes, (unsigned long long)s->private_copies_bytes);
+		for (unsigned int j = 0; j < s->nprocs; j++) {
+			const struct segment_process *p = &s->procs[j];
+
+			fprintf(out, "%s\n    {\"pid\": %d, \"command\": ", j ? "," : "", (int)p->pid);
+			json_string(out, p->command);
+			fputs(", \"cgroup\": ", out);
+			json_string(out, p->cgroup);
+			fprintf(out,
+				", \"owner\": %s, \"maps\": %s, \"holds_descriptor\": %s, \"mapped_bytes\": %llu, "
+				"\"resident_bytes\": %llu, \"resident_bytes_by_node\": ",
+				p->owner ? "true" : "false", p->maps ? "true" : "false",
+				p->holds_descriptor ? "true" : "false", (unsigned long long)p->mapped_bytes,
+				(unsigned long long)p->resident_bytes);
+			write_json_nodes(out, &p->nodes);
+			fputc('}', out);
+		}
+		fputs("]}", out);
+	}
+	fputs(scan->nsegs ? "\n]}\n" : "]}\n", out);
+}

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The list as a table for a person: one line per segment (size, backend,
+ * page size, owner, mappers, resident, huge, what private copies would
+ * take), then per segment its resident bytes per NUMA node and a line per
+ * process that maps it or holds its descriptor; last, how many processes
+ * /proc would not show and why.
+ */
+#include "config.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "segments.h"
+
+static const char *size_text(uint64_t bytes, char *buf)
+{
+	return format_size(bytes, buf, 32);
+}
+
+static void write_nodes(FILE *out, const struct node_bytes *nb)
+{
+	char b[32];
+	bool first = true;
+
+	for (unsigned int n = 0; n < nb->count; n++) {
+		if (!nb->bytes[n])
+			continue;
+		fprintf(out, "%snode%u %s", first ? "" : ", ", n, size_text(nb->bytes[n], b));
+		first = false;
+	}
+	if (first)
+		fputs("none", out);
+}
+
+static const char *role(const struct segment_process *p)
+{
+	if (p->owner)
+		return "owner";
+	return p->maps ? "peer" : "fd";
+}
+
+void list_write_table(FILE *out, const struct segment_scan *scan)
+{
+	char b1[32], b2[32], b3[32], b4[32], b5[32], id[64];
+
+	if (!scan->nsegs)
+		fprintf(out, "No segments on this host (%u processes scanned).\n", scan->processes);
+	else
+		fprintf(out, "%-20s %-16s %10s %-7s %9s %8s %7s %10s %10s %12s\n", "SEGMENT", "ID", "SIZE",
+			"BACKEND", "PAGE", "OWNER", "MAPPERS", "RESIDENT", "HUGE", "PRIVATE(xN)");
+	for (unsigned int i = 0; i < scan->nsegs; i++) {
+		const struct segment *s = &scan->segs[i];
+
+		snprintf(id, sizeof(id), "%u:%u:%llu", s->dev_major, s->dev_minor,
+			 (unsigned long long)s->ino);
+		fprintf(out, "%-20s %-16s %10s %-7s %9s ", s->label, id, size_text(s->size, b1),
+			s->hugetlb ? "hugetlb" : "memfd", size_text(s->page_size, b2));
+		if (s->owner >= 0)
+			fprintf(out, "%8d ", (int)s->procs[s->owner].pid);
+		else
+			fprintf(out, "%8s ", "-");
+		fprintf(out, "%7u %10s %10s %12s\n", s->mappers, size_text(s->resident_bytes, b3),
+			size_text(s->huge_page_bytes, b4), size_text(s->private_copies_bytes, b5));
+	}
+	for (unsigned int i = 0; i < scan->nsegs; i++) {
+		const struct segment *s = &scan->segs[i];
+
+		fprintf(out, "\n%s (%u:%u:%llu): resident ", s->label, s->dev_major, s->dev_minor,
+			(unsigned long long)s->ino);
+		write_nodes(out, &s->resident);
+		fprintf(out, "; one copy for %u mapping processes", s->mappers);
+		if (s->named_owner >= 0 && s->owner < 0)
+			fprintf(out, "; owner pid %ld (its namespace) maps it no more", s->named_owner);
+		fprintf(out, "\n  %8s %-16s %-5s %10s %-20s %s\n", "PID", "COMMAND", "ROLE", "RESIDENT",
+			"NODES", "CGROUP");
+		for (unsigned int j = 0; j < s->nprocs; j++) {
+			const struct segment_process *p = &s->procs[j];
+			char nodes[128] = "";
+			size_t len = 0;
+
+			for (unsigned int n = 0; n < p->nodes.count && len < sizeof(nodes) - 24; n++)
+				if (p->nodes.bytes[n])
+					len += (size_t)snprintf(nodes + len, sizeof(nodes) - len, "%s%u:%s",
+								len ? "," : "", n,
+								size_text(p->nodes.bytes[n], b1));
+			fprintf(out, "  %8d %-16s %-5s %10s %-20s %s\n", (int)p->pid, p->command, role(p),
+				size_text(p->resident_bytes, b2), len ? nodes : "-",
+				p->cgroup[0] ? p->cgroup : "-");
+		}
+	}
+	if (scan->unreadable && geteuid() != 0)
+		fprintf(out,
+			"\n%u of %u processes could not be read (another user's maps or descriptors): "
+			"run as root to see every process.\n",
+			scan->unreadable, scan->processes);
+	else if (scan->unreadable)
+		fprintf(out,
+			"\n%u of %u processes could not be read even as root (another user namespace, or an "
+			"LSM such as Yama or AppArmor refuses their maps or descriptors).\n",
+			scan->unreadable, scan->processes);
+}
