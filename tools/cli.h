@@ -32,6 +32,13 @@ const char *format_size(uint64_t bytes, char *buf, size_t size);
  * JSON or the Prometheus text invalid. */
 void write_quoted_utf8(FILE *out, const char *text, bool json);
 void json_string(FILE *out, const char *s);
+/* @text for a terminal: every control character and byte that is not UTF-8
+ * written as \xNN, so that a label or a command name cannot move the
+ * cursor, clear the screen or draw fake rows.  Returns @buf. */
+const char *printable(const char *text, char *buf, size_t size);
+/* Flush @out and check it: 0, or 1 after naming @what and the error on
+ * stderr (a full disk, a closed pipe). */
+int finish_output(FILE *out, const char *what);
 
 /* The program's diagnostic prefix. */
 #define PROGRAM "mooncake-segment"

@@ -64,7 +64,7 @@ void check_cuda(void)
 
 void check_ascend(void)
 {
-	const char *home = getenv("ASCEND_HOME_PATH");
+	const char *home = secure_getenv("ASCEND_HOME_PATH");
 	struct mc_runtime_report acl;
 	bool built = find_runtime("ascend", &acl);
 

@@ -27,7 +27,7 @@
  */
 void check_python(void)
 {
-	const char *python = getenv("MOONCAKE_SEGMENT_PYTHON");
+	const char *python = secure_getenv("MOONCAKE_SEGMENT_PYTHON");
 	char out[1024] = "", *seen, *fix, *last;
 	size_t used = 0;
 	int fds[2], status = 0;

@@ -4,7 +4,9 @@
  * page size, owner, mappers, resident, huge, what private copies would
  * take), then per segment its resident bytes per NUMA node and a line per
  * process that maps it or holds its descriptor; last, how many processes
- * /proc would not show and why.
+ * /proc would not show and why.  Labels, command names and cgroups are
+ * printed with their control characters shown as \xNN (printable()): they
+ * come from other processes, and a terminal would obey them.
  */
 #include "config.h"
 
@@ -45,7 +47,7 @@ static const char *role(const struct segment_process *p)
 
 void list_write_table(FILE *out, const struct segment_scan *scan)
 {
-	char b1[32], b2[32], b3[32], b4[32], b5[32], id[64];
+	char b1[32], b2[32], b3[32], b4[32], b5[32], id[64], label[256], command[256], cgroup[1024];
 
 	if (!scan->nsegs)
 		fprintf(out, "No segments on this host (%u processes scanned).\n", scan->processes);
@@ -57,8 +59,9 @@ void list_write_table(FILE *out, const struct segment_scan *scan)
 
 		snprintf(id, sizeof(id), "%u:%u:%llu", s->dev_major, s->dev_minor,
 			 (unsigned long long)s->ino);
-		fprintf(out, "%-20s %-16s %10s %-7s %9s ", s->label, id, size_text(s->size, b1),
-			s->hugetlb ? "hugetlb" : "memfd", size_text(s->page_size, b2));
+		fprintf(out, "%-20s %-16s %10s %-7s %9s ", printable(s->label, label, sizeof(label)), id,
+			size_text(s->size, b1), s->hugetlb ? "hugetlb" : "memfd",
+			size_text(s->page_size, b2));
 		if (s->owner >= 0)
 			fprintf(out, "%8d ", (int)s->procs[s->owner].pid);
 		else
@@ -69,8 +72,8 @@ void list_write_table(FILE *out, const struct segment_scan *scan)
 	for (unsigned int i = 0; i < scan->nsegs; i++) {
 		const struct segment *s = &scan->segs[i];
 
-		fprintf(out, "\n%s (%u:%u:%llu): resident ", s->label, s->dev_major, s->dev_minor,
-			(unsigned long long)s->ino);
+		fprintf(out, "\n%s (%u:%u:%llu): resident ", printable(s->label, label, sizeof(label)),
+			s->dev_major, s->dev_minor, (unsigned long long)s->ino);
 		write_nodes(out, &s->resident);
 		fprintf(out, "; one copy for %u mapping processes", s->mappers);
 		if (s->named_owner >= 0 && s->owner < 0)
@@ -87,9 +90,10 @@ void list_write_table(FILE *out, const struct segment_scan *scan)
 					len += (size_t)snprintf(nodes + len, sizeof(nodes) - len, "%s%u:%s",
 								len ? "," : "", n,
 								size_text(p->nodes.bytes[n], b1));
-			fprintf(out, "  %8d %-16s %-5s %10s %-20s %s\n", (int)p->pid, p->command, role(p),
+			fprintf(out, "  %8d %-16s %-5s %10s %-20s %s\n", (int)p->pid,
+				printable(p->command, command, sizeof(command)), role(p),
 				size_text(p->resident_bytes, b2), len ? nodes : "-",
-				p->cgroup[0] ? p->cgroup : "-");
+				p->cgroup[0] ? printable(p->cgroup, cgroup, sizeof(cgroup)) : "-");
 		}
 	}
 	if (scan->unreadable && geteuid() != 0)

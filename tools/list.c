@@ -130,7 +130,7 @@ static int list_once(const struct list_config *cfg)
 			       (unsigned long long)cfg->watch, when);
 		}
 		write_report(stdout, cfg, &scan);
-		fflush(stdout);
+		ret = finish_output(stdout, "the list to standard output");
 	}
 	segments_free(&scan);
 	return ret;
@@ -190,7 +190,8 @@ int cmd_list(int argc, char **argv)
 	}
 	for (;;) {
 		ret = list_once(&cfg);
-		if (!cfg.watch)
+		/* Output that cannot be written ends --watch too: nobody reads it. */
+		if (!cfg.watch || ferror(stdout))
 			return ret;
 		sleep((unsigned int)cfg.watch);
 	}

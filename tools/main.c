@@ -54,11 +54,16 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
 		printf("%s %s\n", PROGRAM, mooncake_segment_version());
-		return 0;
+		return finish_output(stdout, "the version");
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		if (!strcmp(argv[1], commands[i].name))
-			return commands[i].run(argc - 1, argv + 1);
+		if (!strcmp(argv[1], commands[i].name)) {
+			int ret = commands[i].run(argc - 1, argv + 1);
+
+			/* Every command's output is checked once it is all written (list
+			 * checks its own, and stops there on a failure). */
+			return ret ? ret : finish_output(stdout, "the output");
+		}
 	fprintf(stderr, "%s: unknown command '%s'\n\n", PROGRAM, argv[1]);
 	usage(stderr);
 	return 2;

@@ -96,6 +96,12 @@ static size_t utf8_sequence(const unsigned char *s)
 	return n;
 }
 
+/* A control character: C0 (below 0x20), DEL, or C1 (U+0080..U+009F, UTF-8 C2 80..9F). */
+static bool control_character(const unsigned char *s, size_t n)
+{
+	return (n == 1 && (*s < 0x20 || *s == 0x7f)) || (n == 2 && s[0] == 0xc2 && s[1] <= 0x9f);
+}
+
 void write_quoted_utf8(FILE *out, const char *text, bool json)
 {
 	const unsigned char *s = (const unsigned char *)text;
@@ -115,11 +121,46 @@ void write_quoted_utf8(FILE *out, const char *text, bool json)
 			fputs("\\n", out);
 		else if (json && *s < 0x20)
 			fprintf(out, "\\u%04x", *s);
+		else if (!json && control_character(s, n))
+			fputs("\xef\xbf\xbd", out); /* the text format escapes only \\, " and \n */
 		else
 			fwrite(s, 1, n, out);
 		s += n;
 	}
 	fputc('"', out);
+}
+
+const char *printable(const char *text, char *buf, size_t size)
+{
+	const unsigned char *s = (const unsigned char *)text;
+	size_t used = 0;
+
+	while (*s && used + 5 < size) {
+		size_t n = utf8_sequence(s);
+
+		if (!n || control_character(s, n)) {
+			/* Shown, never obeyed: \x1b, not an escape sequence. */
+			used += (size_t)snprintf(buf + used, size - used, "\\x%02x", *s);
+			s++;
+			continue;
+		}
+		if (used + n >= size)
+			break;
+		memcpy(buf + used, s, n);
+		used += n;
+		s += n;
+	}
+	buf[used] = '\0';
+	return buf;
+}
+
+int finish_output(FILE *out, const char *what)
+{
+	/* A full disk or a closed pipe shows only at the flush: never exit 0 then. */
+	if (fflush(out) == 0 && !ferror(out))
+		return 0;
+	fprintf(stderr, "%s: writing %s failed: %s\n", PROGRAM, what, strerror(errno ? errno : EIO));
+	return 1;
 }
 
 void json_string(FILE *out, const char *s)

@@ -311,6 +311,41 @@ def test_labels_and_names_that_are_not_utf8_still_give_valid_json_and_prometheus
     assert seg["processes"][0]["command"] == "engine-\ufffd\ufffd"
 
 
+def test_control_characters_are_shown_never_obeyed(tmp_path):
+    """A label or command name with ESC sequences, CR, BEL or a C1 control cannot clear the
+    operator's terminal, draw fake rows or break the Prometheus text."""
+    fake_process(tmp_path, 600, "600", [], [])
+    label = b"kv\x1b[2J\rFAKE ROW\x07\xc2\x9b"
+    maps = b"7f0000000000-7f0000400000 rw-s 00000000 00:01 6161 /memfd:mooncake-segment:" + label
+    (tmp_path / "600" / "maps").write_bytes(maps + b"|owner=600 (deleted)\n")
+    (tmp_path / "600" / "status").write_bytes(b"Name:\tev\x1b]0;pwn\x07il\rx\nUmask:\t0022\nNSpid:\t600\n")
+    (tmp_path / "600" / "cgroup").write_bytes(b"0::/a\x1b[31mred.scope\n")
+    controls = set(range(0x20)) | {0x7F}
+    table = run_list_bytes("--proc", str(tmp_path))
+    assert not (set(table) & (controls - {0x0A})), table
+    assert not set(table.decode("utf-8")) & {chr(c) for c in range(0x80, 0xA0)}, table
+    text = table.decode("utf-8")
+    assert "kv\\x1b[2J\\x0dFAKE ROW\\x07\\xc2\\x9b" in text, text
+    assert "ev\\x1b]0;pwn\\x07il\\x0dx" in text and "/a\\x1b[31mred.scope" in text, text
+    prom = run_list_bytes("--prometheus", "--proc", str(tmp_path)).decode("utf-8")
+    assert not (set(prom) & ({chr(c) for c in controls - {0x0A}} | {chr(c) for c in range(0x80, 0xA0)})), prom
+    assert 'segment="kv\ufffd[2J\ufffdFAKE ROW\ufffd\ufffd"' in prom, prom
+    doc = json.loads(run_list_bytes("--json", "--proc", str(tmp_path)))
+    assert only_segment(doc, "kv\x1b[2J\rFAKE ROW\x07\u009b")["processes"][0]["command"] == "ev\x1b]0;pwn\x07il\rx"
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"], ["--prometheus"]])
+def test_output_that_cannot_be_written_is_an_error(tmp_path, fmt):
+    """Into a full disk (/dev/full): an error naming the cause, never exit 0 with half a file."""
+    fake_process(tmp_path, 700, "700", [], [])
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(
+            [TOOL, "list", *fmt, "--proc", str(tmp_path)], stdout=full, stderr=subprocess.PIPE, timeout=60
+        )
+    assert proc.returncode == 1
+    assert b"writing the list to standard output failed: No space left on device" in proc.stderr, proc.stderr
+
+
 def run_list_bytes(*args):
     proc = subprocess.run([TOOL, "list", *args], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
