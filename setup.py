@@ -69,22 +69,23 @@ class BuildExtAgainstInstalledLibrary(build_ext):
 
 
 class BuildPyWithBundledCopy(build_py):
-    """mooncake_segment/ carries a copy of mooncake/shared_segment.py: pip puts
-    Mooncake's wheel and ours in one site-packages/mooncake/, where the last one
-    installed overwrites that file, and `import mooncake_segment` must still
-    find ours.  A copy made here, so the source tree keeps one file."""
+    """mooncake_segment/ carries a copy of mooncake/shared_segment.py and of its
+    private parts (_shared_segment_*.py): pip puts Mooncake's wheel and ours in
+    one site-packages/mooncake/, where the last one installed overwrites that
+    file, and `import mooncake_segment` must still find ours.  Copies made
+    here, so the source tree keeps one file of each."""
 
     def run(self):
         super().run()
-        self.copy_file(
-            str(HERE / "bindings/python/mooncake/shared_segment.py"),
-            str(Path(self.build_lib) / "mooncake_segment" / "shared_segment.py"),
-        )
+        package = HERE / "bindings/python/mooncake"
+        for source in [package / "shared_segment.py", *sorted(package.glob("_shared_segment_*.py"))]:
+            self.copy_file(str(source), str(Path(self.build_lib) / "mooncake_segment" / source.name))
 
 
 VERSION = project_version()
 NATIVE_SOURCES = [
-    f"bindings/python/mooncake/{name}.c" for name in ("_segment", "_segment_errors", "_segment_object", "_segment_buffer")
+    f"bindings/python/mooncake/{name}.c"
+    for name in ("_segment", "_segment_errors", "_segment_object", "_segment_buffer")
 ]
 NATIVE_HEADERS = ["bindings/python/mooncake/_segment.h"]
 setup(
