@@ -2,7 +2,7 @@
 """PEP 517 build of the Python package against the INSTALLED C library.
 
 `pip install .` (from this tree or the release tarball) compiles
-bindings/python/mooncake/_segment.c and links it to the system's
+bindings/python/mooncake/_segment*.c and links it to the system's
 libmooncake-segment, found with pkg-config; it never builds a copy of lib/.
 The version is configure.ac's AC_INIT, the one project version.  The automake
 build (`make`, the deb and rpm) does not use this file.
@@ -69,21 +69,25 @@ class BuildExtAgainstInstalledLibrary(build_ext):
 
 
 class BuildPyWithBundledCopy(build_py):
-    """mooncake_segment/ carries a copy of mooncake/shared_segment.py: pip puts
-    Mooncake's wheel and ours in one site-packages/mooncake/, where the last one
-    installed overwrites that file, and `import mooncake_segment` must still
-    find ours.  A copy made here, so the source tree keeps one file."""
+    """mooncake_segment/ carries a copy of mooncake/shared_segment.py and of its
+    private parts (_shared_segment_*.py): pip puts Mooncake's wheel and ours in
+    one site-packages/mooncake/, where the last one installed overwrites that
+    file, and `import mooncake_segment` must still find ours.  Copies made
+    here, so the source tree keeps one file of each."""
 
     def run(self):
         super().run()
-        self.copy_file(
-            str(HERE / "bindings/python/mooncake/shared_segment.py"),
-            str(Path(self.build_lib) / "mooncake_segment" / "shared_segment.py"),
-        )
+        package = HERE / "bindings/python/mooncake"
+        for source in [package / "shared_segment.py", *sorted(package.glob("_shared_segment_*.py"))]:
+            self.copy_file(str(source), str(Path(self.build_lib) / "mooncake_segment" / source.name))
 
 
 VERSION = project_version()
-NATIVE_SOURCES = ["bindings/python/mooncake/_segment.c"]
+NATIVE_SOURCES = [
+    f"bindings/python/mooncake/{name}.c"
+    for name in ("_segment", "_segment_errors", "_segment_object", "_segment_buffer")
+]
+NATIVE_HEADERS = ["bindings/python/mooncake/_segment.h"]
 setup(
     version=VERSION,
     package_dir={"": "bindings/python"},
@@ -92,8 +96,8 @@ setup(
     # The same native module twice: mooncake._segment for the drop-in import,
     # mooncake_segment._segment for the bundled copy (see BuildPyWithBundledCopy).
     ext_modules=[
-        Extension("mooncake._segment", sources=NATIVE_SOURCES),
-        Extension("mooncake_segment._segment", sources=NATIVE_SOURCES),
+        Extension("mooncake._segment", sources=NATIVE_SOURCES, depends=NATIVE_HEADERS),
+        Extension("mooncake_segment._segment", sources=NATIVE_SOURCES, depends=NATIVE_HEADERS),
     ],
     cmdclass={"build_ext": BuildExtAgainstInstalledLibrary, "build_py": BuildPyWithBundledCopy},
     include_package_data=False,  # package_data only: no C source in the wheel

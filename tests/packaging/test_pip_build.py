@@ -88,8 +88,12 @@ def test_wheel_holds_the_package_and_the_project_version(wheel):
     assert [n for n in names if re.fullmatch(r"mooncake/_segment\..*\.so", n)], names
     # mooncake_segment's own copy, for a site-packages shared with Mooncake's wheel
     assert [n for n in names if re.fullmatch(r"mooncake_segment/_segment\..*\.so", n)], names
-    copy = zipfile.ZipFile(wheel).read("mooncake_segment/shared_segment.py")
-    assert copy == (SRCDIR / "bindings/python/mooncake/shared_segment.py").read_bytes()
+    modules = sorted((SRCDIR / "bindings/python/mooncake").glob("*shared_segment*.py"))
+    assert len(modules) > 1, modules  # shared_segment.py and its private parts
+    for module in modules:
+        assert f"mooncake/{module.name}" in names, names
+        copy = zipfile.ZipFile(wheel).read(f"mooncake_segment/{module.name}")
+        assert copy == module.read_bytes()
     assert "mooncake/__init__.py" not in names, "mooncake must stay a namespace package"
     assert not [n for n in names if n.endswith((".c", ".h"))], names
     metadata = zipfile.ZipFile(wheel).read(f"mooncake_segment-{configure_version()}.dist-info/METADATA").decode()

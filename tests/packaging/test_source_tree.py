@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Source-tree checks of the packaging: one source of truth for each fact."""
 
+import ast
 import fnmatch
 import os
 import re
@@ -41,6 +42,17 @@ def test_one_authoritative_source_for_the_python_module():
     files = list(source_files())
     modules = [f for f in files if f.name == "shared_segment.py"]
     assert modules == [Path("bindings/python/mooncake/shared_segment.py")]
+    # Its private parts, which mooncake_segment loads beside it when `mooncake` is not ours.
+    parts = sorted(f for f in files if f.name.startswith("_shared_segment_") and f.suffix == ".py")
+    assert all(f.parent == Path("bindings/python/mooncake") for f in parts), parts
+    # Read, not imported: importing mooncake_segment would import the API.
+    locate = ast.parse((SRCDIR / "bindings/python/mooncake_segment/_locate.py").read_text())
+    (declared,) = [
+        ast.literal_eval(node.value)
+        for node in locate.body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["PRIVATE_PARTS"]
+    ]
+    assert sorted(declared) == [f.stem for f in parts]
     assert not [
         f for f in files if f.name == "__init__.py" and f.parent.name == "mooncake"
     ], "mooncake must stay a namespace package"

@@ -199,7 +199,8 @@ def test_wheel_layout_survives_upstream_in_the_same_site_packages(tmp_path):
     builddir = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", SRCDIR))
     site = tmp_path / "site-packages"
     shutil.copytree(SRCDIR / "bindings/python/mooncake_segment", site / "mooncake_segment")
-    shutil.copy(OUR_MODULE, site / "mooncake_segment/shared_segment.py")
+    for module in [OUR_MODULE, *OUR_MODULE.parent.glob("_shared_segment_*.py")]:  # as setup.py bundles them
+        shutil.copy(module, site / "mooncake_segment" / module.name)
     (native,) = (builddir / "bindings/python/mooncake").glob("_segment.*.so")
     shutil.copy(native, site / "mooncake_segment" / native.name)
     (site / "mooncake").mkdir()

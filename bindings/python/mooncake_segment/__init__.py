@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from types import ModuleType
 
 from ._locate import (
+    PRIVATE_PARTS,
     SharedSegmentResolution,
     bundled_module_file,
     namespace_module_file,
@@ -54,10 +56,17 @@ def _implementation() -> ModuleType:
     if module_file is None or native_file is None:
         missing = "mooncake/shared_segment.py" if module_file is None else "the native module mooncake/_segment"
         raise ImportError(f"mooncake_segment cannot find mooncake-segment's {missing} on sys.path.\n{resolution}")
-    # shared_segment.py imports its native module relatively (from . import
-    # _segment), so both live under this package's name.
+    part_files = {part: os.path.join(os.path.dirname(module_file), part + ".py") for part in PRIVATE_PARTS}
+    for part, path in part_files.items():
+        if not os.path.isfile(path):
+            raise ImportError(f"mooncake_segment cannot find mooncake-segment's {path}.\n{resolution}")
+    # shared_segment.py imports its native module and its private parts
+    # relatively (from . import _segment), so all of them live under this
+    # package's name, loaded in the order they import one another.
     native = _load(__name__ + "._segment", native_file)
     globals()["_segment"] = native
+    for part, path in part_files.items():
+        globals()[part] = _load(f"{__name__}.{part}", path)
     return _load(__name__ + ".shared_segment", module_file)
 
 

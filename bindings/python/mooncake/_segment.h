@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the files of the native module mooncake._segment share: the
+ * SharedSegment object and its type (_segment_object.c), its buffer protocol
+ * (_segment_buffer.c), the module's exception and the helpers that raise
+ * library errors and parse integer arguments (_segment_errors.c).  Private to
+ * bindings/python/mooncake/: nothing here is part of any installed header.
+ * It includes Python.h first, as CPython requires, so a file of the module
+ * includes this header before any other.
+ */
+#ifndef MOONCAKE_PY_SEGMENT_H
+#define MOONCAKE_PY_SEGMENT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+
+#include <mooncake/segment.h>
+
+extern PyObject *segment_error; /* mooncake._segment.SegmentError(RuntimeError) */
+
+typedef struct {
+	PyObject_HEAD struct mooncake_segment *seg; /* NULL once closed */
+	Py_ssize_t exports;			    /* live buffer exports */
+	const char *busy;			    /* the changing call running without the GIL, or NULL */
+	int readers;				    /* info() calls running without the GIL */
+	int has_facts;				    /* facts holds what complete() found */
+	struct mooncake_segment_info facts;	    /* its residency fields are not used */
+	uint64_t facts_device_addr;
+} SegmentObject;
+
+extern PyTypeObject SegmentType;
+extern PyBufferProcs segment_as_buffer;
+
+/* _segment_errors.c: library errors and integer arguments. */
+PyObject *raise_library_error(int ret);
+int int_argument(PyObject *obj, const char *name, long long min, unsigned long long max,
+		 unsigned long long *value, long long *signed_value);
+
+/* _segment_object.c: may this call touch the segment now?  (NULL and an exception if not.) */
+SegmentObject *check_open(SegmentObject *self);
+SegmentObject *check_usable(SegmentObject *self, const char *call, int exclusive);
+
+/* _segment_buffer.c: SharedSegment.view(), a memoryview that holds an export. */
+PyObject *segment_view(SegmentObject *self, PyObject *args, PyObject *kwargs);
+
+#endif /* MOONCAKE_PY_SEGMENT_H */

@@ -1,0 +1,251 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The byte layout of a shared segment, from its block declarations (private).
+
+Block specs and their dtypes (by torch's names, so that no torch is needed),
+offsets, stride and total, the layout tag folded into the segment's name, and
+the declarations ranks compare, with the text that names what differs.  Pure
+computation: no collective, no system call; from the native module only the
+largest segment size.  mooncake.shared_segment is the public module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ._segment import MAX_SIZE
+from ._shared_segment_base import SharedSegmentError, _an_int, torch
+
+#: Every block starts on this boundary (relative to the segment's base).
+alignment = 4096
+
+# Element sizes by torch's dtype name, so that layouts need no torch.
+_DTYPE_SIZES: Dict[str, int] = {
+    "bool": 1,
+    "uint8": 1,
+    "int8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "complex32": 4,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
+}
+_DTYPE_ALIASES: Dict[str, str] = {
+    "half": "float16",
+    "float": "float32",
+    "double": "float64",
+    "short": "int16",
+    "int": "int32",
+    "long": "int64",
+    "cfloat": "complex64",
+    "cdouble": "complex128",
+    "chalf": "complex32",
+    "bool_": "bool",
+}
+_NAME_SEPARATORS = (":", ";", "|")
+# The C library's largest segment (64 TiB): the layout checks against it.
+_MAX_SIZE: int = MAX_SIZE
+
+
+@dataclass(frozen=True)
+class _BlockSpec:
+    count: int
+    shape: Tuple[int, ...]
+    dtype: Any
+    nbytes: int
+    dtype_name: str = ""
+    torch_dtype: Any = None  # the installed torch's dtype, None without torch
+
+
+def _accepted_dtypes() -> str:
+    return ", ".join(sorted(_DTYPE_SIZES))
+
+
+def _dtype_name(name: str, dtype: Any) -> str:
+    """Torch's name of @dtype: a torch dtype, a native-endian numpy dtype or a name."""
+    if dtype is None:
+        raise SharedSegmentError(
+            f"Block {name!r} has dtype None: name one (a torch dtype, a numpy dtype or one of " f"{_accepted_dtypes()})"
+        )
+    if torch is not None and isinstance(dtype, torch.dtype):
+        return str(dtype)[len("torch.") :]
+    if isinstance(dtype, str):
+        return dtype[len("torch.") :] if dtype.startswith("torch.") else dtype
+    try:
+        import numpy
+    except ModuleNotFoundError:
+        return str(dtype)  # numpy dtypes are optional too
+    try:
+        described = numpy.dtype(dtype)
+    except TypeError:
+        return str(dtype)
+    if not described.isnative:
+        raise SharedSegmentError(
+            f"Block {name!r} has the byte-swapped numpy dtype {described.str!r}: the pages are read in "
+            f"this machine's byte order, so declare {described.newbyteorder('=').name} and swap the bytes "
+            "where they are produced"
+        )
+    return described.name
+
+
+def _resolve_dtype(name: str, dtype: Any) -> Tuple[str, int, Any]:
+    """@dtype's name in the layout table, its element size and the installed torch's dtype."""
+    text = _dtype_name(name, dtype)
+    text = _DTYPE_ALIASES.get(text, text)
+    if text not in _DTYPE_SIZES:
+        why = ""
+        if text.startswith("qu") or text.startswith("qint"):
+            why = " (a quantized tensor needs a quantizer that a view of raw pages cannot carry)"
+        raise SharedSegmentError(
+            f"Block {name!r} has an unsupported dtype {dtype!r}{why}: use a torch dtype, a numpy dtype "
+            f"or a name, one of {_accepted_dtypes()}"
+        )
+    torch_dtype = None
+    if torch is not None:
+        torch_dtype = getattr(torch, text, None)
+        if not isinstance(torch_dtype, torch.dtype):
+            raise SharedSegmentError(
+                f"Block {name!r} has dtype {text}, which the installed torch {torch.__version__} does not "
+                f"have, so tensors() could not view it: upgrade torch, or declare the block as uint8"
+                + (f" with a last dimension {_DTYPE_SIZES[text]} times longer" if _DTYPE_SIZES[text] > 1 else "")
+                + " and reinterpret the bytes"
+            )
+    return text, _DTYPE_SIZES[text], torch_dtype
+
+
+def _parse_block(name: Any, spec: Mapping[str, Any]) -> _BlockSpec:
+    if not isinstance(name, str) or not name or any(s in name for s in _NAME_SEPARATORS):
+        raise SharedSegmentError(
+            f"Block name {name!r} must be a non-empty str without ':', ';' or '|' "
+            "(they separate the fields of the layout tag)"
+        )
+    try:
+        count_value, shape_value, dtype = spec["count"], spec["shape"], spec["dtype"]
+        dims = list(shape_value)
+    except (KeyError, TypeError):
+        raise SharedSegmentError(f"Block {name!r} needs count, shape and dtype") from None
+    # Refuse what int() would silently coerce: 1.5 -> 1, "12" -> (1, 2), (2.7, 3) -> (2, 3).
+    count = _an_int(count_value)
+    if count is None:
+        raise SharedSegmentError(f"Block {name!r} needs integer count and shape: count is {count_value!r}")
+    shape_ints = [_an_int(d) for d in dims]
+    if isinstance(shape_value, (str, bytes)) or any(d is None for d in shape_ints):
+        raise SharedSegmentError(
+            f"Block {name!r} needs integer count and shape: shape is {shape_value!r}, "
+            "pass a tuple of ints such as (1024, 576)"
+        )
+    shape = tuple(int(d) for d in shape_ints)  # type: ignore[arg-type]  # checked above
+    if count <= 0:
+        raise SharedSegmentError(f"Block {name!r} needs a positive count")
+    if not shape or any(d <= 0 for d in shape):
+        raise SharedSegmentError(f"Block {name!r} needs a positive shape")
+    dtype_name, element_size, torch_dtype = _resolve_dtype(name, dtype)
+    nbytes = element_size * math.prod(shape)
+    if nbytes > _MAX_SIZE:
+        raise SharedSegmentError(
+            f"Block {name!r} entries are {nbytes} bytes each, above the largest segment "
+            f"({_MAX_SIZE} bytes): lower its shape"
+        )
+    return _BlockSpec(count, shape, dtype, nbytes, dtype_name, torch_dtype)
+
+
+def _align_up(value: int, align: int) -> int:
+    return (value + align - 1) // align * align
+
+
+def _build_layout(
+    blocks: Mapping[str, Mapping[str, Any]],
+) -> Tuple[Dict[str, _BlockSpec], Dict[str, int], int, int, str]:
+    """Specs, offsets, stride, total and the layout tag, in sorted-name order."""
+    if not isinstance(blocks, Mapping):
+        raise SharedSegmentError("blocks must be a mapping of block name to {count, shape, dtype}")
+    specs = {}
+    for name in sorted(blocks, key=str):
+        specs[name] = _parse_block(name, blocks[name])
+    if not specs:
+        raise SharedSegmentError("Shared segment needs at least one block")
+    offsets, offset = {}, 0
+    for name, spec in specs.items():
+        offsets[name] = offset
+        offset += _align_up(spec.nbytes, alignment)
+    stride = offset
+    largest = max(specs, key=lambda name: specs[name].count)
+    total = stride * specs[largest].count
+    if total > _MAX_SIZE:
+        raise SharedSegmentError(
+            f"Block {largest!r} has count {specs[largest].count}, which makes the segment {total} bytes "
+            f"({stride} bytes per entry), above the largest segment ({_MAX_SIZE} bytes): lower its count"
+        )
+    tag = ";".join(
+        f"{name}:{spec.count}:{'x'.join(str(d) for d in spec.shape)}:torch.{spec.dtype_name}:{spec.nbytes}"
+        for name, spec in specs.items()
+    )
+    return specs, offsets, stride, total, tag
+
+
+# A declaration as ranks compare it: the name and, per block, (count, shape, dtype name).
+_Declaration = Tuple[str, Tuple[Tuple[str, int, Tuple[int, ...], str], ...]]
+_MAX_LISTED_DIFFERENCES = 10
+
+
+def _declaration(name: str, specs: Mapping[str, _BlockSpec]) -> _Declaration:
+    return name, tuple((block, s.count, s.shape, s.dtype_name) for block, s in specs.items())
+
+
+def _differences(mine: _Declaration, rank: int, theirs: _Declaration, their_rank: int) -> List[str]:
+    """What rank @rank declares differently from rank @their_rank, field by field."""
+    found = []
+    if mine[0] != theirs[0]:
+        found.append(f"name {mine[0]!r} on rank {rank}, {theirs[0]!r} on rank {their_rank}")
+    my_blocks = {block: fields for block, *fields in mine[1]}
+    their_blocks = {block: fields for block, *fields in theirs[1]}
+    for block in sorted(set(my_blocks) | set(their_blocks)):
+        if block not in their_blocks:
+            found.append(f"block {block!r} is declared on rank {rank}, not on rank {their_rank}")
+        elif block not in my_blocks:
+            found.append(f"block {block!r} is declared on rank {their_rank}, not on rank {rank}")
+        else:
+            for field, a, b in zip(("count", "shape", "dtype"), my_blocks[block], their_blocks[block]):
+                if a != b:
+                    found.append(f"block {block!r} {field} {a} on rank {rank}, {b} on rank {their_rank}")
+    if not found:  # same fields; only the layout order can differ
+        order = [[b for b, *_ in d[1]] for d in (mine, theirs)]
+        found.append(f"block order {order[0]} on rank {rank}, {order[1]} on rank {their_rank}")
+    if len(found) > _MAX_LISTED_DIFFERENCES:
+        found[_MAX_LISTED_DIFFERENCES:] = [f"and {len(found) - _MAX_LISTED_DIFFERENCES} more"]
+    return found
+
+
+def _declaration_failures(declarations: List[Optional[_Declaration]]) -> List[Tuple[int, str, Optional[int]]]:
+    """Every rank whose declaration differs from the most common one (the lowest rank's on a tie)."""
+    known = [d for d in declarations if d is not None]
+    if not known:
+        return []
+    reference = max(known, key=lambda d: (known.count(d), -declarations.index(d)))
+    reference_rank = declarations.index(reference)
+    failures: List[Tuple[int, str, Optional[int]]] = []
+    for rank, declaration in enumerate(declarations):
+        if declaration is not None and declaration != reference:
+            detail = ", ".join(_differences(declaration, rank, reference, reference_rank))
+            failures.append(
+                (
+                    rank,
+                    # Upstream's native text, code included, so that its callers' matches still hold.
+                    f"InvalidArgument: Shared segment declaration of rank {rank} differs from the local one: {detail}",
+                    None,
+                )
+            )
+    return failures
