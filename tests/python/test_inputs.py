@@ -55,6 +55,25 @@ def test_a_dtype_this_torch_lacks_is_refused_at_create_not_in_tensors(no_leaks):
         assert "upgrade torch" in message
 
 
+def test_an_unknown_key_in_a_block_names_it_and_the_accepted_keys(no_leaks):
+    message = refused({"k": {"count": 1, "shape": (8,), "dtype": "int8", "dtpye": "int16", "shapes": (2,)}})
+    assert "Block 'k' has unknown keys 'dtpye', 'shapes': a block takes count, shape and dtype" in message
+
+
+@pytest.mark.parametrize("flag", ["mmap", "host_register", "hugetlb"])
+@pytest.mark.parametrize("value", ["no", "", 1, None])
+def test_flags_are_bools_in_the_native_module_and_the_public_functions(flag, value):
+    with pytest.raises(TypeError, match=f"{flag} must be True or False, not"):
+        _segment.SharedSegment.supported(**{flag: value})
+    with pytest.raises(TypeError, match=f"{flag} must be True or False, not"):
+        _segment.SharedSegment.create("flags", 4096, 1, 0, **{flag: value})
+    if flag != "host_register":
+        with pytest.raises(TypeError, match=f"{flag} must be True or False, not"):
+            _segment.room(**{flag: value})
+    with pytest.raises(shared_segment.SharedSegmentError, match=f"{flag} must be True or False, got"):
+        shared_segment.shared_segment_supported(**{flag: value})
+
+
 def test_a_dtype_removed_from_torch_is_refused_at_create(monkeypatch, no_leaks):
     # As on an older torch, whatever the installed one has.
     monkeypatch.delattr(torch, "bfloat16")

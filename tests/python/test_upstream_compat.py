@@ -94,14 +94,22 @@ BLOCKS = {
 def test_create_shared_segment_builds_sorted_layout_and_completes(fake):
     seg = create_shared_segment("cache", BLOCKS, world_size=1, rank_id=0, device_id=7)
     args, kwargs = fake.create_calls[0]
-    assert args == ("cache|a:2:2x3:torch.float16:12;z:3:4:torch.float16:8", 24576, 1, 0, 0, 7, True, False, False)
-    assert kwargs == {"numa_node": -1}
+    # Upstream's eight arguments, exactly: hugetlb and numa_node only when asked for.
+    assert args == ("cache|a:2:2x3:torch.float16:12;z:3:4:torch.float16:8", 24576, 1, 0, 0, 7, True, False)
+    assert kwargs == {}
     assert seg._native.blobs == [b"\x00" * 256]
     assert seg._offsets == {"a": 0, "z": 4096}
     assert seg.stride == 8192
     assert seg.offset("z", 2) == 4096 + 2 * 8192
     assert seg.base_addr() == 0x1000
     assert seg.total_size() == 24576
+
+
+def test_our_own_arguments_reach_the_native_only_when_asked_for(fake):
+    create_shared_segment("cache", BLOCKS, world_size=1, rank_id=0, device_id=7, hugetlb=True, numa_node=0)
+    args, kwargs = fake.create_calls[0]
+    assert args[6:] == (True, False, True) and kwargs == {"numa_node": 0}
+    assert fake.supported_calls == [(True, False, True)]
 
 
 def test_tag_is_the_same_for_torch_numpy_and_string_dtypes(fake):

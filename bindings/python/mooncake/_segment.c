@@ -22,13 +22,15 @@ static PyObject *module_room(PyObject *module, PyObject *args, PyObject *kwargs)
 	static const char *const keywords[] = { "mmap", "hugetlb", "hugetlb_page_size", NULL };
 	struct mooncake_segment_options opt;
 	int use_mmap = 1, hugetlb = 0, ret;
-	PyObject *huge_size_obj = NULL;
+	PyObject *mmap_obj = NULL, *hugetlb_obj = NULL, *huge_size_obj = NULL;
 	unsigned long long u;
 	uint64_t bytes = 0;
 
 	(void)module;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|ppO:room", (char **)keywords, &use_mmap, &hugetlb,
-					 &huge_size_obj))
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOO:room", (char **)keywords, &mmap_obj,
+					 &hugetlb_obj, &huge_size_obj) ||
+	    bool_argument(mmap_obj, "mmap", &use_mmap) < 0 ||
+	    bool_argument(hugetlb_obj, "hugetlb", &hugetlb) < 0)
 		return NULL;
 	mooncake_segment_options_init(&opt);
 	opt.mmap = use_mmap;

@@ -33,10 +33,11 @@ typedef struct {
 extern PyTypeObject SegmentType;
 extern PyBufferProcs segment_as_buffer;
 
-/* _segment_errors.c: library errors and integer arguments. */
+/* _segment_errors.c: library errors, integer and flag arguments. */
 PyObject *raise_library_error(int ret);
 int int_argument(PyObject *obj, const char *name, long long min, unsigned long long max,
 		 unsigned long long *value, long long *signed_value);
+int bool_argument(PyObject *obj, const char *name, int *value);
 
 /* _segment_object.c: may this call touch the segment now?  (NULL and an exception if not.) */
 SegmentObject *check_open(SegmentObject *self);

@@ -65,6 +65,22 @@ PyObject *raise_library_error(int ret)
 	return NULL;
 }
 
+/* A flag argument: True or False only, or TypeError naming it (a truth test
+ * would take "no", "" and 1; the Python API refuses them too).  NULL
+ * (not given) leaves *value as it is. */
+int bool_argument(PyObject *obj, const char *name, int *value)
+{
+	if (!obj)
+		return 0;
+	if (!PyBool_Check(obj)) {
+		PyErr_Format(PyExc_TypeError, "%s must be True or False, not %.100s %R", name,
+			     Py_TYPE(obj)->tp_name, obj);
+		return -1;
+	}
+	*value = obj == Py_True;
+	return 0;
+}
+
 /* An integer argument in [min, max], or ValueError/TypeError naming it. */
 int int_argument(PyObject *obj, const char *name, long long min, unsigned long long max,
 		 unsigned long long *value, long long *signed_value)

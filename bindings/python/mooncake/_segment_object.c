@@ -71,8 +71,10 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 						"hugetlb_page_size",
 						NULL };
 	const char *name;
-	PyObject *size_obj, *world_obj, *rank_obj, *owner_obj = NULL, *device_obj = NULL, *numa_obj = NULL,
-						   *threads_obj = NULL, *huge_size_obj = NULL;
+	PyObject *size_obj, *world_obj, *rank_obj,
+		*owner_obj = NULL, *device_obj = NULL, *numa_obj = NULL, *threads_obj = NULL,
+		*huge_size_obj = NULL, *mmap_obj = NULL, *host_register_obj = NULL, *hugetlb_obj = NULL,
+		*populate_obj = NULL;
 	int use_mmap = 1, host_register = 0, hugetlb = 0, populate = 0;
 	struct mooncake_segment_options opt;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
@@ -84,10 +86,14 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	int ret;
 
 	(void)cls;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOppp$OOpO:create", (char **)keywords, &name,
-					 &size_obj, &world_obj, &rank_obj, &owner_obj, &device_obj, &use_mmap,
-					 &host_register, &hugetlb, &numa_obj, &threads_obj, &populate,
-					 &huge_size_obj))
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOOOO$OOOO:create", (char **)keywords, &name,
+					 &size_obj, &world_obj, &rank_obj, &owner_obj, &device_obj, &mmap_obj,
+					 &host_register_obj, &hugetlb_obj, &numa_obj, &threads_obj,
+					 &populate_obj, &huge_size_obj) ||
+	    bool_argument(mmap_obj, "mmap", &use_mmap) < 0 ||
+	    bool_argument(host_register_obj, "host_register", &host_register) < 0 ||
+	    bool_argument(hugetlb_obj, "hugetlb", &hugetlb) < 0 ||
+	    bool_argument(populate_obj, "populate_on_import", &populate) < 0)
 		return NULL;
 	mooncake_segment_options_init(&opt);
 	if (int_argument(size_obj, "size", 0, UINT64_MAX, &size, NULL) < 0)
@@ -155,10 +161,14 @@ static PyObject *segment_supported(PyObject *cls, PyObject *args, PyObject *kwar
 {
 	static const char *const keywords[] = { "mmap", "host_register", "hugetlb", NULL };
 	int use_mmap = 1, host_register = 0, hugetlb = 0;
+	PyObject *mmap_obj = NULL, *host_register_obj = NULL, *hugetlb_obj = NULL;
 
 	(void)cls;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|ppp:supported", (char **)keywords, &use_mmap,
-					 &host_register, &hugetlb))
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOO:supported", (char **)keywords, &mmap_obj,
+					 &host_register_obj, &hugetlb_obj) ||
+	    bool_argument(mmap_obj, "mmap", &use_mmap) < 0 ||
+	    bool_argument(host_register_obj, "host_register", &host_register) < 0 ||
+	    bool_argument(hugetlb_obj, "hugetlb", &hugetlb) < 0)
 		return NULL;
 	return PyBool_FromLong(mooncake_segment_supported(use_mmap, host_register, hugetlb));
 }
@@ -177,9 +187,14 @@ static PyObject *segment_why_unsupported(PyObject *cls, PyObject *args, PyObject
 	struct mooncake_segment *seg = NULL;
 	char reason[1024];
 
+	PyObject *mmap_obj = NULL, *host_register_obj = NULL, *hugetlb_obj = NULL;
+
 	(void)cls;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pppi:why_unsupported", (char **)keywords, &use_mmap,
-					 &host_register, &hugetlb, &device_id))
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOOi:why_unsupported", (char **)keywords, &mmap_obj,
+					 &host_register_obj, &hugetlb_obj, &device_id) ||
+	    bool_argument(mmap_obj, "mmap", &use_mmap) < 0 ||
+	    bool_argument(host_register_obj, "host_register", &host_register) < 0 ||
+	    bool_argument(hugetlb_obj, "hugetlb", &hugetlb) < 0)
 		return NULL;
 	if (mooncake_segment_supported(use_mmap, host_register, hugetlb))
 		return PyUnicode_FromString("");

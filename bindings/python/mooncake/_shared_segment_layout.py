@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ._segment import MAX_SIZE
+from . import _segment
 from ._shared_segment_base import SharedSegmentError, _an_int, torch
 
 #: Every block starts on this boundary (relative to the segment's base).
@@ -57,7 +57,9 @@ _DTYPE_ALIASES: Dict[str, str] = {
 }
 _NAME_SEPARATORS = (":", ";", "|")
 # The C library's largest segment (64 TiB): the layout checks against it.
-_MAX_SIZE: int = MAX_SIZE
+# The C library's MOONCAKE_SEGMENT_MAX_SIZE; a native module that does not say
+# (a test's stand-in, as upstream's harness has) gets the same value.
+_MAX_SIZE: int = getattr(_segment, "MAX_SIZE", 1 << 46)
 
 
 @dataclass(frozen=True)
@@ -115,15 +117,20 @@ def _resolve_dtype(name: str, dtype: Any) -> Tuple[str, int, Any]:
         )
     torch_dtype = None
     if torch is not None:
-        torch_dtype = getattr(torch, text, None)
+        # A torch dtype given is its own torch dtype; a name is looked up.
+        torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, text, None)
         if not isinstance(torch_dtype, torch.dtype):
+            version = getattr(torch, "__version__", "")
             raise SharedSegmentError(
-                f"Block {name!r} has dtype {text}, which the installed torch {torch.__version__} does not "
+                f"Block {name!r} has dtype {text}, which the installed torch {version} does not "
                 f"have, so tensors() could not view it: upgrade torch, or declare the block as uint8"
                 + (f" with a last dimension {_DTYPE_SIZES[text]} times longer" if _DTYPE_SIZES[text] > 1 else "")
                 + " and reinterpret the bytes"
             )
     return text, _DTYPE_SIZES[text], torch_dtype
+
+
+_BLOCK_KEYS = ("count", "shape", "dtype")
 
 
 def _parse_block(name: Any, spec: Mapping[str, Any]) -> _BlockSpec:
@@ -137,6 +144,13 @@ def _parse_block(name: Any, spec: Mapping[str, Any]) -> _BlockSpec:
         dims = list(shape_value)
     except (KeyError, TypeError):
         raise SharedSegmentError(f"Block {name!r} needs count, shape and dtype") from None
+    # A typo in a layout ("dtpye", "shapes") must not pass unseen.
+    unknown = sorted(repr(key) for key in spec if key not in _BLOCK_KEYS)
+    if unknown:
+        raise SharedSegmentError(
+            f"Block {name!r} has unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
+            "a block takes count, shape and dtype"
+        )
     # Refuse what int() would silently coerce: 1.5 -> 1, "12" -> (1, 2), (2.7, 3) -> (2, 3).
     count = _an_int(count_value)
     if count is None:

@@ -108,10 +108,8 @@ def shared_segment_room(comm_group: Any = None, mmap: bool = True, hugetlb: bool
     room: Optional[int] = None
     error: Optional[BaseException] = None
     try:
-        for flag, value in (("mmap", mmap), ("hugetlb", hugetlb)):
-            if not isinstance(value, bool):
-                raise SharedSegmentError(f"{flag} must be True or False, got {value!r}")
-        room = int(_native.room(mmap=mmap, hugetlb=hugetlb))
+        _check_flags({"mmap": mmap, "hugetlb": hugetlb})
+        room = int(_native.room(mmap=bool(mmap), hugetlb=bool(hugetlb)))
     except Exception as exc:  # every local failure joins the consensus
         error = exc
     if collective is None:
@@ -149,8 +147,13 @@ def _check_arguments(name: Any, rank_id: Any, flags: Mapping[str, Any]) -> None:
         raise SharedSegmentError(f"name must be a str (it names the segment in its fingerprint), got {name!r}")
     if _an_int(rank_id) is None:
         raise SharedSegmentError(f"rank_id must be an int (this rank's place in comm_group), got {rank_id!r}")
+    _check_flags(flags)
+
+
+def _check_flags(flags: Mapping[str, Any]) -> None:
+    """Flags are True or False (numpy.bool_ too): a truth test would take "no" for True."""
     for flag, value in flags.items():
-        if not isinstance(value, bool) and type(value).__name__ != "bool_":  # numpy.bool_ is a bool too
+        if not isinstance(value, bool) and type(value).__name__ != "bool_":
             raise SharedSegmentError(f"{flag} must be True or False, got {value!r}")
 
 
@@ -177,7 +180,11 @@ def _capability_error(mmap: bool, host_register: bool, hugetlb: bool, device_id:
 
 def shared_segment_supported(mmap: bool = True, host_register: bool = False, hugetlb: bool = False) -> bool:
     """Whether this build and this host can create such a segment (no torch needed)."""
-    return bool(_native.SharedSegment.supported(mmap, host_register, hugetlb))
+    _check_flags({"mmap": mmap, "host_register": host_register, "hugetlb": hugetlb})
+    # Upstream's two arguments; hugetlb only when asked for.
+    if hugetlb:
+        return bool(_native.SharedSegment.supported(bool(mmap), bool(host_register), True))
+    return bool(_native.SharedSegment.supported(bool(mmap), bool(host_register)))
 
 
 class _CudaArray:
@@ -231,10 +238,11 @@ class SharedSegment:
         self._device_id = device_id
         # What the segment got at create, read once: tensors() must not ask info(), which reads
         # the residency from /proc/self/smaps in time proportional to the segment.
-        facts = native.facts()
+        read_facts = getattr(native, "facts", None)  # a native module of upstream's shape has none
+        facts = read_facts() if read_facts is not None else {"device_addr": native.device_addr()}
         self.device_base = int(facts["device_addr"]) or None
-        self._accelerator = str(facts["accelerator"]) if self.device_base is not None else ""
-        self._backend = str(facts["backend"])
+        self._accelerator = str(facts.get("accelerator", "")) if self.device_base is not None else ""
+        self._backend = str(facts.get("backend", ""))
 
     def _spec(self, block: str) -> _BlockSpec:
         spec = self._specs.get(block)
@@ -464,6 +472,7 @@ def create_shared_segment(
             _check_world_size(world_size)
             _check_group(collective, world_size, rank_id)
         _check_arguments(name, rank_id, {"mmap": mmap, "host_register": host_register, "hugetlb": hugetlb})
+        mmap, host_register, hugetlb = bool(mmap), bool(host_register), bool(hugetlb)
         if host_register and not mmap:
             raise SharedSegmentError("host_register requires mmap=True")
         capability = _capability_error(mmap, host_register, hugetlb, device_id)
@@ -481,7 +490,7 @@ def create_shared_segment(
             raise SharedSegmentError(hosts_error)
         if hosts is not None:
             local_owner = owner_rank if hosts.host_count == 1 else hosts.local(hosts.owner)
-            native, blob = _native.SharedSegment.create(
+            args = [
                 f"{name}|{tag}",
                 total,
                 len(hosts.ranks) if hosts.host_count > 1 else world_size,
@@ -490,9 +499,12 @@ def create_shared_segment(
                 device,
                 mmap,
                 host_register,
-                hugetlb,
-                numa_node=numa_node,
-            )
+            ]
+            # Upstream's eight arguments; ours only where the caller asked for them.
+            extra = {"numa_node": numa_node} if numa_node != -1 else {}
+            if hugetlb:
+                args.append(hugetlb)
+            native, blob = _native.SharedSegment.create(*args, **extra)
     except Exception as exc:
         error = exc
     group.consensus("create", error, native, declaration)
@@ -509,5 +521,7 @@ def create_shared_segment(
     # Also the barrier: no rank, the owner least of all, returns before every
     # rank has mapped the pages; only then may the owner drop its descriptor.
     group.consensus("complete", error, native)
-    native.finish()
+    finish = getattr(native, "finish", None)  # a native module of upstream's shape has none
+    if finish is not None:
+        finish()
     return SharedSegment(native, specs, offsets, stride, device, hosts)
