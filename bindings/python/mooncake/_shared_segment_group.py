@@ -161,7 +161,10 @@ _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 def _host_id() -> str:
     """This host's boot id, read as the C library reads it; "" when unreadable (one unknown host)."""
-    root = os.environ.get("MOONCAKE_SEGMENT_HOST_ROOT", "")
+    # As the C library reads it (secure_getenv): never in a process running with
+    # privileges its user does not have (doc/environment.md).
+    privileged = os.getuid() != os.geteuid() or os.getgid() != os.getegid()
+    root = "" if privileged else os.environ.get("MOONCAKE_SEGMENT_HOST_ROOT", "")
     try:
         with open((root if root != "/" else "") + _BOOT_ID, encoding="ascii") as f:
             return f.read().strip().lower()
