@@ -490,7 +490,7 @@ def create_shared_segment(
             raise SharedSegmentError(hosts_error)
         if hosts is not None:
             local_owner = owner_rank if hosts.host_count == 1 else hosts.local(hosts.owner)
-            args = [
+            args: List[Any] = [
                 f"{name}|{tag}",
                 total,
                 len(hosts.ranks) if hosts.host_count > 1 else world_size,
@@ -501,7 +501,7 @@ def create_shared_segment(
                 host_register,
             ]
             # Upstream's eight arguments; ours only where the caller asked for them.
-            extra = {"numa_node": numa_node} if numa_node != -1 else {}
+            extra: Dict[str, Any] = {"numa_node": numa_node} if numa_node != -1 else {}
             if hugetlb:
                 args.append(hugetlb)
             native, blob = _native.SharedSegment.create(*args, **extra)
