@@ -141,6 +141,35 @@ def test_our_files_missing_is_a_clear_import_error(upstream, tmp_path):
     assert "regular package" in done.stderr
 
 
+@pytest.mark.parametrize(
+    "failure, hint",
+    [
+        ("libmooncake-segment.so.0: cannot open shared object file: No such file or directory", True),
+        ("libnuma.so.1: cannot open shared object file: No such file or directory", False),
+    ],
+)
+def test_a_missing_c_library_names_the_package_to_install(tmp_path, failure, hint):
+    """The extension is there but the system library is not (a pip install on a bare machine):
+    the ImportError names the package; any other import failure passes through unchanged."""
+    package = tmp_path / "mooncake"
+    package.mkdir()
+    for part in (SRCDIR / "bindings/python/mooncake").glob("*.py"):
+        shutil.copy(part, package / part.name)
+    (package / "_segment.py").write_text(f"raise ImportError({failure!r})\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", "import mooncake.shared_segment"], env=env, cwd="/", capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert failure in last, done.stderr
+    if hint:
+        assert "ImportError: mooncake.shared_segment needs the C library libmooncake-segment.so.0" in last
+        assert "apt install libmooncake-segment0" in last and "dnf install mooncake-segment" in last
+    else:
+        assert last == f"ImportError: {failure}"
+
+
 def doctor_python_finding(env):
     builddir = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", SRCDIR))
     done = subprocess.run(

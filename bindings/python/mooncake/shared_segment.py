@@ -33,7 +33,19 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import _segment as _native  # relative: mooncake_segment may load this file under its own name
+try:
+    from . import _segment as _native  # relative: mooncake_segment may load this file under its own name
+except ImportError as _exc:
+    # The extension loads, but the C library it links cannot be found: say which package has it.
+    if "libmooncake-segment.so" not in str(_exc):
+        raise
+    raise ImportError(
+        f"mooncake.shared_segment needs the C library libmooncake-segment.so.0, which is not installed "
+        f"or not on the library path ({_exc}). Install it: apt install libmooncake-segment0 "
+        "(Debian, Ubuntu) or dnf install mooncake-segment (Fedora, RHEL); a pip-installed binding is "
+        "built against that system library and does not carry it. Built from source: make install, "
+        "then ldconfig, or LD_LIBRARY_PATH=PREFIX/lib"
+    ) from _exc
 
 # The parts live in private modules beside this one; what callers and tests
 # reach through this module is imported here under its old name.
