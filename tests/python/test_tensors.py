@@ -128,3 +128,36 @@ def test_the_two_documented_ways_around_the_lifetime_rules_behave_as_documented(
     del view, on_buffer, moved
     gc.collect()
     seg.close()
+
+
+def _child_writes(tensor):
+    tensor.fill_(9.0)
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_segment_tensor_handed_to_a_spawned_child_is_refused_not_copied(method):
+    """torch would move the tensor out of the segment into a private copy: a clear error instead,
+    before any child starts; the tensor still views the segment; other tensors still travel."""
+    import multiprocessing
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    seg = create_shared_segment("kv", BLOCKS, 1, 0)
+    tensor = seg.tensors("v")[1]
+    part = tensor[1:]  # a view derived from it is the segment's too
+    address = tensor.data_ptr()
+    for sent in (tensor, part):
+        child = multiprocessing.get_context(method).Process(target=_child_writes, args=(sent,))
+        with pytest.raises(pickle.PicklingError, match="cannot be sent to another process by pickling"):
+            child.start()
+        assert child.pid is None
+    with pytest.raises(pickle.PicklingError, match="create_shared_segment"):
+        ForkingPickler.dumps(tensor)
+    assert tensor.data_ptr() == address
+    tensor.fill_(3.0)
+    assert seg.tensors("v")[1][0, 0].item() == 3.0
+    ordinary = torch.zeros(4)
+    assert ForkingPickler.loads(ForkingPickler.dumps(ordinary)).shape == (4,)
+    del tensor, part, sent, child
+    gc.collect()
+    seg.close()

@@ -31,6 +31,7 @@ every host can really take.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 try:
@@ -199,6 +200,58 @@ def shared_segment_supported(mmap: bool = True, host_register: bool = False, hug
     return bool(_native.SharedSegment.supported(bool(mmap), bool(host_register)))
 
 
+# Every live segment, for the pickling guard below.
+_LIVE_SEGMENTS: "weakref.WeakSet[SharedSegment]" = weakref.WeakSet()
+_pickle_guard_installed = False
+
+
+def _segment_holding(tensor: Any) -> Optional["SharedSegment"]:
+    """The live segment whose mapping a CPU tensor's bytes are in, if any."""
+    if getattr(getattr(tensor, "device", None), "type", None) != "cpu":
+        return None
+    address = int(tensor.data_ptr())
+    for segment in list(_LIVE_SEGMENTS):
+        base = segment._base_for_guard
+        if base <= address < base + segment._size_for_guard:
+            return segment
+    return None
+
+
+def _install_pickle_guard() -> None:
+    """Refuse to pickle a segment's tensors for another process.
+
+    Torch's reducer for a CPU tensor sent to another process (a spawn or
+    forkserver child's arguments, any multiprocessing queue) moves its
+    storage into fresh shared memory: the tensor would silently stop viewing
+    the segment, and the two processes would hold two copies.  Every other
+    tensor still goes to torch's own reducer.
+    """
+    global _pickle_guard_installed
+    if _pickle_guard_installed or torch is None:
+        return
+    import importlib
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    importlib.import_module("torch.multiprocessing")  # registers torch's reducers first
+
+    torch_reduce = ForkingPickler._extra_reducers.get(torch.Tensor)  # type: ignore[attr-defined]
+
+    def reduce(tensor: Any) -> Any:
+        if _segment_holding(tensor) is not None:
+            raise pickle.PicklingError(
+                "A tensor of a shared segment cannot be sent to another process by pickling (a spawn or "
+                "forkserver child's arguments, a multiprocessing queue): torch would move it out of the "
+                "segment into a private copy.  Let the other process attach to the segment instead: "
+                "create_shared_segment() with the same name and blocks in every process of the group, or "
+                "start it with the fork method, which inherits the mapping"
+            )
+        return torch_reduce(tensor) if torch_reduce is not None else tensor.__reduce_ex__(2)
+
+    ForkingPickler.register(torch.Tensor, reduce)
+    _pickle_guard_installed = True
+
+
 class _CudaArray:
     """A byte range of registered pages at their device address (__cuda_array_interface__ v3)."""
 
@@ -252,6 +305,8 @@ class SharedSegment:
         # the residency from /proc/self/smaps in time proportional to the segment.
         read_facts = getattr(native, "facts", None)  # a native module of upstream's shape has none
         facts = read_facts() if read_facts is not None else {"device_addr": native.device_addr()}
+        self._base_for_guard, self._size_for_guard = int(native.base_addr()), int(native.size())
+        _LIVE_SEGMENTS.add(self)
         self.device_base = int(facts["device_addr"]) or None
         self._accelerator = str(facts.get("accelerator", "")) if self.device_base is not None else ""
         self._backend = str(facts.get("backend", ""))
@@ -304,6 +359,7 @@ class SharedSegment:
             return self._cuda_tensors(spec, dtype, str(device or "cuda"), self._entry_offsets(block))
         if device is not None and str(device) != "cpu":
             raise SharedSegmentError(f"tensors(device={device!r}): only 'cpu', 'cuda' and 'npu' views are available")
+        _install_pickle_guard()
         views = []
         for offset in self._entry_offsets(block):
             # frombuffer over a memoryview: the tensor's storage holds the
@@ -409,6 +465,7 @@ class SharedSegment:
     def close(self) -> None:
         """Unmap this rank's view now; BufferError while tensors or buffers are alive."""
         self._native.close()
+        _LIVE_SEGMENTS.discard(self)  # its range may hold other memory from now on
 
     def __enter__(self) -> "SharedSegment":
         return self
