@@ -283,7 +283,7 @@ int cmd_demo(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },	   { NULL, 0, NULL, 0 },
 	};
 	struct demo_config cfg = { 4, 0, UINT64_C(256) << 20, false };
-	int codes[MAX_RANKS], c, ret = 0;
+	int codes[MAX_RANKS], c, ret = 0, err;
 	uint64_t v;
 
 	while ((c = getopt_long(argc, argv, "n:s:o:h", options, NULL)) != -1) {
@@ -329,8 +329,18 @@ int cmd_demo(int argc, char **argv)
 		return 2;
 	}
 	fflush(stdout);
-	if (group_run(cfg.ranks, demo_rank, &cfg, 600000, codes) != 0) {
+	err = group_run(cfg.ranks, demo_rank, &cfg, 600000, codes);
+	if (err == -ETIMEDOUT) {
 		fprintf(stderr, "%s demo: the ranks did not finish in time\n", PROGRAM);
+		return 1;
+	}
+	if (err) {
+		/* The group could not even start: say why, and the fix for the likely cause. */
+		fprintf(stderr, "%s demo: cannot start %u ranks: %s%s\n", PROGRAM, cfg.ranks, strerror(-err),
+			err == -EMFILE || err == -ENFILE
+				? " (the ranks' sockets need descriptors: raise the limit, ulimit -n)"
+			: err == -EAGAIN ? " (no more processes: raise ulimit -u or the cgroup's pids.max)"
+					 : "");
 		return 1;
 	}
 	for (uint32_t r = 0; r < cfg.ranks; r++)

@@ -93,6 +93,17 @@ def test_doctor_names_the_open_file_limit(files):
     assert "could not start a test child" not in result.stdout
 
 
+@pytest.mark.parametrize("files", [5, 6, 7, 9, 12])
+def test_demo_out_of_descriptors_names_the_limit(files):
+    """With too few descriptors the demo says so and names ulimit -n, wherever it runs out:
+    starting the ranks' sockets, or inside a rank's create/complete (the library's message)."""
+    result = run("demo", "--size", "4M", limit_files=files, timeout=120)
+    if result.returncode == 0:
+        return  # enough for this many: nothing to name
+    assert "did not finish in time" not in result.stderr, result.stderr
+    assert "ulimit -n" in result.stdout + result.stderr, result.stdout + result.stderr
+
+
 def test_doctor_passes_peer_access_with_enough_files():
     result = run("doctor", limit_files=64, timeout=60)
     peer = [line for line in result.stdout.splitlines() if "peer access" in line]
