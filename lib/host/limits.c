@@ -76,6 +76,16 @@ uint64_t mc_commit_fit(uint64_t room, uint64_t page_size)
 	return fit;
 }
 
+uint64_t mc_import_fit(uint64_t room, uint64_t page_size)
+{
+	/* A peer's own cgroup pays its page tables, 8 bytes a page, and the slack. */
+	if (room <= COMMIT_OVERHEAD_FIXED)
+		return 0;
+	return (room - COMMIT_OVERHEAD_FIXED) / 8 > UINT64_MAX / page_size
+		       ? UINT64_MAX
+		       : (room - COMMIT_OVERHEAD_FIXED) / 8 * page_size;
+}
+
 MC_PRIVATE bool mc_self_cgroup_room(struct mc_memory_room *room)
 {
 	char proc_cgroup[1024], cgroup_root[1024];

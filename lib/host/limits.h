@@ -29,6 +29,12 @@ uint64_t mc_commit_overhead(uint64_t bytes);
  * overhead in @room bytes (what mooncake_segment_room() reports). */
 uint64_t mc_commit_fit(uint64_t room, uint64_t page_size);
 
+/* The most bytes, in whole @page_size pages, that a peer can map with @room
+ * bytes of its own memory cgroup: the pages are the owner's, charged to the
+ * owner's cgroup; the peer pays its page tables, 8 bytes a page (at complete
+ * with populate_on_import, else as it touches the pages). */
+uint64_t mc_import_fit(uint64_t room, uint64_t page_size);
+
 /* VmSize of this process in bytes (what RLIMIT_AS counts), 0 when unknown. */
 uint64_t mc_address_space_in_use(void);
 /* MemAvailable + SwapFree in bytes (each also returned), UINT64_MAX when MemAvailable is unknown. */

@@ -217,7 +217,11 @@ bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb);
  * pages of the pool of the page size create() would use.  Then at most the
  * file size limit (RLIMIT_FSIZE) and MOONCAKE_SEGMENT_MAX_SIZE, rounded down
  * to the page size: create() of *@bytes passes the room check, one page more
- * is refused.  Only world_size/rank_id/owner_rank are ignored; the rest of
+ * is refused; the owner's room counts the kernel's page tables and page
+ * cache index beside the pages (S + S/240 + 1 MiB, doc/guarantees.md).
+ * With rank_id != owner_rank the answer is a peer's: the pages are charged
+ * to the owner, so the peer's own room bounds only its page tables (8 bytes
+ * a page, + 1 MiB), and the file size limit does not apply.  The rest of
  * @opt selects the backend and page size as for create().
  *
  * It reads this host only, now: with ranks on several hosts, take the

@@ -70,7 +70,10 @@ MC_EXPORT int mooncake_segment_room(const struct mooncake_segment_options *opt, 
 	err = mc_segment_page_size(opt, &page_size);
 	if (err)
 		return err;
-	if (opt->hugetlb) {
+	if (opt->rank_id != opt->owner_rank) {
+		/* A peer imports: its own cgroup pays only its page tables. */
+		room = mc_import_fit(memory_room(), page_size);
+	} else if (opt->hugetlb) {
 		err = hugetlb_room(page_size, &room);
 		if (err)
 			return err;
@@ -78,8 +81,9 @@ MC_EXPORT int mooncake_segment_room(const struct mooncake_segment_options *opt, 
 		/* Room for the pages and for what the kernel charges beside them. */
 		room = mc_commit_fit(memory_room(), page_size);
 	}
-	/* The file size limit binds only the memfd create sizes (mmap=true). */
-	if (opt->mmap && getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY)
+	/* The file size limit binds only the owner, which sizes the memfd (mmap=true). */
+	if (opt->rank_id == opt->owner_rank && opt->mmap && getrlimit(RLIMIT_FSIZE, &fsize) == 0 &&
+	    fsize.rlim_cur != RLIM_INFINITY)
 		room = min_u64(room, fsize.rlim_cur);
 	room = min_u64(room, MOONCAKE_SEGMENT_MAX_SIZE);
 	*bytes = room / page_size * page_size;

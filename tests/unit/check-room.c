@@ -95,6 +95,27 @@ START_TEST(test_room_is_the_cgroup_v2_room_with_clean_cache)
 }
 END_TEST
 
+/* A peer's room: the pages are the owner's; its own cgroup pays its page tables. */
+START_TEST(test_a_peers_room_is_its_page_tables)
+{
+	struct mooncake_segment_options peer = test_options(2, 1, 0), owner = test_options(2, 0, 0);
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	room_fixture(PLENTY, "[never]\n");
+	/* Room 19 MiB + 1000 (limit 24 MiB + 1000, usage 8 MiB, 3 MiB clean). */
+	fixture_put(root, "proc/self/cgroup", "0::/job\n");
+	fixture_put(root, "sys/fs/cgroup/job/memory.max", "25166824\n");
+	fixture_put(root, "sys/fs/cgroup/job/memory.current", "8388608\n");
+	fixture_put(root, "sys/fs/cgroup/job/memory.stat",
+		    "anon 4194304\nactive_file 2097152\ninactive_file 2097152\nfile_dirty 1048576\n"
+		    "file_writeback 0\n");
+	ck_assert_uint_eq(room_of(&owner), fit(19 * MiB + 1000, page));
+	/* 8 bytes of page table a page, after 1 MiB of slack. */
+	ck_assert_uint_eq(room_of(&peer), (19 * MiB + 1000 - MiB) / 8 * page);
+	room_fixture_remove();
+}
+END_TEST
+
 START_TEST(test_room_is_the_cgroup_v1_room_with_clean_cache)
 {
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
@@ -224,6 +245,7 @@ Suite *suite_room(void)
 
 	tcase_add_test(tc, test_room_is_the_cgroup_v2_room_with_clean_cache);
 	tcase_add_test(tc, test_room_is_the_cgroup_v1_room_with_clean_cache);
+	tcase_add_test(tc, test_a_peers_room_is_its_page_tables);
 	tcase_add_test(tc, test_room_is_memavailable_plus_swapfree);
 	tcase_add_test(tc, test_room_is_the_tighter_of_cgroup_and_host);
 	tcase_add_test(tc, test_room_rounds_down_to_the_thp_page);
