@@ -210,20 +210,24 @@ static int create_at_the_room_edge(uint64_t limit, uint64_t margin, long *kills)
 }
 
 /* room() is the truth at the edge: create(room() - margin) succeeds for every
- * margin from 0 to 8 MiB, create(room() + one page) is refused before any
- * page is committed, and nothing meets the OOM killer, at 64 MiB, 512 MiB and
- * 4 GiB limits. */
+ * margin from 0 to 8 MiB (page steps over the first 16 pages, then MiB
+ * steps), create(room() + one page) is refused before any page is committed,
+ * and nothing meets the OOM killer, at 64 MiB, 512 MiB and 4 GiB limits. */
 START_TEST(test_the_room_edge_never_meets_the_oom_killer)
 {
 	static const uint64_t limits[] = { 64 * MiB, 512 * MiB, 4096 * MiB };
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	long kills;
 
 	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
-		for (uint64_t margin = 0; margin <= 8 * MiB; margin += MiB) {
+		/* Page steps over the first 16 pages (not at 4 GiB, where each create
+		 * takes seconds), then MiB steps to 8 MiB. */
+		for (uint64_t margin = 0; margin <= 8 * MiB;
+		     margin += margin < 16 * page && limits[i] < 4096 * MiB ? page : MiB - margin % MiB) {
 			int rc = create_at_the_room_edge(limits[i], margin, &kills);
 
-			printf("# limit %llu MiB, margin %llu MiB: %s, %ld OOM kills\n",
-			       (unsigned long long)(limits[i] / MiB), (unsigned long long)(margin / MiB),
+			printf("# limit %llu MiB, margin %llu KiB: %s, %ld OOM kills\n",
+			       (unsigned long long)(limits[i] / MiB), (unsigned long long)(margin >> 10),
 			       rc == 0	 ? "created"
 			       : rc == 1 ? "refused"
 					 : "FAILED",
