@@ -148,8 +148,8 @@ static void log_passed_holder(enum holder_kind kind, const struct ucred *peer, c
 }
 
 /* Wait until the holder of @addr lets go (or a short while when it cannot be
- * reached); false when the holder is stopped and the caller should go on
- * without the lock. */
+ * reached); false when the caller should go on without the lock: the holder
+ * is not in our cgroup (at once), or is stopped or unseen past the grace. */
 static bool wait_for_holder(const struct sockaddr_un *addr, socklen_t len, const char *cgroup_dir,
 			    uint64_t started_ns)
 {
