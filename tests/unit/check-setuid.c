@@ -27,6 +27,8 @@
 #include "privileged.h"
 
 #define STRANGER 54321 /* a uid and gid no account has */
+/* Whether this build loads an accelerator runtime (the planted library's way in). */
+#define LOADS_RUNTIMES (HAVE_CUDA || HAVE_ASCEND)
 
 static char dir[64];
 
@@ -164,7 +166,9 @@ START_TEST(test_the_same_program_without_the_bit_obeys_them)
 	ck_assert_int_eq(chmod(probe, 0755), 0);
 	run_probe_as_stranger(out, sizeof(out));
 	ck_assert_msg(strstr(out, "euid=54321 "), "%s", out);
-	ck_assert_msg(marker_exists(), "the runtime variables were not read at all:\n%s", out);
+	/* Only a build with an accelerator runtime loads one. */
+	ck_assert_msg(marker_exists() == LOADS_RUNTIMES, "the runtime variables were not read at all:\n%s",
+		      out);
 	ck_assert_msg(strstr(out, "MOONCAKE_SEGMENT_PEER_TIMEOUT_MS=1") && strstr(out, "/stranger/root'"),
 		      "%s", out);
 }
@@ -172,18 +176,18 @@ END_TEST
 
 int main(void)
 {
-	Suite *s = suite_create("setuid");
-	TCase *tc = tcase_create("environment");
-
 	struct statvfs tmp;
+	Suite *s;
+	TCase *tc;
 
 	if (geteuid() != 0)
 		skip_all("needs root to install a set-user-ID program and to become another user");
 	if (statvfs("/tmp", &tmp) == 0 && (tmp.f_flag & ST_NOSUID))
 		skip_all("/tmp is mounted nosuid: a set-user-ID program cannot run there");
-#if !HAVE_CUDA && !HAVE_ASCEND
-	skip_all("this build loads no accelerator runtime (configure found neither CUDA nor Ascend headers)");
-#endif
+	if (!LOADS_RUNTIMES)
+		printf("# this build loads no accelerator runtime: the planted-library checks are left out\n");
+	s = suite_create("setuid");
+	tc = tcase_create("environment");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_a_setuid_program_ignores_every_variable);
 	tcase_add_test(tc, test_the_same_program_without_the_bit_obeys_them);
