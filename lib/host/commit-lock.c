@@ -98,27 +98,27 @@ static bool outermost_cgroup(const char *proc_cgroup, char *dir, size_t size)
 	return true;
 }
 
-/* Is process @pid (SO_PEERCRED's number) charged to the same limited memory
- * cgroup as this one?  Both read from their own /proc files the same way;
- * where this process's cannot be read there is nothing to compare with, and
- * the holder counts as a member (as before this check). */
-static bool in_our_cgroup(pid_t pid)
+/* Is process @pid (SO_PEERCRED's number) charged to the limited memory
+ * cgroup @ours (this process's, read once per wait the same way)?  Where
+ * this process's could not be read (@ours NULL) there is nothing to compare
+ * with, and the holder counts as a member (as before this check). */
+static bool in_our_cgroup(pid_t pid, const char *ours)
 {
-	char proc_cgroup[64], ours[1280], theirs[1280];
+	char proc_cgroup[64], theirs[1280];
 
-	if (!outermost_cgroup("/proc/self/cgroup", ours, sizeof(ours)))
+	if (!ours)
 		return true;
 	snprintf(proc_cgroup, sizeof(proc_cgroup), "/proc/%d/cgroup", (int)pid);
 	return outermost_cgroup(proc_cgroup, theirs, sizeof(theirs)) && strcmp(ours, theirs) == 0;
 }
 
-static enum holder_kind classify_holder(pid_t pid)
+static enum holder_kind classify_holder(pid_t pid, const char *ours)
 {
 	char state = pid > 0 ? mc_process_state(pid) : '\0';
 
 	if (!state)
 		return HOLDER_UNSEEN;
-	if (!in_our_cgroup(pid))
+	if (!in_our_cgroup(pid, ours))
 		return HOLDER_OUTSIDER;
 	return state == 'T' || state == 't' ? HOLDER_STOPPED : HOLDER_MEMBER;
 }
@@ -158,6 +158,8 @@ static bool wait_for_holder(const struct sockaddr_un *addr, socklen_t len, const
 	struct ucred peer = { 0 };
 	socklen_t peer_len = sizeof(peer);
 	uint64_t last_log = mc_now_ns(), doubtful_since = 0, now;
+	char ours[1280];
+	bool ours_known;
 
 	/* Refused or full backlog: the holder is binding or releasing right now. */
 	if (fd < 0 || connect(fd, (const struct sockaddr *)addr, len) != 0) {
@@ -168,9 +170,10 @@ static bool wait_for_holder(const struct sockaddr_un *addr, socklen_t len, const
 	}
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0)
 		peer.pid = 0;
+	ours_known = outermost_cgroup("/proc/self/cgroup", ours, sizeof(ours));
 	/* The holder never accepts nor writes: the connection ends when it closes. */
 	while (poll(&p, 1, WAIT_CHECK_MS) == 0) {
-		enum holder_kind kind = classify_holder(peer.pid);
+		enum holder_kind kind = classify_holder(peer.pid, ours_known ? ours : NULL);
 
 		now = mc_now_ns();
 		if (kind == HOLDER_MEMBER)
