@@ -60,6 +60,18 @@ static uint64_t room_of(const struct mooncake_segment_options *opt)
 	return bytes;
 }
 
+/* A cgroup v2 "job": limit 24 MiB + 1000, usage 8 MiB of which 3 MiB clean
+ * cache, so 19 MiB + 1000 of room. */
+static void job_cgroup_with_19_mib_of_room(void)
+{
+	fixture_put(root, "proc/self/cgroup", "0::/job\n");
+	fixture_put(root, "sys/fs/cgroup/job/memory.max", "25166824\n");
+	fixture_put(root, "sys/fs/cgroup/job/memory.current", "8388608\n");
+	fixture_put(root, "sys/fs/cgroup/job/memory.stat",
+		    "anon 4194304\nactive_file 2097152\ninactive_file 2097152\nfile_dirty 1048576\n"
+		    "file_writeback 0\n");
+}
+
 /* create() of @room passes; of @room + @page it fails with -ENOMEM and @needle. */
 static void check_boundary(uint64_t room, uint64_t page, const char *needle)
 {
@@ -82,13 +94,7 @@ START_TEST(test_room_is_the_cgroup_v2_room_with_clean_cache)
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 
 	room_fixture(PLENTY, "[never]\n");
-	/* limit 24 MiB + 1000, usage 8 MiB of which 3 MiB clean cache: room 19 MiB + 1000, 19 MiB in pages. */
-	fixture_put(root, "proc/self/cgroup", "0::/job\n");
-	fixture_put(root, "sys/fs/cgroup/job/memory.max", "25166824\n");
-	fixture_put(root, "sys/fs/cgroup/job/memory.current", "8388608\n");
-	fixture_put(root, "sys/fs/cgroup/job/memory.stat",
-		    "anon 4194304\nactive_file 2097152\ninactive_file 2097152\nfile_dirty 1048576\n"
-		    "file_writeback 0\n");
+	job_cgroup_with_19_mib_of_room();
 	ck_assert_uint_eq(room_of(&opt), fit(19 * MiB + 1000, page));
 	check_boundary(fit(19 * MiB + 1000, page), page, "its memory cgroup has room for 19923944");
 	room_fixture_remove();
@@ -102,13 +108,7 @@ START_TEST(test_a_peers_room_is_its_page_tables)
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 
 	room_fixture(PLENTY, "[never]\n");
-	/* Room 19 MiB + 1000 (limit 24 MiB + 1000, usage 8 MiB, 3 MiB clean). */
-	fixture_put(root, "proc/self/cgroup", "0::/job\n");
-	fixture_put(root, "sys/fs/cgroup/job/memory.max", "25166824\n");
-	fixture_put(root, "sys/fs/cgroup/job/memory.current", "8388608\n");
-	fixture_put(root, "sys/fs/cgroup/job/memory.stat",
-		    "anon 4194304\nactive_file 2097152\ninactive_file 2097152\nfile_dirty 1048576\n"
-		    "file_writeback 0\n");
+	job_cgroup_with_19_mib_of_room();
 	ck_assert_uint_eq(room_of(&owner), fit(19 * MiB + 1000, page));
 	/* 8 bytes of page table a page, after 1 MiB of slack. */
 	ck_assert_uint_eq(room_of(&peer), (19 * MiB + 1000 - MiB) / 8 * page);
