@@ -48,17 +48,42 @@ static const struct mc_chunk_ops ascend_chunks = {
 	.unregister_chunk = ascend_unregister_chunk,
 };
 
-static int ascend_register(struct mc_registration *reg)
+/* The caller's thread must run on the device (AscendCL's rule for every call). */
+static int ascend_register_begin(struct mc_registration *reg)
 {
 	const char *why = "";
-	int err;
 
 	if (!mc_acl_ready(&why))
 		return mc_error(ENOTSUP, "Shared segment host_register=true: no Ascend device (%s)", why);
-	err = mc_acl_require_device(reg->device, "mmap");
-	if (err)
-		return err;
-	return mc_register_chunks(reg, &ascend_chunks);
+	return mc_acl_require_device(reg->device, "mmap");
+}
+
+/* One chunk; a background thread first makes the device its own. */
+static int ascend_register_next(struct mc_registration *reg)
+{
+	aclError r;
+
+	if (mc_acl_current_device() != reg->device &&
+	    (r = mc_acl.aclrtSetDevice(reg->device)) != ACL_SUCCESS) {
+		char text[160];
+
+		mc_acl_describe(r, text, sizeof(text));
+		mc_unregister_chunks(reg, &ascend_chunks);
+		return mc_error(EIO,
+				"Shared segment host_register=true: aclrtSetDevice(%d) on the registration "
+				"thread %s",
+				reg->device, text);
+	}
+	return mc_register_next_chunk(reg, &ascend_chunks);
+}
+
+static int ascend_register(struct mc_registration *reg)
+{
+	int err = ascend_register_begin(reg);
+
+	while (!err && !mc_registration_done(reg))
+		err = ascend_register_next(reg);
+	return err;
 }
 
 static void ascend_unregister(struct mc_registration *reg)
@@ -89,6 +114,8 @@ const struct mc_accel_ops mc_accel_ascend = {
 	.name = "ascend",
 	.available = ascend_available,
 	.register_host = ascend_register,
+	.register_begin = ascend_register_begin,
+	.register_next = ascend_register_next,
 	.unregister_host = ascend_unregister,
 	.pci_bus_id = ascend_pci_bus_id,
 	.why_unavailable = ascend_why_unavailable,

@@ -53,7 +53,8 @@ static const struct mc_chunk_ops cuda_chunks = {
 	.unregister_chunk = cuda_unregister_chunk,
 };
 
-static int cuda_register(struct mc_registration *reg)
+/* Retain the device's primary context for the calls to come. */
+static int cuda_register_begin(struct mc_registration *reg)
 {
 	const char *why = "";
 	CUcontext ctx = NULL;
@@ -64,18 +65,44 @@ static int cuda_register(struct mc_registration *reg)
 	err = mc_cu_enter(reg->device, &ctx, "host_register=true");
 	if (err)
 		return err;
-	err = mc_register_chunks(reg, &cuda_chunks);
 	mc_cu_pop();
-	if (err) {
-		mc_cu_release(reg->device);
-		return err;
-	}
 	reg->context = ctx;
 	return 0;
 }
 
+/* One chunk, with the context pushed on whichever thread calls. */
+static int cuda_register_next(struct mc_registration *reg)
+{
+	int err;
+
+	if (!mc_cu_push(reg->context))
+		err = mc_error(EIO,
+			       "Shared segment host_register=true: cannot make device %d's context current",
+			       reg->device);
+	else {
+		err = mc_register_next_chunk(reg, &cuda_chunks);
+		mc_cu_pop();
+	}
+	if (err) {
+		mc_cu_release(reg->device);
+		reg->context = NULL;
+	}
+	return err;
+}
+
+static int cuda_register(struct mc_registration *reg)
+{
+	int err = cuda_register_begin(reg);
+
+	while (!err && !mc_registration_done(reg))
+		err = cuda_register_next(reg);
+	return err;
+}
+
 static void cuda_unregister(struct mc_registration *reg)
 {
+	if (!reg->context)
+		return; /* a failed begin or next released everything */
 	if (mc_cu_push(reg->context)) {
 		mc_unregister_chunks(reg, &cuda_chunks);
 		mc_cu_pop();
@@ -108,6 +135,8 @@ const struct mc_accel_ops mc_accel_cuda = {
 	.name = "cuda",
 	.available = cuda_available,
 	.register_host = cuda_register,
+	.register_begin = cuda_register_begin,
+	.register_next = cuda_register_next,
 	.unregister_host = cuda_unregister,
 	.pci_bus_id = cuda_pci_bus_id,
 	.why_unavailable = cuda_why_unavailable,

@@ -14,6 +14,11 @@
 /* Default size of one registration call: drivers cap a single call, and a
  * failure then costs at most one chunk of work to roll back. */
 #define MC_REGISTER_CHUNK_DEFAULT (UINT64_C(64) << 30)
+/* Behind a background commit, each call holds the driver's locks for one
+ * chunk (about 50 ms at 10 GB/s), and the next waits a pause (1 ms: 2% of
+ * the time), so that the neighbours' calls get in between. */
+#define MC_REGISTER_CHUNK_BACKGROUND (UINT64_C(512) << 20)
+#define MC_REGISTER_PAUSE_US_DEFAULT 1000
 
 /* One registered mapping: what unregistering needs. */
 struct mc_registration {
@@ -35,7 +40,13 @@ struct mc_accel_ops {
 	/* Register [addr, addr+len) with @device in chunks of @chunk bytes; on
 	 * failure everything done is undone and a negative errno returned. */
 	int (*register_host)(struct mc_registration *reg);
-	/* Undo a successful register_host. */
+	/* The same, a chunk at a time (a background registration, on a thread
+	 * of its own): begin checks the device and takes what the calls need,
+	 * next registers chunk reg->chunks; on failure of either, everything
+	 * done is undone and a negative errno returned. */
+	int (*register_begin)(struct mc_registration *reg);
+	int (*register_next)(struct mc_registration *reg);
+	/* Undo a successful register_host, or the chunks a begin and nexts did. */
 	void (*unregister_host)(struct mc_registration *reg);
 	/* The PCI bus id of @device as the runtime spells it ("0000:3B:00.0");
 	 * false when unknown. */
@@ -68,7 +79,7 @@ void *mc_runtime_open(const char *env, const char *soname, const char *what,
 bool mc_runtime_resolve(void *lib, const char *what, const struct mc_runtime_symbol *symbols, size_t count,
 			char *failure, size_t size);
 
-/* One runtime's registration of one chunk, for mc_register_chunks(). */
+/* One runtime's registration of one chunk, for mc_register_next_chunk(). */
 struct mc_chunk_ops {
 	const char *runtime; /* "CUDA", "Ascend": for messages */
 	/* Register [addr, addr+len) and give its device address; 0, or a
@@ -77,10 +88,15 @@ struct mc_chunk_ops {
 	void (*unregister_chunk)(void *addr);
 };
 
-/* Register reg->addr..+len in chunks of reg->chunk; the chunks must be one
- * contiguous device range.  On failure the chunks done are unregistered in
- * reverse and the error names the chunk.  Sets reg->chunks, reg->device_addr. */
-int mc_register_chunks(struct mc_registration *reg, const struct mc_chunk_ops *ops);
+/* Register chunk reg->chunks of reg->addr..+len (chunks of reg->chunk); the
+ * chunks must be one contiguous device range.  On failure the chunks done
+ * are unregistered in reverse and the error names the chunk.  Advances
+ * reg->chunks; sets reg->device_addr with the first chunk. */
+int mc_register_next_chunk(struct mc_registration *reg, const struct mc_chunk_ops *ops);
+/* Every chunk of the registration is registered. */
+bool mc_registration_done(const struct mc_registration *reg);
+/* The registration's offset up to which it is registered. */
+uint64_t mc_registration_end(const struct mc_registration *reg);
 /* Unregister every chunk, last first. */
 void mc_unregister_chunks(struct mc_registration *reg, const struct mc_chunk_ops *ops);
 

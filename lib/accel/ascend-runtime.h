@@ -15,6 +15,7 @@
 #define MC_ACL_BASE_FUNCTIONS(X) \
 	X(aclrtGetDeviceCount)   \
 	X(aclrtGetDevice)        \
+	X(aclrtSetDevice)        \
 	X(aclrtHostRegister)     \
 	X(aclrtHostUnregister)   \
 	X(aclGetRecentErrMsg)

@@ -22,42 +22,53 @@ void mc_unregister_chunks(struct mc_registration *reg, const struct mc_chunk_ops
 	}
 }
 
-int mc_register_chunks(struct mc_registration *reg, const struct mc_chunk_ops *ops)
+static unsigned int chunk_count(const struct mc_registration *reg)
 {
-	unsigned int total = (unsigned int)((reg->len + reg->chunk - 1) / reg->chunk);
-	uint64_t base = 0;
+	return (unsigned int)((reg->len + reg->chunk - 1) / reg->chunk);
+}
+
+bool mc_registration_done(const struct mc_registration *reg)
+{
+	return reg->chunks >= chunk_count(reg);
+}
+
+uint64_t mc_registration_end(const struct mc_registration *reg)
+{
+	uint64_t end = (uint64_t)reg->chunks * reg->chunk;
+
+	return end < reg->len ? end : reg->len;
+}
+
+int mc_register_next_chunk(struct mc_registration *reg, const struct mc_chunk_ops *ops)
+{
+	unsigned int total = chunk_count(reg);
+	uint64_t off = (uint64_t)reg->chunks * reg->chunk, device_addr = 0;
+	uint64_t len = reg->len - off < reg->chunk ? reg->len - off : reg->chunk;
 	char why[160];
+	int err = ops->register_chunk((char *)reg->addr + off, len, &device_addr, why, sizeof(why));
 
-	for (reg->chunks = 0; reg->chunks < total; reg->chunks++) {
-		uint64_t off = (uint64_t)reg->chunks * reg->chunk, device_addr = 0, done;
-		uint64_t len = reg->len - off < reg->chunk ? reg->len - off : reg->chunk;
-		int err = ops->register_chunk((char *)reg->addr + off, len, &device_addr, why, sizeof(why));
+	if (!err && reg->chunks == 0)
+		reg->device_addr = device_addr;
+	if (!err && device_addr != reg->device_addr + off) {
+		/* Registered, but not where the range continues: undo it too. */
+		ops->unregister_chunk((char *)reg->addr + off);
+		snprintf(why, sizeof(why),
+			 "the chunks are not contiguous on the device (no unified addressing)");
+		err = -ENOTSUP;
+	}
+	if (err) {
+		unsigned int before = reg->chunks;
 
-		if (!err && reg->chunks == 0)
-			base = device_addr;
-		if (!err && device_addr != base + off) {
-			/* Registered, but not where the range continues: undo it too. */
-			ops->unregister_chunk((char *)reg->addr + off);
-			snprintf(why, sizeof(why),
-				 "the chunks are not contiguous on the device (no unified addressing)");
-			err = -ENOTSUP;
-		}
-		if (err) {
-			unsigned int before = reg->chunks;
-
-			mc_unregister_chunks(reg, ops);
-			return mc_error(
-				-err,
+		mc_unregister_chunks(reg, ops);
+		reg->device_addr = 0;
+		return mc_error(-err,
 				"%s (Shared segment %s host registration of chunk %u of %u, %llu bytes at "
 				"offset %llu, on device %d; the %u chunk(s) before it were unregistered)",
 				why, ops->runtime, before + 1, total, (unsigned long long)len,
 				(unsigned long long)off, reg->device, before);
-		}
-		done = off + len;
-		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
-		       "Shared segment: registered %llu of %llu bytes with %s device %d",
-		       (unsigned long long)done, (unsigned long long)reg->len, ops->runtime, reg->device);
 	}
-	reg->device_addr = base;
+	reg->chunks++;
+	mc_log(MOONCAKE_SEGMENT_LOG_INFO, "Shared segment: registered %llu of %llu bytes with %s device %d",
+	       (unsigned long long)(off + len), (unsigned long long)reg->len, ops->runtime, reg->device);
 	return 0;
 }

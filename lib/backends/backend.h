@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/tracked-fd.h"
 #include "host/placement.h"
 #include "host/populate.h"
 #include "mooncake/segment.h"
@@ -40,6 +41,15 @@ struct mc_memory {
 	bool is_owner;
 	bool check_commit_room;	       /* owner: a memory cgroup limit applies: check before each chunk */
 	struct mc_placement placement; /* owner: where the pages go; the backend records a refusal */
+	/* Owner: commit only the first chunk in create_owner, the rest in
+	 * commit_rest (a background commit); false: everything in create_owner. */
+	bool background;
+	const struct mc_commit_progress *progress; /* owner: follows the commit, NULL: nobody */
+	/* Owner: a descriptor to pass to the peers with the pages (the control
+	 * area), -1: none.  Peer, after import: the one received (the caller
+	 * closes it), -1 when the owner passed none. */
+	int companion_fd;
+	struct mc_tracked_fd companion_tracking; /* peer: closes companion_fd in a forked child */
 
 	/* Written by the backend. */
 	void *base;  /* this rank's mapping or reservation */
@@ -49,8 +59,9 @@ struct mc_memory {
 	void *state;
 	uint8_t handle[MC_HANDLE_MAX]; /* owner: what peers need to reach the pages */
 	uint16_t handle_bytes;
-	uint32_t info_flags; /* MOONCAKE_SEGMENT_INFO_* learnt at create */
-	struct mc_commit_result commit;
+	uint32_t info_flags;		/* MOONCAKE_SEGMENT_INFO_* learnt at create */
+	uint64_t committed;		/* owner: [0, committed) committed by create_owner */
+	struct mc_commit_result commit; /* owner: written when the last page is committed */
 };
 
 struct mc_backend_ops {
@@ -58,6 +69,7 @@ struct mc_backend_ops {
 	enum mc_backend_id id;
 	bool mmap;		 /* serves mmap=true (host pages) or mmap=false (VMM) */
 	bool device_addressable; /* the mapping's address is also the device's (SVM) */
+	bool passes_companion;	 /* serves mem->companion_fd with its pages (a descriptor route) */
 	/* mooncake_segment_supported() for this backend's mmap value; may load its runtime. */
 	bool (*supported)(bool host_register, bool hugetlb);
 	/* The page size (and hence allocation granularity) for these options;
@@ -66,8 +78,13 @@ struct mc_backend_ops {
 	/* Whether the owner's commit is charged to its memory cgroup, so that
 	 * the state machine checks the room first (host/limits.h). */
 	bool (*charges_memory_cgroup)(const struct mooncake_segment_options *opt);
-	/* Owner: allocate, place (mem->placement), map, commit; fill base, handle. */
+	/* Owner: allocate, place (mem->placement), map, commit (all of it, or
+	 * with mem->background the first chunk); fill base, handle, committed. */
 	int (*create_owner)(struct mc_memory *mem);
+	/* Owner, with mem->background: commit [committed, alloc_size) in order,
+	 * telling mem->progress; runs on a thread of the state machine's.  NULL:
+	 * create_owner always commits everything (the VMM backends). */
+	int (*commit_rest)(struct mc_memory *mem);
 	/* Non-owner: reserve mem->alloc_size bytes of address space at mem->base. */
 	int (*reserve)(struct mc_memory *mem);
 	/* Non-owner: map the pages @owner exported into the reservation. */

@@ -43,7 +43,11 @@ struct memfd_state {
 	int fd;
 	struct mc_tracked_fd tracking; /* closes fd in a forked child */
 	struct mc_fd_offer *offer;
+	struct mc_room_need need; /* what the commit's room checks ask for */
 };
+
+/* A background commit commits this much before create() returns (at least a page). */
+#define FIRST_CHUNK (UINT64_C(2) << 20)
 
 static struct memfd_state *state_of(const struct mc_memory *mem)
 {
@@ -151,19 +155,93 @@ static int map_over_window(struct mc_memory *mem, int fd)
 	return 0;
 }
 
+/* The request that commits the owner's pages [from, alloc_size). */
+static struct mc_commit_request commit_request(struct mc_memory *mem, uint64_t from)
+{
+	struct memfd_state *state = state_of(mem);
+
+	return (struct mc_commit_request){
+		.fd = state->fd,
+		.addr = (uint8_t *)mem->base + from,
+		.file_offset = from,
+		.len = mem->alloc_size - from,
+		.charged_before = from,
+		.page_size = mem->page_size,
+		.threads = mem->opt->commit_threads,
+		.cpu_node = mem->placement.node >= 0 && !mem->placement.degraded ? mem->placement.node : -1,
+		.thp = (mem->info_flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) != 0,
+		.hugetlb = mem->opt->hugetlb,
+		.placement = &mem->placement,
+		/* Only under a memory cgroup limit; HugeTLB is not charged to it. */
+		.check_room = mem->check_commit_room && !mem->opt->hugetlb ? mc_check_commit_room : NULL,
+		.room_need = &state->need,
+		.progress = mem->progress,
+	};
+}
+
+/* What a commit's end tells: the flags it learnt, or its error in this backend's words. */
+static int commit_ended(struct mc_memory *mem, int err)
+{
+	if (mem->placement.degraded)
+		mem->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
+	if (err) {
+		if (mem->opt->hugetlb && err == -ENOSPC)
+			return hugetlb_pool_error(mem, ENOSPC);
+		return err;
+	}
+	if (mem->commit.thp_fallback) {
+		mem->info_flags |= MOONCAKE_SEGMENT_INFO_THP_FALLBACK;
+		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
+		       "Shared segment '%s': THP committed slower than base pages; the "
+		       "rest uses base pages",
+		       mem->label);
+	}
+	return 0;
+}
+
+/* create(): every page, or with a background commit the first chunk. */
+static int commit_first(struct mc_memory *mem)
+{
+	struct mc_commit_request req = commit_request(mem, 0);
+	uint64_t first = mc_align_up(FIRST_CHUNK, mem->page_size);
+	int err;
+
+	if (mem->background && first < req.len)
+		req.len = first;
+	err = commit_ended(mem, mc_commit_pages(&req, &mem->commit));
+	if (!err)
+		mem->committed = req.len;
+	return err;
+}
+
+/* The background commit: [committed, alloc_size), on the state machine's thread. */
+static int memfd_commit_rest(struct mc_memory *mem)
+{
+	struct mc_commit_request req = commit_request(mem, mem->committed);
+	struct mc_commit_result first = mem->commit, rest;
+	int err = mc_commit_pages(&req, &rest);
+
+	if (!err) {
+		rest.ns += first.ns;
+		rest.thp_fallback |= first.thp_fallback;
+		mem->commit = rest;
+		mem->committed = mem->alloc_size;
+	}
+	return commit_ended(mem, err);
+}
+
 static int memfd_create_owner(struct mc_memory *mem)
 {
 	char name[96];
 	unsigned int flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
-	struct mc_peer_fd handle;
-	struct mc_commit_request req;
-	struct mc_room_need need = { .label = mem->label, .bytes = mem->alloc_size };
+	struct mc_peer_fd handle, companion;
 	struct memfd_state *state = calloc(1, sizeof(*state));
 	int err;
 
 	if (!state)
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	state->fd = -1;
+	state->need = (struct mc_room_need){ .label = mem->label, .bytes = mem->alloc_size };
 	mem->state = state;
 	if (mem->opt->hugetlb)
 		flags |= MFD_HUGETLB | hugetlb_size_flag(mem->page_size);
@@ -208,42 +286,19 @@ static int memfd_create_owner(struct mc_memory *mem)
 	/* The policy is in place before the first page exists. */
 	mc_placement_apply(&mem->placement, mem->base, mem->alloc_size);
 
-	req = (struct mc_commit_request){
-		.fd = state->fd,
-		.addr = mem->base,
-		.len = mem->alloc_size,
-		.page_size = mem->page_size,
-		.threads = mem->opt->commit_threads,
-		.cpu_node = mem->placement.node >= 0 && !mem->placement.degraded ? mem->placement.node : -1,
-		.thp = (mem->info_flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) != 0,
-		.hugetlb = mem->opt->hugetlb,
-		.placement = &mem->placement,
-		/* Only under a memory cgroup limit; HugeTLB is not charged to it. */
-		.check_room = mem->check_commit_room && !mem->opt->hugetlb ? mc_check_commit_room : NULL,
-		.room_need = &need,
-	};
-	err = mc_commit_pages(&req, &mem->commit);
-	if (mem->placement.degraded)
-		mem->info_flags |= MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED;
-	if (err) {
-		if (mem->opt->hugetlb && err == -ENOSPC)
-			return hugetlb_pool_error(mem, ENOSPC);
+	err = commit_first(mem);
+	if (err)
 		return err;
-	}
-	if (mem->commit.thp_fallback) {
-		mem->info_flags |= MOONCAKE_SEGMENT_INFO_THP_FALLBACK;
-		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
-		       "Shared segment '%s': THP committed slower than base pages; the "
-		       "rest uses base pages",
-		       mem->label);
-	}
-
 	/* A group of one has no peer to serve: no thread, no socket. */
-	err = mem->opt->world_size > 1 ? mc_peer_fd_offer(state->fd, &handle, &state->offer)
-				       : mc_peer_fd_describe(state->fd, &handle);
+	err = mem->opt->world_size > 1
+		      ? mc_peer_fd_offer(state->fd, mem->companion_fd, &handle, &companion, &state->offer)
+		      : mc_peer_fd_describe(state->fd, &handle);
 	if (err)
 		return err;
 	mem->handle_bytes = mc_peer_fd_encode(&handle, mem->handle, sizeof(mem->handle));
+	if (mem->opt->world_size > 1 && mem->companion_fd >= 0)
+		mem->handle_bytes += mc_peer_fd_encode_companion(&companion, mem->handle + mem->handle_bytes,
+								 sizeof(mem->handle) - mem->handle_bytes);
 	return 0;
 }
 
@@ -278,8 +333,28 @@ static int check_owner_file(const struct mc_memory *mem, int fd, const struct mc
 
 static void memfd_unimport(struct mc_memory *mem)
 {
+	if (mem->companion_fd >= 0)
+		mc_fd_close(&mem->companion_tracking);
+	mem->companion_fd = -1;
 	if (mem->mapped && mc_window_reset(mem->base, mem->alloc_size) == 0)
 		mem->mapped = false;
+}
+
+/* The owner's companion descriptor (its control area), when its handle names one. */
+static int open_companion(struct mc_memory *mem, const struct mc_owner_ref *owner, const struct mc_peer_fd *h,
+			  size_t used)
+{
+	struct mc_peer_fd companion;
+
+	if (owner->handle_bytes == used)
+		return 0;
+	if (!mc_peer_fd_decode_companion(owner->handle + used, owner->handle_bytes - used, h, &companion))
+		return mc_error(EPROTO, "Shared segment: the owner's handle names a malformed control area");
+	/* Closed by the state machine once mapped; a child forked meanwhile never holds it. */
+	mc_fd_track_begin();
+	mem->companion_fd = mc_peer_fd_open(owner, &companion);
+	mc_fd_track_end(&mem->companion_tracking, &mem->companion_fd);
+	return mem->companion_fd < 0 ? mem->companion_fd : 0;
 }
 
 static int memfd_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
@@ -289,7 +364,8 @@ static int memfd_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 	size_t used = 0;
 	int fd, err;
 
-	if (!mc_peer_fd_decode(owner->handle, owner->handle_bytes, &h, &used) || used != owner->handle_bytes)
+	if (!mc_peer_fd_decode(owner->handle, owner->handle_bytes, &h, &used) ||
+	    (owner->handle_bytes != used && owner->handle_bytes != used + MC_PEER_FD_COMPANION_BYTES))
 		return mc_error(EPROTO,
 				"Shared segment: the owner exported a handle that is not a memfd handle");
 	/* Opened under the fork registry: a child forked meanwhile never holds it. */
@@ -307,8 +383,12 @@ static int memfd_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 					   (unsigned long long)mem->alloc_size);
 	}
 	mc_fd_close(&tracking);
-	if (err)
+	if (!err)
+		err = open_companion(mem, owner, &h, used);
+	if (err) {
+		memfd_unimport(mem);
 		return err;
+	}
 
 	advise_after_map(mem);
 	if (mem->opt->populate_on_import) {
@@ -379,10 +459,12 @@ const struct mc_backend_ops mc_backend_memfd = {
 	.name = "memfd",
 	.id = MC_BACKEND_MEMFD,
 	.mmap = true,
+	.passes_companion = true,
 	.supported = memfd_supported,
 	.granularity = memfd_granularity,
 	.charges_memory_cgroup = memfd_charges_memory_cgroup,
 	.create_owner = memfd_create_owner,
+	.commit_rest = memfd_commit_rest,
 	.reserve = memfd_reserve,
 	.import = memfd_import,
 	.unimport = memfd_unimport,

@@ -349,7 +349,7 @@ static int export_and_offer(struct mc_memory *mem, bool fabric)
 					  "exporting the pinned memory");
 	}
 	/* A group of one has no peer to serve: no thread, no socket. */
-	err = mem->opt->world_size > 1 ? mc_peer_fd_offer(state->exported_fd, &h, &state->offer)
+	err = mem->opt->world_size > 1 ? mc_peer_fd_offer(state->exported_fd, -1, &h, NULL, &state->offer)
 				       : mc_peer_fd_describe(state->exported_fd, &h);
 	if (err)
 		return err;

@@ -23,6 +23,11 @@
  * The request's room check runs before each chunk is charged (fallocate in
  * chunks of ROOM_CHECK_CHUNK, each THP chunk), so that memory another program
  * took during a long commit stops it with an error rather than the OOM killer.
+ *
+ * The commit goes in order, one front chunk (MIN_BYTES_PER_THREAD per thread)
+ * after the other, each split across the threads, and tells the request's
+ * progress the committed prefix after each: a background commit's readiness
+ * front (segment/control.h).  A blocking commit runs the very same code.
  */
 #include "config.h"
 
@@ -146,7 +151,7 @@ static int populate_parallel(uint8_t *addr, uint64_t len, uint64_t page_size, un
 	return err;
 }
 
-/* fallocate [off, off+len) of the file.  shmem's fallocate follows the file's
+/* fallocate [off, off+len) of the request.  shmem's fallocate follows the file's
  * shared policy (mbind); hugetlbfs's follows the thread's, so a HugeTLB
  * fallocate (kernels without MADV_POPULATE_WRITE) runs under the placement. */
 static int allocate_range(const struct mc_commit_request *req, uint64_t off, uint64_t len)
@@ -156,7 +161,7 @@ static int allocate_range(const struct mc_commit_request *req, uint64_t off, uin
 	bool policy = req->hugetlb && req->placement &&
 		      mc_placement_thread_enter(req->placement, &saved_mode, &saved_nodes);
 
-	if (fallocate(req->fd, 0, (off_t)off, (off_t)len) != 0)
+	if (fallocate(req->fd, 0, (off_t)(req->file_offset + off), (off_t)len) != 0)
 		err = errno;
 	if (policy)
 		mc_placement_thread_leave(saved_mode, saved_nodes);
@@ -166,7 +171,27 @@ static int allocate_range(const struct mc_commit_request *req, uint64_t off, uin
 /* The room check, when the request has one: a negative errno (message set) or 0. */
 static int check_room(const struct mc_commit_request *req, uint64_t committed)
 {
-	return req->check_room ? req->check_room(req->room_need, committed) : 0;
+	return req->check_room ? req->check_room(req->room_need, req->charged_before + committed) : 0;
+}
+
+/* Before each chunk: -ECANCELED when whoever follows the commit wants it stopped. */
+static int check_stop(const struct mc_commit_request *req)
+{
+	if (req->progress && req->progress->stopping && req->progress->stopping(req->progress->ctx))
+		return mc_error(ECANCELED, "Shared segment commit stopped: the segment is being destroyed");
+	return 0;
+}
+
+/* After each chunk: everything of the request below @end (an offset in it) is committed. */
+static void advance(const struct mc_commit_request *req, uint64_t end)
+{
+	if (req->progress && req->progress->advance)
+		req->progress->advance(req->progress->ctx, req->file_offset + end);
+}
+
+uint64_t mc_commit_front_chunk(uint64_t page_size, unsigned int threads)
+{
+	return mc_align_up(MIN_BYTES_PER_THREAD * (threads ? threads : 1), page_size);
 }
 
 /* allocate_range() chunk by chunk, checking the room before each (fallocate
@@ -208,7 +233,7 @@ static int populate_error(const struct mc_commit_request *req, int err)
 
 /* Base pages: fallocate, then populate (or touch, before 5.14); @committed
  * bytes of the request are charged already. */
-static int commit_base_pages(const struct mc_commit_request *req, uint64_t off, uint64_t len,
+static int commit_base_chunk(const struct mc_commit_request *req, uint64_t off, uint64_t len,
 			     uint64_t committed, unsigned int threads, const char **method)
 {
 	bool allocated = true;
@@ -232,6 +257,27 @@ static int commit_base_pages(const struct mc_commit_request *req, uint64_t off, 
 	return err ? populate_error(req, err) : 0;
 }
 
+/* commit_base_chunk() over [off, off+len) one front chunk after the other,
+ * reporting the front after each. */
+static int commit_base_pages(const struct mc_commit_request *req, uint64_t off, uint64_t len,
+			     uint64_t committed, unsigned int threads, const char **method)
+{
+	uint64_t chunk = mc_commit_front_chunk(req->page_size, threads);
+
+	for (uint64_t done = 0; done < len;) {
+		uint64_t n = len - done < chunk ? len - done : chunk;
+		int err = check_stop(req);
+
+		if (!err)
+			err = commit_base_chunk(req, off + done, n, committed + done, threads, method);
+		if (err)
+			return err;
+		done += n;
+		advance(req, off + done);
+	}
+	return 0;
+}
+
 /* THP, chunk by chunk against base pages; see the top of this file. */
 static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 		      struct mc_commit_result *result, const char **method)
@@ -246,16 +292,19 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 		err = populate_parallel(req->addr, req->len, req->page_size, threads, POPULATE_WRITE,
 					req->cpu_node);
 		*method = "populate (THP)";
-		return err == EINVAL ? commit_base_pages(req, 0, req->len, 0, threads, method)
-		       : err	     ? populate_error(req, err)
-				     : 0;
+		if (err == EINVAL)
+			return commit_base_pages(req, 0, req->len, 0, threads, method);
+		if (err)
+			return populate_error(req, err);
+		advance(req, req->len);
+		return 0;
 	}
 	/* The yardstick: the last chunk on base pages, committed the ordinary way. */
 	if (madvise(req->addr + req->len - base_len, base_len, MADV_NOHUGEPAGE) != 0)
 		base_len = 0;
 	t0 = mc_now_ns();
 	if (base_len &&
-	    (err = commit_base_pages(req, req->len - base_len, base_len, 0, threads, &base_method)))
+	    (err = commit_base_chunk(req, req->len - base_len, base_len, 0, threads, &base_method)))
 		return err;
 	base_ns = mc_now_ns() - t0;
 	thp_end = req->len - base_len;
@@ -263,7 +312,7 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 	while (off < thp_end) {
 		uint64_t len = thp_end - off < chunk ? thp_end - off : chunk;
 
-		if ((err = check_room(req, base_len + off)))
+		if ((err = check_stop(req)) || (err = check_room(req, base_len + off)))
 			return err;
 		t0 = mc_now_ns();
 		err = populate_parallel(req->addr + off, len, req->page_size, threads, POPULATE_WRITE,
@@ -273,6 +322,7 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 		if (err)
 			return populate_error(req, err);
 		off += len;
+		advance(req, off);
 		/* Slower per byte than base pages: stop advising THP for the rest. */
 		if (base_len &&
 		    (double)(mc_now_ns() - t0) * (double)base_len > (double)base_ns * (double)len * 1.1)
@@ -286,9 +336,10 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
 			return err;
 		result->thp_fallback = true;
 		*method = "THP, then base pages";
-		return 0;
+	} else {
+		*method = "populate (THP)";
 	}
-	*method = "populate (THP)";
+	advance(req, req->len); /* the yardstick at the end was committed first */
 	return 0;
 }
 
@@ -297,13 +348,25 @@ static int commit_thp(const struct mc_commit_request *req, unsigned int threads,
  * pages on one thread, parallel faults zero them on all. */
 static int commit_hugetlb(const struct mc_commit_request *req, unsigned int threads, const char **method)
 {
-	int err = populate_parallel(req->addr, req->len, req->page_size, threads, POPULATE_WRITE,
-				    req->cpu_node);
+	uint64_t chunk = mc_commit_front_chunk(req->page_size, threads);
 
-	if (err == EINVAL)
-		return commit_base_pages(req, 0, req->len, 0, threads, method); /* before 5.14 */
+	for (uint64_t done = 0; done < req->len;) {
+		uint64_t n = req->len - done < chunk ? req->len - done : chunk;
+		int err = check_stop(req);
+
+		if (err)
+			return err;
+		err = populate_parallel(req->addr + done, n, req->page_size, threads, POPULATE_WRITE,
+					req->cpu_node);
+		if (err == EINVAL) /* before 5.14 */
+			return commit_base_pages(req, done, req->len - done, done, threads, method);
+		if (err)
+			return populate_error(req, err);
+		done += n;
+		advance(req, done);
+	}
 	*method = "populate (HugeTLB)";
-	return err ? populate_error(req, err) : 0;
+	return 0;
 }
 
 int mc_commit_pages(const struct mc_commit_request *req, struct mc_commit_result *result)

@@ -76,18 +76,25 @@ struct mooncake_segment; /* opaque */
 struct mooncake_segment_options {
 	/* Fields may be added at the end in later versions: always call
 	 * mooncake_segment_options_init() first. */
-	uint32_t world_size;	      /* >= 1 */
-	uint32_t rank_id;	      /* < world_size */
-	uint32_t owner_rank;	      /* < world_size */
-	int32_t device_id;	      /* accelerator of this rank, or -1 */
-	bool mmap;		      /* true: host shared memory (memfd); false: platform VMM */
-	bool host_register;	      /* register the pages with the accelerator (mmap only) */
-	bool hugetlb;		      /* back with HugeTLB pages, fail if the pool cannot */
-	int32_t numa_node;	      /* a node, MOONCAKE_SEGMENT_NUMA_AUTO or _INTERLEAVE */
-	uint32_t commit_threads;      /* owner threads committing pages; 0: automatic */
-	bool populate_on_import;      /* non-owners map every page table entry at complete */
-	uint64_t hugetlb_page_size;   /* with hugetlb: 0 for the default (2 MiB), or 1 GiB */
-	uint64_t register_chunk_size; /* host_register: bytes per driver call; 0: 64 GiB */
+	uint32_t world_size;	    /* >= 1 */
+	uint32_t rank_id;	    /* < world_size */
+	uint32_t owner_rank;	    /* < world_size */
+	int32_t device_id;	    /* accelerator of this rank, or -1 */
+	bool mmap;		    /* true: host shared memory (memfd); false: platform VMM */
+	bool host_register;	    /* register the pages with the accelerator (mmap only) */
+	bool hugetlb;		    /* back with HugeTLB pages, fail if the pool cannot */
+	int32_t numa_node;	    /* a node, MOONCAKE_SEGMENT_NUMA_AUTO or _INTERLEAVE */
+	uint32_t commit_threads;    /* owner threads committing pages; 0: automatic */
+	bool populate_on_import;    /* non-owners map every page table entry at complete */
+	uint64_t hugetlb_page_size; /* with hugetlb: 0 for the default (2 MiB), or 1 GiB */
+	uint64_t
+		register_chunk_size; /* host_register: bytes per driver call; 0: 64 GiB (background: 512 MiB) */
+	/* Added in 0.3 (MOONCAKE_SEGMENT_0.3): */
+	bool background_commit;	    /* owner: create returns after the first chunk, the rest commits behind
+				     * the readiness front; every rank: registers behind it */
+	uint32_t register_pause_us; /* background registration: pause between chunks; 0: 1000 us */
+	uint64_t register_offset;   /* host_register: this rank registers only [offset, offset + length) */
+	uint64_t register_length;   /* 0: to the end of the segment */
 };
 
 /**
@@ -240,6 +247,57 @@ const char *mooncake_segment_last_error(void);
 
 /** The library's version, "MAJOR.MINOR.MICRO". */
 const char *mooncake_segment_version(void);
+
+/* --- The readiness front (0.3) ------------------------------------------- */
+
+/*
+ * With background_commit, the owner's create() returns as soon as the memory
+ * room is checked (and, in a memory cgroup, its commit lock held until the
+ * last page) and the first chunk (2 MiB, or one huge page) is committed; its
+ * threads commit the rest in order at the same speed, advancing a front that
+ * every rank sees (a small control area passed with the pages).  A peer's
+ * complete() then returns at once; each rank with host_register registers
+ * its part of the mapping (register_offset/length) behind the front, in
+ * chunks of register_chunk_size (default 512 MiB) with register_pause_us
+ * (default 1 ms) between calls, on a thread of its own.  Without
+ * background_commit nothing changes: create and complete return with every
+ * page committed and registered (a blocking peer's complete waits for a
+ * background owner's front).
+ *
+ * Touching a page beyond the front is safe: it is never a SIGBUS or an OOM
+ * kill past the room check, but that fault allocates and zeroes the page
+ * itself (charged to the toucher's memory cgroup) and the commit skips it.
+ * Lack of memory during the commit is the commit's error, seen by every
+ * rank's wait; destroy() on the owner stops the commit (the peers' waits
+ * fail with -ECANCELED); a killed owner makes them fail with -ESRCH within
+ * 100 ms.  The memfd backend has a front; the VMM backends allocate
+ * everything at create, and their segments are ready at once.
+ */
+
+/**
+ * Wait until bytes [@offset, @offset + @length) of @seg (@length 0: to the
+ * end) are committed, and registered on this rank where it registers them.
+ * Sleeps on the shared word (a futex), never spins.  @timeout_ms < 0: no
+ * limit.  May run concurrently with itself and the getters.
+ *
+ * Returns 0 or:
+ *  -ETIMEDOUT the range was not ready within @timeout_ms
+ *  -EINVAL    NULL, a range outside the segment, a peer before complete()
+ *  -ESRCH     the owner died while committing
+ *  -ECANCELED the owner destroyed the segment while committing
+ *  the commit's error on every rank (-ENOMEM, -ENOSPC, -EIO), or this
+ *  rank's registration error (-ENOMEM, -ENOTSUP, -EIO); the message names
+ *  the rank and the cause.
+ */
+int mooncake_segment_wait_ready(struct mooncake_segment *seg, uint64_t offset, uint64_t length,
+				int timeout_ms);
+
+/**
+ * How many bytes from offset 0 are ready now (committed, and registered where
+ * this rank registers them): the segment's size once everything is; 0 for
+ * NULL and for a peer before complete().
+ */
+uint64_t mooncake_segment_ready_bytes(const struct mooncake_segment *seg);
 
 /* --- What a segment actually got ---------------------------------------- */
 

@@ -51,7 +51,7 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, uint32_t
 	socklen_t cred_len = sizeof(cred);
 	char *why = r->why;
 	size_t why_size = sizeof(r->why);
-	uint8_t request[MC_FD_REQUEST_BYTES];
+	uint8_t request[MC_FD_REQUEST_NAMED_BYTES];
 	struct sockaddr_un addr;
 	socklen_t len = mc_fd_socket_address(h->socket_id, &addr);
 	struct timeval tv;
@@ -88,6 +88,7 @@ static enum mc_fd_client_failure ask(int s, const struct mc_peer_fd *h, uint32_t
 	}
 	mc_put_le32(request, MC_FD_REQUEST_MAGIC);
 	memcpy(request + 4, h->token, MC_PEER_FD_TOKEN_SIZE);
+	mc_put_le32(request + MC_FD_REQUEST_BYTES, h->fd);
 	/* Room for one small message right after connect: this does not block.
 	 * The owner refuses another user as it accepts, before reading: its
 	 * reply may be waiting although it hung up already (EPIPE). */

@@ -63,6 +63,7 @@ struct connection {
 struct mc_fd_offer {
 	pid_t server_pid; /* the process that made the offer: only it has the thread */
 	int fd;		  /* the descriptor served (the caller's; never closed here) */
+	int companion_fd; /* a second one served with it (the caller's), -1 when none */
 	uint8_t token[MC_PEER_FD_TOKEN_SIZE];
 	bool any_uid;
 	unsigned int n_allowed;
@@ -164,8 +165,8 @@ static void note_refusal(struct mc_fd_offer *o, const struct ucred *cred, const 
 			 (unsigned int)cred->uid, why);
 }
 
-/* One reply; the descriptor rides along only with MC_FD_REPLY_OK. */
-static void reply(const struct mc_fd_offer *o, int conn, enum mc_fd_reply_status status)
+/* One reply; descriptor @fd rides along only with MC_FD_REPLY_OK. */
+static void reply(int conn, enum mc_fd_reply_status status, int fd)
 {
 	uint32_t uid = (uint32_t)getuid();
 	/* status, three zero bytes, the owner's uid (fd-socket.h) */
@@ -188,20 +189,31 @@ static void reply(const struct mc_fd_offer *o, int conn, enum mc_fd_reply_status
 		cmsg->cmsg_level = SOL_SOCKET;
 		cmsg->cmsg_type = SCM_RIGHTS;
 		cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cmsg), &o->fd, sizeof(int));
+		memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
 	}
 	/* A peer that went away meanwhile only costs it its answer. */
 	(void)sendmsg(conn, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+/* The descriptor numbered @number if this offer serves it, else -1. */
+static int offered(const struct mc_fd_offer *o, uint32_t number)
+{
+	if (number == (uint32_t)o->fd)
+		return o->fd;
+	if (o->companion_fd >= 0 && number == (uint32_t)o->companion_fd)
+		return o->companion_fd;
+	return -1;
+}
+
 /* The peer's request is readable: answer it and hang up. */
 static void answer(struct mc_fd_offer *o, struct connection *c)
 {
-	uint8_t request[MC_FD_REQUEST_BYTES + 1];
+	uint8_t request[MC_FD_REQUEST_NAMED_BYTES + 1];
 	struct ucred cred = { 0, (uid_t)-1, (gid_t)-1 };
 	socklen_t len = sizeof(cred);
 	uint32_t magic = 0;
 	ssize_t n = recv(c->fd, request, sizeof(request), MSG_DONTWAIT);
+	int wanted = -1;
 
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return; /* not there yet after all */
@@ -209,16 +221,20 @@ static void answer(struct mc_fd_offer *o, struct connection *c)
 		cred.uid = (uid_t)-1;
 	if (n >= 4)
 		magic = mc_get_le32(request);
+	if (n == MC_FD_REQUEST_BYTES)
+		wanted = o->fd;
+	else if (n == MC_FD_REQUEST_NAMED_BYTES)
+		wanted = offered(o, mc_get_le32(request + MC_FD_REQUEST_BYTES));
 	if (n <= 0)
 		; /* the peer hung up */
-	else if (n != MC_FD_REQUEST_BYTES || magic != MC_FD_REQUEST_MAGIC) {
+	else if (magic != MC_FD_REQUEST_MAGIC || wanted < 0) {
 		note_refusal(o, &cred, "not a request of this protocol");
-		reply(o, c->fd, MC_FD_REPLY_MALFORMED);
+		reply(c->fd, MC_FD_REPLY_MALFORMED, -1);
 	} else if (!same_token(request + 4, o->token)) {
 		note_refusal(o, &cred, "wrong token");
-		reply(o, c->fd, MC_FD_REPLY_BAD_TOKEN);
+		reply(c->fd, MC_FD_REPLY_BAD_TOKEN, -1);
 	} else {
-		reply(o, c->fd, MC_FD_REPLY_OK);
+		reply(c->fd, MC_FD_REPLY_OK, wanted);
 	}
 	close_connection(o, c);
 }
@@ -236,7 +252,7 @@ static bool refuse_other_user(struct mc_fd_offer *o, struct connection *c)
 	if (uid_allowed(o, cred.uid))
 		return false;
 	note_refusal(o, &cred, "another user (MOONCAKE_SEGMENT_PEER_UIDS lets users in)");
-	reply(o, c->fd, MC_FD_REPLY_OTHER_USER);
+	reply(c->fd, MC_FD_REPLY_OTHER_USER, -1);
 	close_connection(o, c);
 	return true;
 }
@@ -446,12 +462,15 @@ int mc_peer_fd_describe(int fd, struct mc_peer_fd *h)
 	return 0;
 }
 
-int mc_peer_fd_offer(int fd, struct mc_peer_fd *h, struct mc_fd_offer **offer)
+int mc_peer_fd_offer(int fd, int companion_fd, struct mc_peer_fd *h, struct mc_peer_fd *companion,
+		     struct mc_fd_offer **offer)
 {
 	struct mc_fd_offer *o;
 	char why[160];
 	int err = mc_peer_fd_describe(fd, h);
 
+	if (!err && companion_fd >= 0)
+		err = mc_peer_fd_describe(companion_fd, companion);
 	if (err)
 		return err;
 	o = calloc(1, sizeof(*o));
@@ -459,6 +478,7 @@ int mc_peer_fd_offer(int fd, struct mc_peer_fd *h, struct mc_fd_offer **offer)
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	o->server_pid = getpid();
 	o->fd = fd;
+	o->companion_fd = companion_fd;
 	o->listener = o->wake = -1;
 	for (int i = 0; i < MAX_CONNECTIONS; i++)
 		o->connections[i].fd = -1;
@@ -481,6 +501,10 @@ int mc_peer_fd_offer(int fd, struct mc_peer_fd *h, struct mc_fd_offer **offer)
 		       "Shared segment: cannot serve the pages over a Unix socket (%s); only ranks in this "
 		       "PID namespace can map them",
 		       why);
+	}
+	if (companion_fd >= 0) {
+		companion->socket_id = h->socket_id;
+		memcpy(companion->token, h->token, sizeof(companion->token));
 	}
 	*offer = o;
 	return 0;

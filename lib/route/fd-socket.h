@@ -3,9 +3,12 @@
  * The socket route's protocol, shared by the owner's server (fd-server.c)
  * and the peer's client (fd-client.c).  One SOCK_SEQPACKET connection per
  * peer on the abstract Unix socket "mooncake-segment/<16 hex digits>" of the
- * owner's network namespace: the peer sends one request (magic, token), the
- * owner answers with one reply, which carries the descriptor by SCM_RIGHTS
- * when the status is MC_FD_REPLY_OK.  Every integer is little-endian.
+ * owner's network namespace: the peer sends one request (magic, token, and
+ * the number the descriptor it wants has in the owner), the owner answers
+ * with one reply, which carries that descriptor by SCM_RIGHTS when the status
+ * is MC_FD_REPLY_OK.  An offer serves its descriptor and, when it has one, a
+ * companion (a segment's control area); a request without the number (the
+ * first form) asks for the descriptor.  Every integer is little-endian.
  */
 #ifndef MOONCAKE_SEGMENT_FD_SOCKET_H
 #define MOONCAKE_SEGMENT_FD_SOCKET_H
@@ -21,8 +24,10 @@
 #include "route.h"
 
 #define MC_FD_REQUEST_MAGIC UINT32_C(0x4446434D) /* bytes "MCFD" */
-/* magic (4), token (16) */
+/* magic (4), token (16): the offer's descriptor */
 #define MC_FD_REQUEST_BYTES (4 + MC_PEER_FD_TOKEN_SIZE)
+/* magic (4), token (16), the descriptor's number in the owner (4) */
+#define MC_FD_REQUEST_NAMED_BYTES (MC_FD_REQUEST_BYTES + 4)
 /* status (1), zero (3), the owner's uid (4) */
 #define MC_FD_REPLY_BYTES 8
 
@@ -30,7 +35,7 @@ enum mc_fd_reply_status {
 	MC_FD_REPLY_OK = 0,	    /* the descriptor is attached */
 	MC_FD_REPLY_BAD_TOKEN = 1,  /* the request's token is not the offer's */
 	MC_FD_REPLY_OTHER_USER = 2, /* the peer's uid is not allowed (MOONCAKE_SEGMENT_PEER_UIDS) */
-	MC_FD_REPLY_MALFORMED = 3,  /* not a request of this protocol */
+	MC_FD_REPLY_MALFORMED = 3,  /* not a request of this protocol, or a descriptor not offered */
 };
 
 /* How long the owner waits for a connected peer's request before it drops it. */

@@ -67,6 +67,28 @@ bool mc_peer_fd_decode(const uint8_t *in, size_t len, struct mc_peer_fd *h, size
 	return h->pid > 0 && h->fd <= INT32_MAX;
 }
 
+uint16_t mc_peer_fd_encode_companion(const struct mc_peer_fd *companion, uint8_t *out, size_t room)
+{
+	if (room < MC_PEER_FD_COMPANION_BYTES)
+		return 0;
+	mc_put_le32(out, companion->fd);
+	mc_put_le64(out + 4, companion->dev);
+	mc_put_le64(out + 12, companion->ino);
+	return MC_PEER_FD_COMPANION_BYTES;
+}
+
+bool mc_peer_fd_decode_companion(const uint8_t *in, size_t len, const struct mc_peer_fd *primary,
+				 struct mc_peer_fd *companion)
+{
+	if (len < MC_PEER_FD_COMPANION_BYTES)
+		return false;
+	*companion = *primary;
+	companion->fd = mc_get_le32(in);
+	companion->dev = mc_get_le64(in + 4);
+	companion->ino = mc_get_le64(in + 12);
+	return companion->fd <= INT32_MAX && companion->fd != primary->fd;
+}
+
 /* Whether this rank's /proc shows process @pid at all. */
 static bool proc_shows(uint32_t pid)
 {

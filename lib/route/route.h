@@ -42,11 +42,14 @@ struct mc_peer_fd {
 /* The owner's serving state for one descriptor, opaque. */
 struct mc_fd_offer;
 
-/* Owner: offer descriptor @fd to the peers of one segment.  Fills @h with
- * everything a peer needs to reach it by any route (pid, fd, dev, ino, and the
- * socket route's address and token) and starts serving it.  *@offer must be
- * NULL on entry; 0 or a negative errno with a message. */
-int mc_peer_fd_offer(int fd, struct mc_peer_fd *h, struct mc_fd_offer **offer);
+/* Owner: offer descriptor @fd to the peers of one segment, and with it
+ * @companion_fd (-1: none; a segment's control area).  Fills @h (and
+ * @companion) with everything a peer needs to reach it by any route (pid,
+ * fd, dev, ino, and the socket route's address and token, one socket for
+ * both) and starts serving.  *@offer must be NULL on entry; 0 or a negative
+ * errno with a message. */
+int mc_peer_fd_offer(int fd, int companion_fd, struct mc_peer_fd *h, struct mc_peer_fd *companion,
+		     struct mc_fd_offer **offer);
 /* Owner of a group of one: fill @h as mc_peer_fd_offer() does, but serve
  * nothing (socket_id 0): no peer will ever ask, so no thread or socket is
  * started for it.  0 or a negative errno with a message. */
@@ -63,6 +66,14 @@ uint16_t mc_peer_fd_encode(const struct mc_peer_fd *h, uint8_t *out, size_t room
  * is too short or the bytes are not a peer-fd handle.  *@used (may be NULL)
  * gets the bytes consumed, so a backend can append its own bytes after it. */
 bool mc_peer_fd_decode(const uint8_t *in, size_t len, struct mc_peer_fd *h, size_t *used);
+/* A companion of a handle (same pid and socket): only its fd, dev and ino,
+ * MC_PEER_FD_COMPANION_BYTES; encode returns 0 when it does not fit. */
+#define MC_PEER_FD_COMPANION_BYTES 20
+uint16_t mc_peer_fd_encode_companion(const struct mc_peer_fd *companion, uint8_t *out, size_t room);
+/* The companion of @primary whose bytes start @in (@len at least
+ * MC_PEER_FD_COMPANION_BYTES): false when they are not one. */
+bool mc_peer_fd_decode_companion(const uint8_t *in, size_t len, const struct mc_peer_fd *primary,
+				 struct mc_peer_fd *companion);
 /* Peer: open descriptor @h of the process @owner describes, by the routes
  * in order (peer-fd.c), only if it is still the file the owner published;
  * call it between mc_fd_track_begin() and _end().  The descriptor, or a

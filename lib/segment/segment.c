@@ -9,6 +9,12 @@
  *
  *   create() -> created --complete()--> ready --finish()--> finished
  *                  \______________ destroy() from any state ______/
+ *
+ * A backend that passes descriptors gets a control area (control.h) to pass
+ * with its pages: the readiness front.  With background_commit the owner's
+ * create returns after the first chunk and background.c commits the rest,
+ * and each rank registers behind the front; without it, create and
+ * complete return with everything committed and registered, as before.
  */
 #include "config.h"
 
@@ -30,6 +36,7 @@
 #include "mooncake/segment.h"
 #include "route/route.h"
 #include "blob.h"
+#include "control.h"
 #include "private.h"
 #include "segment.h"
 
@@ -77,6 +84,14 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 	if (opt->device_id < -1)
 		return mc_error(EINVAL, "Shared segment device_id must be a device index or -1, got %d",
 				opt->device_id);
+	if (opt->register_offset > size || opt->register_length > size - opt->register_offset ||
+	    ((opt->register_offset || opt->register_length) && !opt->host_register))
+		return mc_error(
+			EINVAL,
+			"Shared segment register range [%llu, +%llu) must lie within the %llu bytes of "
+			"the segment, and needs host_register=true",
+			(unsigned long long)opt->register_offset, (unsigned long long)opt->register_length,
+			(unsigned long long)size);
 	if (opt->numa_node < MOONCAKE_SEGMENT_NUMA_INTERLEAVE)
 		return mc_error(EINVAL,
 				"Shared segment numa_node must be a node, -1 (automatic) or -2 "
@@ -130,39 +145,74 @@ int mc_segment_page_size(const struct mooncake_segment_options *opt, uint64_t *p
 	return hint_zeroed_options(opt, mc_backend_granularity(backend, opt, page_size));
 }
 
-/* Register this rank's mapping with its accelerator (host_register). */
-static int register_mapping(struct mooncake_segment *seg)
+/* The part of its mapping this rank registers: register_offset and
+ * register_length widened to whole pages, or all of it. */
+static void plan_registration(struct mooncake_segment *seg)
 {
-	uint64_t chunk =
-		seg->opt.register_chunk_size ? seg->opt.register_chunk_size : MC_REGISTER_CHUNK_DEFAULT;
-	struct mc_registration reg = {
+	uint64_t page = seg->memory.page_size, end;
+
+	seg->register_begin = seg->opt.register_offset / page * page;
+	end = seg->opt.register_length ? seg->opt.register_offset + seg->opt.register_length : seg->size;
+	seg->register_end = mc_align_up(end, page);
+}
+
+/* This rank's registration, not started yet (host_register). */
+static int prepare_registration(struct mooncake_segment *seg, struct mc_registration *reg)
+{
+	uint64_t chunk = seg->opt.register_chunk_size ? seg->opt.register_chunk_size
+			 : seg->opt.background_commit ? MC_REGISTER_CHUNK_BACKGROUND
+						      : MC_REGISTER_CHUNK_DEFAULT;
+
+	*reg = (struct mc_registration){
 		.ops = mc_accel_for_host_register(),
 		.device = seg->opt.device_id,
-		.addr = seg->memory.base,
-		.len = seg->memory.alloc_size,
+		.addr = (uint8_t *)seg->memory.base + seg->register_begin,
+		.len = seg->register_end - seg->register_begin,
 		/* Whole pages per call, at least one. */
 		.chunk = chunk < seg->memory.page_size
 				 ? seg->memory.page_size
 				 : chunk / seg->memory.page_size * seg->memory.page_size,
 	};
+	if (!reg->ops)
+		return mc_error(ENOTSUP,
+				"Shared segment host_register=true: the accelerator runtime went away");
+	return 0;
+}
+
+/* Register this rank's mapping with its accelerator (host_register): at
+ * once, or with background_commit behind the front on a thread of its own. */
+static int register_mapping(struct mooncake_segment *seg)
+{
+	struct mc_registration reg;
 	uint64_t start;
 	int err;
 
-	if (!reg.ops)
-		return mc_error(ENOTSUP,
-				"Shared segment host_register=true: the accelerator runtime went away");
+	plan_registration(seg);
+	err = prepare_registration(seg, &reg);
+	if (err || reg.len == 0)
+		return err;
+	if (seg->opt.background_commit && seg->control.area) {
+		seg->registration = reg; /* the registrar's to take */
+		err = mc_background_register_start(seg);
+		if (err)
+			seg->registration.ops = NULL;
+		return err;
+	}
 	start = mc_now_ns();
 	err = reg.ops->register_host(&reg);
 	if (err)
 		return err;
 	reg.ns = mc_now_ns() - start;
 	seg->registration = reg;
+	seg->published_device_addr = reg.device_addr - seg->register_begin;
 	return 0;
 }
 
 /* Unregister before anything is unmapped. */
 static void unregister_mapping(struct mooncake_segment *seg)
 {
+	if (seg->registrar_running)
+		return; /* the registrar's, until it is joined */
 	if (!seg->registration.ops)
 		return;
 	seg->registration.ops->unregister_host(&seg->registration);
@@ -254,6 +304,12 @@ static struct mooncake_segment *new_segment(const char *name, uint64_t size,
 	seg->memory.label = seg->label;
 	seg->memory.is_owner = opt->rank_id == opt->owner_rank;
 	seg->memory.placement.node = -1; /* a peer places nothing */
+	seg->memory.companion_fd = -1;
+	seg->memory.background = opt->background_commit && seg->memory.is_owner;
+	seg->memory.progress = &seg->progress;
+	seg->control = (struct mc_control_map)MC_CONTROL_MAP_NONE;
+	seg->commit_lock = (struct mc_commit_lock)MC_COMMIT_LOCK_NONE;
+	mc_background_init(seg);
 	return seg;
 }
 
@@ -276,25 +332,49 @@ static int plan_memory(struct mooncake_segment *seg)
 	return mem->is_owner ? resolve_placement(seg) : mc_placement_check(opt->numa_node, sysfs_root(sysfs));
 }
 
-/* The owner allocates and commits, a peer reserves its window; then
- * (host_register) the owner registers its mapping. */
+/* Owner: the control area its backend passes to the peers with the pages. */
+static int create_control(struct mooncake_segment *seg)
+{
+	int err;
+
+	if (!seg->memory.is_owner || !seg->backend->passes_companion)
+		return 0;
+	err = mc_control_create(seg->label, seg->opt.world_size, seg->memory.alloc_size, &seg->control);
+	seg->memory.companion_fd = seg->control.fd;
+	return err;
+}
+
+/* The owner allocates and commits (with background_commit the first chunk,
+ * the committer thread the rest, holding the cgroup's commit lock until the
+ * last page), a peer reserves its window; then (host_register) the owner
+ * registers its mapping. */
 static int allocate_memory(struct mooncake_segment *seg)
 {
 	struct mc_memory *mem = &seg->memory;
-	struct mc_commit_lock commit_lock = MC_COMMIT_LOCK_NONE;
+	bool behind;
 	int err;
 
 	if (mem->is_owner && seg->backend->charges_memory_cgroup(&seg->opt)) {
 		/* An oversized commit ends in the OOM killer: refuse it first, and
 		 * hold the cgroup's commit lock until the pages are charged. */
 		err = mc_check_memory_room(mem->label, mem->alloc_size, &mem->check_commit_room,
-					   &commit_lock);
+					   &seg->commit_lock);
 		if (err)
 			return err;
 	}
-	err = mem->is_owner ? seg->backend->create_owner(mem) : seg->backend->reserve(mem);
+	err = create_control(seg);
+	if (!err)
+		err = mem->is_owner ? seg->backend->create_owner(mem) : seg->backend->reserve(mem);
 	err = mc_error_name_rank(err, seg->opt.rank_id);
-	mc_commit_lock_release(&commit_lock);
+	behind = !err && mem->is_owner && seg->control.area && mem->committed < mem->alloc_size;
+	if (!err && mem->is_owner && seg->control.area && !behind)
+		mc_control_committed(seg->control.area, mem->commit.ns);
+	if (behind && !seg->backend->commit_rest)
+		err = mc_error(EIO, "Shared segment backend %s left pages uncommitted", seg->backend->name);
+	if (!err && behind)
+		err = mc_background_commit_start(seg);
+	if (!seg->committer_running)
+		mc_commit_lock_release(&seg->commit_lock);
 	if (!err && mem->is_owner && seg->opt.host_register)
 		err = register_mapping(seg);
 	return err;
@@ -323,9 +403,12 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		err = mc_blob_encode(&b, blob);
 	}
 	if (err) {
+		mc_background_stop(seg);
 		unregister_mapping(seg);
 		if (seg->backend)
 			seg->backend->release(&seg->memory);
+		mc_control_release(&seg->control);
+		mc_commit_lock_release(&seg->commit_lock);
 		free(seg);
 		return err;
 	}
@@ -404,6 +487,33 @@ static int check_agreement(const struct mooncake_segment *seg, uint32_t k, const
 	return 0;
 }
 
+/* Peer: map the control area the owner passed with its pages, if any. */
+static int attach_control(struct mooncake_segment *seg)
+{
+	struct mc_memory *mem = &seg->memory;
+	int err;
+
+	if (mem->companion_fd < 0)
+		return 0;
+	err = mc_control_attach(mem->companion_fd, seg->opt.world_size, mem->alloc_size, &seg->control);
+	mc_fd_close(&mem->companion_tracking);
+	mem->companion_fd = -1;
+	return err;
+}
+
+/* Peer: with background_commit, register behind the owner's front; without,
+ * return as before only once every page is committed and registered. */
+static int follow_front(struct mooncake_segment *seg)
+{
+	int err = 0;
+
+	if (!seg->opt.background_commit)
+		err = mc_background_wait(seg, 0, seg->memory.alloc_size, -1);
+	if (!err && seg->opt.host_register)
+		err = register_mapping(seg);
+	return err;
+}
+
 MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void *blobs, size_t blobs_len)
 {
 	const uint8_t *bytes = blobs;
@@ -458,15 +568,16 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 		};
 
 		err = seg->backend->import(&seg->memory, &ref);
-		if (err)
+		if (!err)
+			err = attach_control(seg);
+		if (!err)
+			err = follow_front(seg);
+		if (err) {
+			mc_background_stop(seg);
+			unregister_mapping(seg);
+			mc_control_release(&seg->control);
+			seg->backend->unimport(&seg->memory); /* a failed complete leaves nothing mapped */
 			return mc_error_name_rank(err, seg->opt.rank_id);
-		if (seg->opt.host_register) {
-			err = register_mapping(seg);
-			if (err) {
-				seg->backend->unimport(
-					&seg->memory); /* a failed complete leaves nothing mapped */
-				return err;
-			}
 		}
 	}
 	seg->ready = true;
@@ -479,8 +590,10 @@ MC_EXPORT int mooncake_segment_finish(struct mooncake_segment *seg)
 	if (!seg || !seg->ready)
 		return mc_error(EINVAL, "Shared segment finish needs a segment on which complete succeeded");
 	/* A forked child holds no descriptor (fork.c): nothing of the parent's to drop. */
-	if (seg->memory.is_owner && !seg->finished && !inherited(seg))
+	if (seg->memory.is_owner && !seg->finished && !inherited(seg)) {
 		seg->backend->finish(&seg->memory);
+		mc_control_drop_fd(&seg->control);
+	}
 	seg->finished = true;
 	return 0;
 }
@@ -494,8 +607,11 @@ MC_EXPORT void mooncake_segment_destroy(struct mooncake_segment *seg)
 	/* A forked child's copy: the mapping, registration and runtime handles are
 	 * the parent's, and the range may by now hold the child's own memory. */
 	if (!inherited(seg)) {
+		mc_background_stop(seg);
 		unregister_mapping(seg);
 		seg->backend->release(&seg->memory);
+		mc_control_release(&seg->control);
+		mc_commit_lock_release(&seg->commit_lock);
 	} else {
 		free(seg->memory.state); /* its memory only: what it names is the parent's */
 	}
@@ -527,9 +643,44 @@ MC_EXPORT uint64_t mooncake_segment_device_addr(const struct mooncake_segment *s
 {
 	if (!seg)
 		return 0;
-	if (seg->registration.ops)
-		return seg->registration.device_addr;
+	if (seg->opt.host_register)
+		return __atomic_load_n(&seg->published_device_addr, __ATOMIC_ACQUIRE);
 	/* A VMM mapping is the device's address too, once mapped (and granted). */
 	return seg->backend->device_addressable && seg->memory.mapped ? (uint64_t)(uintptr_t)seg->memory.base
 								      : 0;
+}
+
+MC_EXPORT int mooncake_segment_wait_ready(struct mooncake_segment *seg, uint64_t offset, uint64_t length,
+					  int timeout_ms)
+{
+	uint64_t end;
+
+	mc_clear_error();
+	if (!seg)
+		return mc_error(EINVAL, "Shared segment wait_ready needs a segment");
+	if (!seg->memory.is_owner && !seg->ready)
+		return mc_error(
+			EINVAL,
+			"Shared segment wait_ready on rank %u: complete() first (a peer maps the pages "
+			"there)",
+			seg->opt.rank_id);
+	if (offset > seg->size || length > seg->size - offset)
+		return mc_error(
+			EINVAL,
+			"Shared segment wait_ready range [%llu, +%llu) lies outside the %llu bytes of the "
+			"segment",
+			(unsigned long long)offset, (unsigned long long)length,
+			(unsigned long long)seg->size);
+	end = length ? offset + length : seg->size;
+	return mc_background_wait(seg, offset, end, timeout_ms < 0 ? -1 : timeout_ms);
+}
+
+MC_EXPORT uint64_t mooncake_segment_ready_bytes(const struct mooncake_segment *seg)
+{
+	uint64_t ready;
+
+	if (!seg || (!seg->memory.is_owner && !seg->ready))
+		return 0;
+	ready = mc_background_ready_bytes(seg);
+	return ready < seg->size ? ready : seg->size;
 }

@@ -11,9 +11,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <pthread.h>
+
 #include "accel/accel.h"
 #include "backends/backend.h"
+#include "host/commit-lock.h"
+#include "host/populate.h"
 #include "mooncake/segment.h"
+#include "control.h"
 
 struct mooncake_segment {
 	const struct mc_backend_ops *backend;
@@ -29,7 +34,38 @@ struct mooncake_segment {
 	struct mc_memory memory;
 	struct mc_registration registration; /* .ops set while registered */
 	int32_t numa_node_requested;
+
+	/* The readiness front (control.h): the owner's pages committed, this
+	 * rank's registered; area NULL for a backend that passes no control area. */
+	struct mc_control_map control;
+	struct mc_commit_progress progress; /* the commit's reports, into control */
+	struct mc_commit_lock commit_lock;  /* owner: held until the last page is committed */
+	bool stopping;			    /* destroy: the threads stop (atomic) */
+	pthread_t committer;		    /* owner, background: commits the rest */
+	bool committer_running;
+	pthread_t registrar; /* background host_register: registers behind the front */
+	bool registrar_running;
+	uint64_t register_begin, register_end; /* the part of the segment this rank registers */
+	uint64_t published_device_addr;	       /* atomic: the base's device address, once known */
+	int register_error;		       /* positive errno of a failed background registration */
+	char register_message[320];
 };
+
+/* The background work of a segment (background.c). */
+/* Point seg->progress at the control area's front. */
+void mc_background_init(struct mooncake_segment *seg);
+/* Owner: start committing the rest behind the front; 0 or a negative errno. */
+int mc_background_commit_start(struct mooncake_segment *seg);
+/* This rank: start registering behind the front; 0 or a negative errno. */
+int mc_background_register_start(struct mooncake_segment *seg);
+/* Stop and join both (destroy); the front fails with -ECANCELED on every
+ * rank when the commit was stopped half way. */
+void mc_background_stop(struct mooncake_segment *seg);
+/* Wait until [offset, end) is committed and (registering) registered on this
+ * rank: 0, -ETIMEDOUT, or the error that stopped it (message set). */
+int mc_background_wait(struct mooncake_segment *seg, uint64_t offset, uint64_t end, int timeout_ms);
+/* [0, ready) is committed and, where this rank registers, registered. */
+uint64_t mc_background_ready_bytes(const struct mooncake_segment *seg);
 
 /* The page size create() would use for @opt, or the error it would give. */
 int mc_segment_page_size(const struct mooncake_segment_options *opt, uint64_t *page_size);

@@ -40,29 +40,37 @@ static void expect_owner_fails(enum fault_call call, int nth, int count, int err
 	ck_assert_int_eq(count_mappings(), maps);
 }
 
+/* The owner makes its control area first (memfd, size, seals, mapping),
+ * then the pages' memfd, window and mapping. */
 START_TEST(test_memfd_create_failures)
 {
-	expect_owner_fails(FAULT_MEMFD_CREATE, 1, 1, EMFILE, -1, EMFILE, "memfd_create failed");
-	expect_owner_fails(FAULT_MEMFD_CREATE, 1, 1, ENFILE, -1, EMFILE, "memfd_create failed");
-	expect_owner_fails(FAULT_MEMFD_CREATE, 1, 1, ENOMEM, -1, ENOMEM, "memfd_create failed");
+	expect_owner_fails(FAULT_MEMFD_CREATE, 1, 1, EMFILE, -1, EMFILE,
+			   "memfd_create for its control area failed");
 	expect_owner_fails(FAULT_MEMFD_CREATE, 1, 1, EPERM, -1, EPERM, "seccomp");
+	expect_owner_fails(FAULT_MEMFD_CREATE, 2, 1, EMFILE, -1, EMFILE, "memfd_create failed");
+	expect_owner_fails(FAULT_MEMFD_CREATE, 2, 1, ENFILE, -1, EMFILE, "memfd_create failed");
+	expect_owner_fails(FAULT_MEMFD_CREATE, 2, 1, ENOMEM, -1, ENOMEM, "memfd_create failed");
+	expect_owner_fails(FAULT_MEMFD_CREATE, 2, 1, EPERM, -1, EPERM, "seccomp");
 }
 END_TEST
 
 START_TEST(test_ftruncate_and_seal_failures)
 {
-	expect_owner_fails(FAULT_FTRUNCATE, 1, 1, ENOMEM, -1, ENOMEM, "ftruncate");
-	expect_owner_fails(FAULT_FTRUNCATE, 1, 1, EIO, -1, EIO, "ftruncate");
-	expect_owner_fails(FAULT_FCNTL, 1, 1, EBUSY, F_ADD_SEALS, EIO, "seal");
+	expect_owner_fails(FAULT_FTRUNCATE, 1, 1, ENOMEM, -1, ENOMEM, "size and seal its control area");
+	expect_owner_fails(FAULT_FCNTL, 1, 1, EBUSY, F_ADD_SEALS, EIO, "size and seal its control area");
+	expect_owner_fails(FAULT_FTRUNCATE, 2, 1, ENOMEM, -1, ENOMEM, "ftruncate");
+	expect_owner_fails(FAULT_FTRUNCATE, 2, 1, EIO, -1, EIO, "ftruncate");
+	expect_owner_fails(FAULT_FCNTL, 2, 1, EBUSY, F_ADD_SEALS, EIO, "seal");
 }
 END_TEST
 
 START_TEST(test_mmap_failures)
 {
-	/* The address window (whose aligned and plain attempts both fail), then
-	 * the shared mapping over it. */
-	expect_owner_fails(FAULT_MMAP, 1, -1, ENOMEM, -1, ENOMEM, "address space");
-	expect_owner_fails(FAULT_MMAP, 2, 1, ENOMEM, -1, ENOMEM, "mmap of");
+	/* The control area's mapping, the address window (whose aligned and
+	 * plain attempts both fail), then the shared mapping over it. */
+	expect_owner_fails(FAULT_MMAP, 1, 1, ENOMEM, -1, ENOMEM, "map its control area");
+	expect_owner_fails(FAULT_MMAP, 2, -1, ENOMEM, -1, ENOMEM, "address space");
+	expect_owner_fails(FAULT_MMAP, 3, 1, ENOMEM, -1, ENOMEM, "mmap of");
 }
 END_TEST
 

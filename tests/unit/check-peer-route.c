@@ -153,12 +153,12 @@ static void check_thread_and_socket_lifetime(bool complete_first, bool finish_fi
 	ck_assert_uint_ne(h.socket_id, 0);
 	ck_assert(socket_listed(h.socket_id));
 	ck_assert_int_eq(count_tasks(), tasks + 1); /* the server thread */
-	ck_assert_int_eq(count_fds(), fds + 3);	    /* memfd, listener, eventfd */
+	ck_assert_int_eq(count_fds(), fds + 4);	    /* memfd, control area, listener, eventfd */
 	if (complete_first) {
 		ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
 		ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
 		ck_assert_int_eq(count_fds(),
-				 fds + 3); /* the peer keeps no descriptor, nor the owner a connection */
+				 fds + 4); /* the peer keeps no descriptor, nor the owner a connection */
 	}
 	if (finish_first) {
 		ck_assert_int_eq(mooncake_segment_finish(owner), 0);
@@ -199,7 +199,7 @@ START_TEST(test_a_group_of_one_starts_no_server)
 	ck_assert(owner_handle(blob, 0, &h));
 	ck_assert_uint_eq(h.socket_id, 0);
 	ck_assert_int_eq(count_tasks(), tasks);
-	ck_assert_int_eq(count_fds(), fds + 1); /* the memfd alone, until finish() */
+	ck_assert_int_eq(count_fds(), fds + 2); /* the memfd and its control area, until finish() */
 	ck_assert_int_eq(mooncake_segment_complete(owner, blob, sizeof(blob)), 0);
 	ck_assert_ptr_nonnull(mooncake_segment_base(owner));
 	ck_assert_int_eq(mooncake_segment_finish(owner), 0);
@@ -411,7 +411,7 @@ static int squat(uint64_t id, enum squat how, int ready)
 	got = recv(c, request, sizeof(request), 0);
 	if (got == 0)
 		return SQUATTER_GOT_NO_REQUEST;
-	if (got != MC_FD_REQUEST_BYTES)
+	if (got != MC_FD_REQUEST_NAMED_BYTES)
 		return 36;
 	for (int i = 0; i < files[how]; i++)
 		if ((bait[i] = memfd_create("squatter-bait", 0)) < 0)

@@ -91,5 +91,6 @@ Suite *suite_hardening(void);
 Suite *suite_fork(void);
 Suite *suite_commit_lock(void);
 Suite *suite_limits(void);
+Suite *suite_background(void);
 
 #endif

@@ -7,7 +7,7 @@
  *
  * Controlled by the environment, read at each call:
  *   FAKE_ACL_DEVICES=N               devices (default 2)
- *   FAKE_ACL_CURRENT_DEVICE=N        the calling thread's device (default 0; -1: none set)
+ *   FAKE_ACL_CURRENT_DEVICE=N        a thread's device until it calls aclrtSetDevice (default 0; -1: none set)
  *   FAKE_ACL_FAIL_REGISTER_AT=N      the Nth aclrtHostRegister fails (allocation)
  *   FAKE_ACL_LOG=PATH                one line per call, appended
  *
@@ -15,6 +15,7 @@
  */
 #include <acl/acl.h>
 #include <errno.h>
+#include <pthread.h>
 
 #include "../fake-runtime.h"
 #include <stdarg.h>
@@ -31,6 +32,7 @@ static struct {
 	uint64_t len;
 } registered[MAX_REGISTERED];
 static int nregistered, register_calls;
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Every call is logged to the file this variable names. */
 #define note(...) fake_note("FAKE_ACL_LOG", __VA_ARGS__)
@@ -45,9 +47,23 @@ aclError aclrtGetDeviceCount(uint32_t *count)
 	return ACL_SUCCESS;
 }
 
+/* A thread's own aclrtSetDevice, over FAKE_ACL_CURRENT_DEVICE: -2 when it set none. */
+static __thread int thread_device = -2;
+
+aclError aclrtSetDevice(int32_t device)
+{
+	int n = fake_env_int("FAKE_ACL_DEVICES", 2);
+
+	if (device < 0 || device >= n)
+		return ACL_ERROR_INVALID_PARAM;
+	thread_device = device;
+	note("set-device %d", device);
+	return ACL_SUCCESS;
+}
+
 aclError aclrtGetDevice(int32_t *device)
 {
-	int current = fake_env_int("FAKE_ACL_CURRENT_DEVICE", 0);
+	int current = thread_device != -2 ? thread_device : fake_env_int("FAKE_ACL_CURRENT_DEVICE", 0);
 
 	if (current < 0)
 		return ACL_ERROR_INVALID_PARAM; /* no device set on this thread */
@@ -55,7 +71,7 @@ aclError aclrtGetDevice(int32_t *device)
 	return ACL_SUCCESS;
 }
 
-aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type, void **devPtr)
+static aclError aclrtHostRegister_locked(void *ptr, uint64_t size, aclrtHostRegisterType type, void **devPtr)
 {
 	uintptr_t a = (uintptr_t)ptr;
 
@@ -75,12 +91,25 @@ aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type,
 	registered[nregistered].len = size;
 	nregistered++;
 	*devPtr = (void *)(a + DEVICE_WINDOW);
-	note("register %d len %llu device %d", register_calls, (unsigned long long)size,
-	     fake_env_int("FAKE_ACL_CURRENT_DEVICE", 0));
+	note("register %d len %llu device %d at %p mapped %lu of %lu", register_calls,
+	     (unsigned long long)size,
+	     thread_device != -2 ? thread_device : fake_env_int("FAKE_ACL_CURRENT_DEVICE", 0), ptr,
+	     fake_mapped_pages(ptr, (unsigned long)size), (unsigned long)((size + 4095) / 4096));
 	return ACL_SUCCESS;
 }
 
-aclError aclrtHostUnregister(void *ptr)
+/* Registrar threads of two ranks call at once: one call at a time. */
+aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type, void **devPtr)
+{
+	aclError r;
+
+	pthread_mutex_lock(&table_lock);
+	r = aclrtHostRegister_locked(ptr, size, type, devPtr);
+	pthread_mutex_unlock(&table_lock);
+	return r;
+}
+
+static aclError aclrtHostUnregister_locked(void *ptr)
 {
 	uintptr_t a = (uintptr_t)ptr;
 
@@ -95,6 +124,17 @@ aclError aclrtHostUnregister(void *ptr)
 	}
 	note("ERROR unregister of memory not registered");
 	return ACL_ERROR_INVALID_PARAM;
+}
+
+/* Registrar threads of two ranks call at once: one call at a time. */
+aclError aclrtHostUnregister(void *ptr)
+{
+	aclError r;
+
+	pthread_mutex_lock(&table_lock);
+	r = aclrtHostUnregister_locked(ptr);
+	pthread_mutex_unlock(&table_lock);
+	return r;
 }
 
 const char *aclGetRecentErrMsg(void)

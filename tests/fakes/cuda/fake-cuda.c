@@ -19,6 +19,7 @@
  */
 #include <cuda.h>
 #include <errno.h>
+#include <pthread.h>
 
 #include "../fake-runtime.h"
 #include "fake-cuda.h"
@@ -37,7 +38,10 @@ static struct {
 	uintptr_t addr;
 	size_t len;
 } registered[MAX_REGISTERED];
-static int nregistered, register_calls, pushed, retained[MAX_DEVICES];
+static int nregistered, register_calls, retained[MAX_DEVICES];
+/* The calling thread's context stack, as the driver keeps it. */
+static __thread int pushed;
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static pid_t retained_in; /* a forked child's copies of the counts are not its own */
 
 /* The entry points below name their parameters in their own words, not cuda.h's. */
@@ -154,7 +158,7 @@ CUresult CUDAAPI cuCtxPopCurrent(CUcontext *ctx)
 	return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
+static CUresult cuMemHostRegister_locked(void *p, size_t bytes, unsigned int flags)
 {
 	uintptr_t a = (uintptr_t)p;
 
@@ -179,11 +183,23 @@ CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
 	registered[nregistered].addr = a;
 	registered[nregistered].len = bytes;
 	nregistered++;
-	note("register %d len %zu flags %u", register_calls, bytes, flags);
+	note("register %d len %zu flags %u at %p mapped %lu of %lu", register_calls, bytes, flags, p,
+	     fake_mapped_pages(p, bytes), (unsigned long)((bytes + 4095) / 4096));
 	return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemHostUnregister(void *p)
+/* Registrar threads of two ranks call at once: one call at a time. */
+CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytes, unsigned int flags)
+{
+	CUresult r;
+
+	pthread_mutex_lock(&table_lock);
+	r = cuMemHostRegister_locked(p, bytes, flags);
+	pthread_mutex_unlock(&table_lock);
+	return r;
+}
+
+static CUresult cuMemHostUnregister_locked(void *p)
 {
 	uintptr_t a = (uintptr_t)p;
 
@@ -201,7 +217,18 @@ CUresult CUDAAPI cuMemHostUnregister(void *p)
 	return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
-CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags)
+/* Registrar threads of two ranks call at once: one call at a time. */
+CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+	CUresult r;
+
+	pthread_mutex_lock(&table_lock);
+	r = cuMemHostUnregister_locked(p);
+	pthread_mutex_unlock(&table_lock);
+	return r;
+}
+
+static CUresult cuMemHostGetDevicePointer_locked(CUdeviceptr *dptr, void *p, unsigned int flags)
 {
 	uintptr_t a = (uintptr_t)p;
 
@@ -216,6 +243,17 @@ CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned 
 			return CUDA_SUCCESS;
 		}
 	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Registrar threads of two ranks call at once: one call at a time. */
+CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned int flags)
+{
+	CUresult r;
+
+	pthread_mutex_lock(&table_lock);
+	r = cuMemHostGetDevicePointer_locked(dptr, p, flags);
+	pthread_mutex_unlock(&table_lock);
+	return r;
 }
 
 /* The names and texts of the errors this fake returns, as the driver words them. */

@@ -35,6 +35,7 @@ typedef enum aclrtHostRegisterType {
 
 aclError aclrtGetDeviceCount(uint32_t *count);
 aclError aclrtGetDevice(int32_t *deviceId);
+aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type, void **devPtr);
 aclError aclrtHostUnregister(void *ptr);
 const char *aclGetRecentErrMsg(void);

@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The work behind a background create, and the waits on it.
+ *
+ * The owner's committer thread commits the pages after the first chunk, in
+ * order, and advances the front in the control area after each chunk
+ * (populate.c); it holds the control area's robust mutex while it commits,
+ * so that the peers learn of the owner's death.  Each rank's registrar
+ * thread (host_register) registers its part of the mapping a chunk at a
+ * time, each chunk once the front has passed it, with a pause between
+ * chunks so that the driver's locks are never held for long.  Waiting
+ * (wait_ready, and a blocking peer's complete) sleeps on the control area's
+ * word and looks at the owner's life every MC_CONTROL_OWNER_CHECK_MS.
+ *
+ * fork(): the threads stay in the parent.  A child's copy of the segment
+ * reads the same control area (it is a MAP_SHARED mapping) and so waits on
+ * the parent's front, and its destroy joins nothing (segment.c).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "accel/accel.h"
+#include "base/error.h"
+#include "host/commit-lock.h"
+#include "mooncake/segment.h"
+#include "control.h"
+#include "private.h"
+#include "segment.h"
+
+static bool stopping(const struct mooncake_segment *seg)
+{
+	return __atomic_load_n(&seg->stopping, __ATOMIC_ACQUIRE);
+}
+
+static int start_thread(pthread_t *thread, void *(*run)(void *), void *arg)
+{
+	sigset_t all, saved;
+	int err;
+
+	/* The threads take no signal: the application's handlers run on its own threads. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &saved);
+	err = pthread_create(thread, NULL, run, arg);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	if (err)
+		return mc_error(err == EAGAIN ? ENOMEM : EIO,
+				"Shared segment cannot start a background thread: %s", strerror(err));
+	return 0;
+}
+
+/* --- the owner's commit ---------------------------------------------------- */
+
+static void front_advance(void *ctx, uint64_t end)
+{
+	struct mooncake_segment *seg = ctx;
+
+	if (seg->control.area)
+		mc_control_advance(seg->control.area, end);
+}
+
+static bool front_stopping(void *ctx)
+{
+	return stopping(ctx);
+}
+
+void mc_background_init(struct mooncake_segment *seg)
+{
+	seg->progress = (struct mc_commit_progress){ front_advance, front_stopping, seg };
+}
+
+struct committer_start {
+	struct mooncake_segment *seg;
+	sem_t holding; /* posted once the thread holds the owner's mutex */
+};
+
+static void *commit_behind(void *arg)
+{
+	struct committer_start *start = arg;
+	struct mooncake_segment *seg = start->seg;
+	struct mc_control *c = seg->control.area;
+	bool held = mc_control_hold_owner(c);
+	char message[256];
+	int err;
+
+	sem_post(&start->holding); /* start is the creator's: gone after this */
+	err = seg->backend->commit_rest(&seg->memory);
+	if (!err) {
+		mc_control_committed(c, seg->memory.commit.ns);
+	} else if (err == -ECANCELED) {
+		snprintf(message, sizeof(message),
+			 "Shared segment owner (rank %u) destroyed the segment while committing it, %llu of "
+			 "%llu bytes committed",
+			 seg->opt.owner_rank,
+			 (unsigned long long)__atomic_load_n(&c->committed, __ATOMIC_ACQUIRE),
+			 (unsigned long long)c->alloc_size);
+		mc_control_fail(c, ECANCELED, seg->opt.owner_rank, message);
+	} else {
+		mc_error_name_rank(err, seg->opt.rank_id);
+		mc_control_fail(c, -err, seg->opt.rank_id, mooncake_segment_last_error());
+	}
+	mc_commit_lock_release(&seg->commit_lock);
+	if (held)
+		mc_control_let_go_owner(c);
+	return NULL;
+}
+
+int mc_background_commit_start(struct mooncake_segment *seg)
+{
+	struct committer_start start = { .seg = seg };
+	int err;
+
+	sem_init(&start.holding, 0, 0);
+	err = start_thread(&seg->committer, commit_behind, &start);
+	if (!err) {
+		/* A peer that finds the mutex free while the front commits would
+		 * wait for ever on an owner that died before taking it. */
+		while (sem_wait(&start.holding) != 0)
+			;
+		seg->committer_running = true;
+	}
+	sem_destroy(&start.holding);
+	return err;
+}
+
+/* --- this rank's registration ---------------------------------------------- */
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Is [0, end) of the segment committed?  0 when it is, 1 while it is not
+ * yet, or the error that stopped the commit (message set). */
+static int front_state(const struct mooncake_segment *seg, uint64_t end)
+{
+	const struct mc_control *c = seg->control.area;
+	uint32_t state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+
+	if (state == MC_FRONT_FAILED)
+		return mc_error(c->error, "%s", c->message);
+	if (state == MC_FRONT_COMMITTED || __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE) >= end)
+		return 0;
+	return 1;
+}
+
+/* The registrar waits for the front to pass @end, or for a reason to stop. */
+static int wait_front(struct mooncake_segment *seg, uint64_t end)
+{
+	struct mc_control *c = seg->control.area;
+
+	for (;;) {
+		uint32_t seq = mc_control_seq(c);
+		int state = front_state(seg, end);
+
+		if (state <= 0)
+			return state;
+		if (stopping(seg))
+			return mc_error(ECANCELED, "Shared segment rank %u: destroyed while registering",
+					seg->opt.rank_id);
+		if (!mc_control_owner_died(c, seg->opt.owner_rank))
+			mc_control_sleep(c, seq, MC_CONTROL_OWNER_CHECK_MS);
+	}
+}
+
+static void pause_between_chunks(const struct mooncake_segment *seg)
+{
+	uint32_t us = seg->opt.register_pause_us ? seg->opt.register_pause_us : MC_REGISTER_PAUSE_US_DEFAULT;
+	struct timespec ts = { us / 1000000, (long)(us % 1000000) * 1000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static void publish_rank(struct mooncake_segment *seg, const struct mc_registration *reg, uint32_t state,
+			 int err)
+{
+	struct mc_control_rank r = {
+		.begin = seg->register_begin,
+		.end = seg->register_end,
+		.registered_end = seg->register_begin + mc_registration_end(reg),
+		.state = state,
+		.error = err,
+	};
+
+	mc_control_rank_update(seg->control.area, seg->opt.rank_id, &r);
+}
+
+static void *register_behind(void *arg)
+{
+	struct mooncake_segment *seg = arg;
+	struct mc_registration reg = seg->registration;
+	uint64_t start = mc_now_ns();
+	int err;
+
+	seg->registration.ops = NULL; /* the thread's until it ends */
+	err = reg.ops->register_begin(&reg);
+	while (!err && !mc_registration_done(&reg)) {
+		uint64_t chunk_end =
+			seg->register_begin + min_u64((uint64_t)(reg.chunks + 1) * reg.chunk, reg.len);
+
+		err = wait_front(seg, chunk_end);
+		if (err)
+			break;
+		err = reg.ops->register_next(&reg);
+		if (err) {
+			reg.ops = NULL; /* a failed chunk rolled back everything */
+			break;
+		}
+		/* The base's device address, for the chunks registered so far. */
+		__atomic_store_n(&seg->published_device_addr, reg.device_addr - seg->register_begin,
+				 __ATOMIC_RELEASE);
+		publish_rank(seg, &reg, MC_REGISTER_RUNNING, 0);
+		if (!mc_registration_done(&reg))
+			pause_between_chunks(seg);
+	}
+	reg.ns = mc_now_ns() - start;
+	if (err) {
+		mc_error_name_rank(err, seg->opt.rank_id);
+		snprintf(seg->register_message, sizeof(seg->register_message), "%s",
+			 mooncake_segment_last_error());
+		seg->register_error = -err;
+		if (reg.ops && reg.chunks == 0) {
+			reg.ops->unregister_host(&reg); /* the context a begin took */
+			reg.ops = NULL;
+		}
+	}
+	seg->registration = reg; /* what destroy unregisters, once it joined */
+	publish_rank(seg, &reg, err ? MC_REGISTER_FAILED : MC_REGISTER_DONE, -err);
+	return NULL;
+}
+
+int mc_background_register_start(struct mooncake_segment *seg)
+{
+	int err = start_thread(&seg->registrar, register_behind, seg);
+
+	if (!err)
+		seg->registrar_running = true;
+	return err;
+}
+
+void mc_background_stop(struct mooncake_segment *seg)
+{
+	__atomic_store_n(&seg->stopping, true, __ATOMIC_RELEASE);
+	if (seg->control.area)
+		mc_control_wake(seg->control.area);
+	if (seg->committer_running)
+		pthread_join(seg->committer, NULL);
+	if (seg->registrar_running)
+		pthread_join(seg->registrar, NULL);
+	seg->committer_running = seg->registrar_running = false;
+}
+
+/* --- waiting --------------------------------------------------------------- */
+
+/* Is this rank's part of [offset, end) registered?  0, 1 (not yet), or its error. */
+static int registration_state(const struct mooncake_segment *seg, uint64_t offset, uint64_t end)
+{
+	const struct mc_control_rank *r;
+	uint32_t state;
+
+	if (!seg->registrar_running && !seg->register_error)
+		return 0; /* registered before create or complete returned, or not at all */
+	r = &seg->control.area->ranks[seg->opt.rank_id];
+	state = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+	if (state == MC_REGISTER_FAILED)
+		return mc_error(seg->register_error, "%s", seg->register_message);
+	if (state == MC_REGISTER_DONE || end <= seg->register_begin || offset >= seg->register_end)
+		return 0;
+	return __atomic_load_n(&r->registered_end, __ATOMIC_ACQUIRE) >= min_u64(end, seg->register_end) ? 0
+													: 1;
+}
+
+int mc_background_wait(struct mooncake_segment *seg, uint64_t offset, uint64_t end, int timeout_ms)
+{
+	struct mc_control *c = seg->control.area;
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : mc_now_ms() + timeout_ms;
+
+	if (!c)
+		return 0; /* a backend without a control area commits everything at create */
+	for (;;) {
+		uint32_t seq = mc_control_seq(c);
+		int64_t left;
+		int state = front_state(seg, end);
+
+		if (state == 0)
+			state = registration_state(seg, offset, end);
+		if (state <= 0)
+			return state;
+		if (mc_control_owner_died(c, seg->opt.owner_rank))
+			continue; /* the front failed: say so */
+		left = deadline - mc_now_ms();
+		if (left <= 0)
+			return mc_error(
+				ETIMEDOUT,
+				"Shared segment rank %u: bytes [%llu, %llu) not ready within %d ms (%llu of "
+				"%llu bytes committed)",
+				seg->opt.rank_id, (unsigned long long)offset, (unsigned long long)end,
+				timeout_ms,
+				(unsigned long long)__atomic_load_n(&c->committed, __ATOMIC_ACQUIRE),
+				(unsigned long long)c->alloc_size);
+		mc_control_sleep(c, seq, (int)min_u64((uint64_t)left, MC_CONTROL_OWNER_CHECK_MS));
+	}
+}
+
+uint64_t mc_background_ready_bytes(const struct mooncake_segment *seg)
+{
+	const struct mc_control *c = seg->control.area;
+	const struct mc_control_rank *r;
+	uint64_t ready;
+
+	if (!c)
+		return seg->memory.alloc_size;
+	ready = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
+	if (seg->registrar_running || seg->register_error) {
+		r = &c->ranks[seg->opt.rank_id];
+		if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != MC_REGISTER_DONE &&
+		    ready > seg->register_begin) {
+			uint64_t registered = __atomic_load_n(&r->registered_end, __ATOMIC_ACQUIRE);
+
+			ready = registered > seg->register_begin ? min_u64(ready, registered)
+								 : seg->register_begin;
+		}
+	}
+	return ready;
+}

@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The control area (control.h): a one-page-or-so sealed memfd shared by the
+ * group, written with atomics, waited on with a futex.
+ *
+ * Why a memfd of its own and not bytes after the caller's pages: a HugeTLB
+ * segment would spend a whole huge page (up to 1 GiB) on a few words, and the
+ * caller's file would no longer be exactly the declared size.  Why a robust
+ * mutex: the death of a process changes no word that a waiter sleeps on,
+ * but the kernel marks a robust mutex whose holder died, in any PID
+ * namespace, and a waiter that checks it every MC_CONTROL_OWNER_CHECK_MS
+ * learns of the death within that time.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "base/error.h"
+#include "base/linux-compat.h"
+#include "base/tracked-fd.h"
+#include "mooncake/segment.h"
+#include "control.h"
+#include "private.h"
+
+/* The layout doc/wire-format.md gives (x86-64 and aarch64 glibc: a 40- or 48-byte mutex). */
+_Static_assert(offsetof(struct mc_control, seq) == 8, "control area moved");
+_Static_assert(offsetof(struct mc_control, committed) == 24, "control area moved");
+_Static_assert(offsetof(struct mc_control, message) == 64, "control area moved");
+_Static_assert(offsetof(struct mc_control, owner_alive) == 320, "control area moved");
+_Static_assert(sizeof(struct mc_control_rank) == 32, "control area moved");
+
+static size_t area_size(uint32_t world_size)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t bytes = sizeof(struct mc_control) + (size_t)world_size * sizeof(struct mc_control_rank);
+
+	return (bytes + page - 1) / page * page;
+}
+
+static void bump(struct mc_control *c)
+{
+	__atomic_add_fetch(&c->seq, 1, __ATOMIC_RELEASE);
+	mc_control_wake(c);
+}
+
+void mc_control_wake(struct mc_control *c)
+{
+	/* A shared futex (no FUTEX_PRIVATE_FLAG): the sleepers are other processes. */
+	syscall(SYS_futex, &c->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+uint32_t mc_control_seq(const struct mc_control *c)
+{
+	return __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
+}
+
+void mc_control_sleep(struct mc_control *c, uint32_t seq, int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	/* EAGAIN (the word moved already), EINTR and ETIMEDOUT all mean: look again. */
+	syscall(SYS_futex, &c->seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+}
+
+static void init_owner_mutex(struct mc_control *c)
+{
+	pthread_mutexattr_t attr;
+
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&c->owner_alive, &attr);
+	pthread_mutexattr_destroy(&attr);
+}
+
+int mc_control_create(const char *label, uint32_t world_size, uint64_t alloc_size, struct mc_control_map *m)
+{
+	char name[96];
+	size_t size = area_size(world_size);
+	struct mc_control *c;
+	void *p;
+
+	snprintf(name, sizeof(name), "mooncake-segment-control:%s|owner=%d", label, (int)getpid());
+	mc_fd_track_begin();
+	m->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	mc_fd_track_end(&m->tracking, &m->fd);
+	if (m->fd < 0)
+		return mc_error_sys(mc_fold_errno(errno), errno,
+				    "Shared segment memfd_create for its control area failed%s",
+				    errno == EPERM ? " (a seccomp filter may block memfd_create)" : "");
+	/* A page or two: RLIMIT_FSIZE below that would have refused the pages first. */
+	if (ftruncate(m->fd, (off_t)size) != 0 ||
+	    fcntl(m->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+		return mc_error_sys(mc_fold_errno(errno), errno,
+				    "Shared segment cannot size and seal its control area");
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+	if (p == MAP_FAILED)
+		return mc_error_sys(mc_fold_errno(errno), errno,
+				    "Shared segment cannot map its control area");
+	/* Its page exists from now on: writing the words below commits it. */
+	c = p;
+	m->area = c;
+	m->size = size;
+	c->magic = MC_CONTROL_MAGIC;
+	c->version = MC_CONTROL_VERSION;
+	c->alloc_size = alloc_size;
+	c->world_size = world_size;
+	c->owner_pid = (uint32_t)getpid();
+	c->commit_started_ns = mc_now_ns();
+	init_owner_mutex(c);
+	return 0;
+}
+
+int mc_control_attach(int fd, uint32_t world_size, uint64_t alloc_size, struct mc_control_map *m)
+{
+	size_t size = area_size(world_size);
+	struct stat st;
+	struct mc_control *c;
+	void *p;
+	int seals;
+
+	if (fstat(fd, &st) != 0)
+		return mc_error_sys(EIO, errno, "Shared segment fstat of the owner's control area failed");
+	seals = fcntl(fd, F_GET_SEALS);
+	if ((uint64_t)st.st_size != size || seals < 0 || !(seals & F_SEAL_SHRINK))
+		return mc_error(EPROTO,
+				"Shared segment owner's control area holds %llu bytes (%s), %zu sealed ones "
+				"expected for %u ranks",
+				(unsigned long long)st.st_size,
+				seals >= 0 && (seals & F_SEAL_SHRINK) ? "sealed" : "not sealed", size,
+				world_size);
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return mc_error_sys(mc_fold_errno(errno), errno,
+				    "Shared segment cannot map the owner's control area");
+	c = p;
+	if (c->magic != MC_CONTROL_MAGIC || c->version != MC_CONTROL_VERSION || c->world_size != world_size ||
+	    c->alloc_size != alloc_size) {
+		munmap(p, size);
+		return mc_error(
+			EPROTO,
+			"Shared segment owner's control area does not match (magic 0x%08x version %u, "
+			"%u ranks, %llu bytes; expected version %d, %u ranks, %llu bytes): the ranks "
+			"run different library versions",
+			c->magic, c->version, c->world_size, (unsigned long long)c->alloc_size,
+			MC_CONTROL_VERSION, world_size, (unsigned long long)alloc_size);
+	}
+	m->area = c;
+	m->size = size;
+	return 0;
+}
+
+void mc_control_drop_fd(struct mc_control_map *m)
+{
+	mc_fd_close(&m->tracking);
+	m->fd = -1;
+}
+
+void mc_control_release(struct mc_control_map *m)
+{
+	mc_control_drop_fd(m);
+	if (m->area)
+		munmap(m->area, m->size);
+	m->area = NULL;
+}
+
+void mc_control_advance(struct mc_control *c, uint64_t committed)
+{
+	__atomic_store_n(&c->committed, committed, __ATOMIC_RELEASE);
+	bump(c);
+}
+
+void mc_control_committed(struct mc_control *c, uint64_t ns)
+{
+	uint32_t committing = MC_FRONT_COMMITTING;
+
+	c->commit_ns = ns;
+	__atomic_store_n(&c->committed, c->alloc_size, __ATOMIC_RELEASE);
+	__atomic_compare_exchange_n(&c->state, &committing, MC_FRONT_COMMITTED, false, __ATOMIC_ACQ_REL,
+				    __ATOMIC_ACQUIRE);
+	bump(c);
+}
+
+void mc_control_fail(struct mc_control *c, int err, uint32_t rank, const char *message)
+{
+	uint32_t committing = MC_FRONT_COMMITTING;
+
+	/* The error is written before the state says it is there; only the
+	 * first failure may write it, so it is claimed with a state of its own. */
+	if (!__atomic_compare_exchange_n(&c->state, &committing, UINT32_MAX, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		return;
+	c->error = err;
+	c->error_rank = rank;
+	snprintf(c->message, sizeof(c->message), "%s", message);
+	__atomic_store_n(&c->state, MC_FRONT_FAILED, __ATOMIC_RELEASE);
+	bump(c);
+}
+
+bool mc_control_hold_owner(struct mc_control *c)
+{
+	return pthread_mutex_lock(&c->owner_alive) == 0;
+}
+
+void mc_control_let_go_owner(struct mc_control *c)
+{
+	pthread_mutex_unlock(&c->owner_alive);
+}
+
+bool mc_control_owner_died(struct mc_control *c, uint32_t owner_rank)
+{
+	char message[256];
+	int r;
+
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != MC_FRONT_COMMITTING)
+		return false;
+	r = pthread_mutex_trylock(&c->owner_alive);
+	if (r == 0) {
+		/* Not held while committing: the owner is between two states; look again later. */
+		pthread_mutex_unlock(&c->owner_alive);
+		return false;
+	}
+	if (r != EOWNERDEAD)
+		return false; /* EBUSY: the owner's commit thread lives */
+	snprintf(message, sizeof(message),
+		 "Shared segment owner (rank %u, pid %u) died while committing the pages, %llu of %llu "
+		 "bytes committed; create the segment again",
+		 owner_rank, c->owner_pid,
+		 (unsigned long long)__atomic_load_n(&c->committed, __ATOMIC_ACQUIRE),
+		 (unsigned long long)c->alloc_size);
+	mc_control_fail(c, ESRCH, owner_rank, message);
+	pthread_mutex_consistent(&c->owner_alive);
+	pthread_mutex_unlock(&c->owner_alive);
+	return true;
+}
+
+void mc_control_rank_update(struct mc_control *c, uint32_t rank, const struct mc_control_rank *r)
+{
+	struct mc_control_rank *slot = &c->ranks[rank];
+
+	slot->begin = r->begin;
+	slot->end = r->end;
+	slot->error = r->error;
+	__atomic_store_n(&slot->registered_end, r->registered_end, __ATOMIC_RELEASE);
+	__atomic_store_n(&slot->state, r->state, __ATOMIC_RELEASE);
+	bump(c);
+}

@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The background commit and its readiness front, with real processes and
+ * real memory: create returns with the first chunk committed, every rank
+ * sees the front and waits on it, a blocking peer waits for it at complete,
+ * a page touched beyond the front keeps what was written, a killed owner or
+ * an owner that destroys half way fails every peer's wait (not a hang), a
+ * child forked during the commit waits on the same front, and a wait sleeps
+ * instead of spinning.  Sizes are large enough that the commit still runs
+ * when create returns on this 2-core machine (1 GiB on one thread: about a
+ * second), which the tests check rather than assume.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "group.h"
+#include "helpers.h"
+
+#define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
+#define MIB  (UINT64_C(1) << 20)
+#define BIG  (UINT64_C(1) << 30)
+
+static struct mooncake_segment_options background_options(uint32_t world, uint32_t rank)
+{
+	struct mooncake_segment_options opt = test_options(world, rank, 0);
+
+	opt.background_commit = true;
+	opt.commit_threads = 1;
+	return opt;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Every byte of [p, p+n) is @value. */
+static int all_bytes(const uint8_t *p, uint64_t n, uint8_t value)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (p[i] != value)
+			return 0;
+	return 1;
+}
+
+START_TEST(test_create_returns_with_the_first_chunk)
+{
+	struct mooncake_segment_options opt = background_options(1, 0);
+	struct mooncake_segment *seg = NULL;
+	struct mooncake_segment_info info;
+	uint8_t blob[BLOB], *base;
+	uint64_t ready;
+	int fds = count_fds(), maps = count_mappings();
+
+	ck_assert_int_eq(mooncake_segment_create("front", BIG, &opt, &seg, blob), 0);
+	ready = mooncake_segment_ready_bytes(seg);
+	ck_assert_uint_ge(ready, 2 * MIB);
+	ck_assert_msg(ready < BIG, "the whole GiB was committed before create returned");
+	base = mooncake_segment_base(seg);
+	base[0] = 0x5a; /* the first chunk is usable at once */
+	ck_assert_uint_eq(base[0], 0x5a);
+	/* A page beyond the front: the fault commits it, the commit keeps it. */
+	base[BIG - 1] = 0xa5;
+	ck_assert_int_eq(mooncake_segment_wait_ready(seg, 0, 2 * MIB, 0), 0);
+	ck_assert_int_eq(mooncake_segment_wait_ready(seg, 0, 0, -1), 0);
+	ck_assert_uint_eq(mooncake_segment_ready_bytes(seg), BIG);
+	ck_assert_uint_eq(base[BIG - 1], 0xa5);
+	ck_assert_uint_eq(base[0], 0x5a);
+	ck_assert(all_bytes(base + 1, BIG - 2, 0));
+	ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
+	ck_assert_uint_eq(info.resident_bytes, info.alloc_size);
+	ck_assert_str_ne(info.commit_method, "");
+	ck_assert_int_eq(mooncake_segment_complete(seg, blob, sizeof(blob)), 0);
+	ck_assert_int_eq(mooncake_segment_finish(seg), 0);
+	mooncake_segment_destroy(seg);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_mappings(), maps);
+}
+END_TEST
+
+START_TEST(test_wait_ready_checks_its_range)
+{
+	struct mooncake_segment_options opt = background_options(2, 1);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB];
+
+	ck_assert_error(mooncake_segment_wait_ready(NULL, 0, 0, 0), EINVAL, "needs a segment");
+	ck_assert_int_eq(mooncake_segment_create("range", 8 * MIB, &opt, &seg, blob), 0);
+	ck_assert_error(mooncake_segment_wait_ready(seg, 0, 0, 0), EINVAL, "complete() first");
+	ck_assert_uint_eq(mooncake_segment_ready_bytes(seg), 0);
+	ck_assert_uint_eq(mooncake_segment_ready_bytes(NULL), 0);
+	mooncake_segment_destroy(seg);
+	opt = background_options(1, 0);
+	ck_assert_int_eq(mooncake_segment_create("range", 8 * MIB, &opt, &seg, blob), 0);
+	ck_assert_error(mooncake_segment_wait_ready(seg, 8 * MIB + 1, 0, 0), EINVAL, "outside");
+	ck_assert_error(mooncake_segment_wait_ready(seg, 4 * MIB, 4 * MIB + 1, 0), EINVAL, "outside");
+	ck_assert_int_eq(mooncake_segment_wait_ready(seg, 8 * MIB, 0, -1), 0);
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
+START_TEST(test_wait_times_out_and_sleeps)
+{
+	struct mooncake_segment_options opt = background_options(1, 0);
+	struct mooncake_segment *seg = NULL;
+	struct timespec t0, t1;
+	uint8_t blob[BLOB];
+	int64_t cpu_ms;
+	int ret;
+
+	ck_assert_int_eq(mooncake_segment_create("sleeper", BIG, &opt, &seg, blob), 0);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+	ret = mooncake_segment_wait_ready(seg, BIG - 1, 1, 100);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+	cpu_ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	/* The last byte is the last to be committed: 100 ms are not enough here. */
+	ck_assert_msg(ret == -ETIMEDOUT, "got %d (%s)", ret, mooncake_segment_last_error());
+	ck_assert(strstr(mooncake_segment_last_error(), "not ready within 100 ms"));
+	/* A busy loop would have burnt the 100 ms. */
+	ck_assert_msg(cpu_ms < 30, "the wait used %lld ms of CPU", (long long)cpu_ms);
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
+enum peer_case {
+	EVERY_RANK_WRITES, /* every rank writes its block at once, then checks all */
+	BLOCKING_PEER,	   /* rank 1 without background_commit: complete waits */
+	OWNER_KILLED,	   /* the owner is SIGKILLed half way */
+	OWNER_DESTROYS,	   /* the owner destroys half way */
+};
+
+/* Rank 0 owns; every rank writes 4 KiB at rank * 4 KiB of the first chunk at once. */
+static int front_rank(struct group_rank *self, void *arg)
+{
+	enum peer_case what = *(enum peer_case *)arg;
+	struct mooncake_segment_options opt = background_options(self->world_size, self->rank);
+	uint8_t blob[BLOB], blobs[4 * BLOB], *base;
+	struct mooncake_segment *seg = NULL;
+	int64_t t0;
+	int ret;
+
+	if (what == BLOCKING_PEER && self->rank == 1)
+		opt.background_commit = false;
+	RANK_CHECK(mooncake_segment_create("ranks", BIG, &opt, &seg, blob) == 0);
+	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
+	RANK_CHECK(mooncake_segment_complete(seg, blobs, (size_t)self->world_size * BLOB) == 0);
+	base = mooncake_segment_base(seg);
+	if (what == BLOCKING_PEER && self->rank == 1)
+		RANK_CHECK(mooncake_segment_ready_bytes(seg) == BIG);
+	if (what == OWNER_KILLED || what == OWNER_DESTROYS) {
+		if (self->rank == 0) {
+			while (mooncake_segment_ready_bytes(seg) < BIG / 4)
+				usleep(1000);
+			RANK_CHECK(group_barrier(self) == 0); /* the peers wait from here on */
+			usleep(50000);
+			if (what == OWNER_KILLED)
+				raise(SIGKILL);
+			mooncake_segment_destroy(seg);
+			return 0;
+		}
+		RANK_CHECK(mooncake_segment_ready_bytes(seg) < BIG);
+		RANK_CHECK(group_barrier(self) == 0);
+		t0 = now_ms();
+		ret = mooncake_segment_wait_ready(seg, 0, 0, 10000);
+		if (what == OWNER_KILLED) {
+			RANK_CHECK(ret == -ESRCH);
+			RANK_CHECK(strstr(mooncake_segment_last_error(), "died while committing") != NULL);
+		} else {
+			RANK_CHECK(ret == -ECANCELED);
+			RANK_CHECK(strstr(mooncake_segment_last_error(), "destroyed the segment") != NULL);
+		}
+		/* Noticed well within the owner check's period, not after the timeout. */
+		RANK_CHECK(now_ms() - t0 < 2000);
+		/* The pages the peer maps stay usable. */
+		base[BIG - 1] = 1;
+		RANK_CHECK(base[BIG - 1] == 1);
+		mooncake_segment_destroy(seg);
+		return 0;
+	}
+	fill_pattern(base + (uint64_t)self->rank * 4096, 4096, self->rank + 1);
+	RANK_CHECK(group_barrier(self) == 0);
+	for (uint32_t r = 0; r < self->world_size; r++)
+		RANK_CHECK(check_pattern(base + (uint64_t)r * 4096, 4096, r + 1));
+	RANK_CHECK(mooncake_segment_wait_ready(seg, 0, 0, -1) == 0);
+	RANK_CHECK(mooncake_segment_ready_bytes(seg) == BIG);
+	RANK_CHECK(all_bytes(base + (uint64_t)self->world_size * 4096,
+			     BIG - (uint64_t)self->world_size * 4096, 0));
+	RANK_CHECK(group_barrier(self) == 0);
+	RANK_CHECK(mooncake_segment_finish(seg) == 0);
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+static void run_front_group(uint32_t world, enum peer_case what, int owner_code)
+{
+	int codes[4];
+
+	ck_assert_int_eq(group_run(world, front_rank, &what, 60000, codes), 0);
+	ck_assert_int_eq(codes[0], owner_code);
+	for (uint32_t r = 1; r < world; r++)
+		ck_assert_msg(codes[r] == 0, "rank %u exited with %d", r, codes[r]);
+}
+
+START_TEST(test_every_rank_uses_the_first_chunk_at_once)
+{
+	run_front_group(3, EVERY_RANK_WRITES, 0);
+}
+END_TEST
+
+START_TEST(test_a_blocking_peer_waits_for_the_front)
+{
+	run_front_group(2, BLOCKING_PEER, 0);
+}
+END_TEST
+
+START_TEST(test_a_killed_owner_fails_every_wait)
+{
+	run_front_group(3, OWNER_KILLED, 128 + SIGKILL);
+}
+END_TEST
+
+START_TEST(test_an_owner_that_destroys_fails_every_wait)
+{
+	run_front_group(2, OWNER_DESTROYS, 0);
+}
+END_TEST
+
+START_TEST(test_a_child_forked_during_the_commit_sees_the_front)
+{
+	struct mooncake_segment_options opt = background_options(1, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB], *base;
+	int status;
+	pid_t child;
+
+	ck_assert_int_eq(mooncake_segment_create("forked", BIG, &opt, &seg, blob), 0);
+	ck_assert_uint_lt(mooncake_segment_ready_bytes(seg), BIG);
+	base = mooncake_segment_base(seg);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		/* No commit thread here: the child waits on the parent's front. */
+		int ok = mooncake_segment_wait_ready(seg, 0, 0, 30000) == 0 &&
+			 mooncake_segment_ready_bytes(seg) == BIG;
+
+		base[BIG / 2] = 0x77;
+		mooncake_segment_destroy(seg);
+		_exit(ok ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	ck_assert_int_eq(mooncake_segment_wait_ready(seg, 0, 0, -1), 0);
+	ck_assert_uint_eq(base[BIG / 2], 0x77);
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
+START_TEST(test_destroy_during_the_commit_stops_it)
+{
+	struct mooncake_segment_options opt = background_options(1, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB];
+	int fds = count_fds(), maps = count_mappings(), tasks = count_tasks();
+
+	ck_assert_int_eq(mooncake_segment_create("stopped", BIG, &opt, &seg, blob), 0);
+	ck_assert_uint_lt(mooncake_segment_ready_bytes(seg), BIG);
+	mooncake_segment_destroy(seg);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_mappings(), maps);
+	ck_assert_int_eq(count_tasks(), tasks);
+}
+END_TEST
+
+Suite *suite_background(void)
+{
+	Suite *s = suite_create("background");
+	TCase *tc = tcase_create("front");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_create_returns_with_the_first_chunk);
+	tcase_add_test(tc, test_wait_ready_checks_its_range);
+	tcase_add_test(tc, test_wait_times_out_and_sleeps);
+	tcase_add_test(tc, test_every_rank_uses_the_first_chunk_at_once);
+	tcase_add_test(tc, test_a_blocking_peer_waits_for_the_front);
+	tcase_add_test(tc, test_a_killed_owner_fails_every_wait);
+	tcase_add_test(tc, test_an_owner_that_destroys_fails_every_wait);
+	tcase_add_test(tc, test_a_child_forked_during_the_commit_sees_the_front);
+	tcase_add_test(tc, test_destroy_during_the_commit_stops_it);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *runner = srunner_create(suite_background());
+	int failed;
+
+	srunner_run_all(runner, CK_ENV);
+	failed = srunner_ntests_failed(runner);
+	srunner_free(runner);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
