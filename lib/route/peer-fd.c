@@ -233,6 +233,19 @@ static int open_through_pidfd(const struct mc_peer_fd *h, int *getfd_errno)
 	return fd;
 }
 
+/* @fd (>= 0) if it is the published file, else closed and -ESRCH: the
+ * owner may close the number and reuse it between a look and an open. */
+static int keep_if_published(int fd, const struct mc_peer_fd *h)
+{
+	struct stat st;
+
+	if (fd < 0 || (fstat(fd, &st) == 0 && (uint64_t)st.st_dev == h->dev && (uint64_t)st.st_ino == h->ino))
+		return fd;
+	close(fd);
+	errno = 0;
+	return mc_peer_fd_gone(h);
+}
+
 /* The /proc route, then pidfd_getfd: both need the owner's PID namespace. */
 static int open_through_proc(const struct mc_owner_ref *owner, const struct mc_peer_fd *h)
 {
@@ -255,7 +268,7 @@ static int open_through_proc(const struct mc_owner_ref *owner, const struct mc_p
 			errno = EACCES;
 	}
 	if (fd >= 0)
-		return fd;
+		return keep_if_published(fd, h);
 	open_errno = errno;
 	/* ENOENT from a live owner: this /proc hides it (hidepid, another
 	 * mount); the pidfd route does not go through /proc. */
@@ -266,7 +279,7 @@ static int open_through_proc(const struct mc_owner_ref *owner, const struct mc_p
 				    path);
 	fd = open_through_pidfd(h, &getfd_errno);
 	if (fd >= 0)
-		return fd;
+		return keep_if_published(fd, h);
 	if (getfd_errno == ESRCH || getfd_errno == EBADF)
 		return mc_peer_fd_gone(h);
 	if (getfd_errno == ENOSYS)

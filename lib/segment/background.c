@@ -309,6 +309,22 @@ int mc_background_wait(struct mooncake_segment *seg, uint64_t offset, uint64_t e
 	}
 }
 
+bool mc_background_commit_settled(const struct mooncake_segment *seg)
+{
+	return !seg->committer_running ||
+	       __atomic_load_n(&seg->control.area->state, __ATOMIC_ACQUIRE) != MC_FRONT_COMMITTING;
+}
+
+bool mc_background_registration_settled(const struct mooncake_segment *seg)
+{
+	uint32_t state;
+
+	if (!seg->registrar_running)
+		return true;
+	state = __atomic_load_n(&seg->control.area->ranks[seg->opt.rank_id].state, __ATOMIC_ACQUIRE);
+	return state == MC_REGISTER_DONE || state == MC_REGISTER_FAILED;
+}
+
 uint64_t mc_background_ready_bytes(const struct mooncake_segment *seg)
 {
 	const struct mc_control *c = seg->control.area;

@@ -21,6 +21,7 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 {
 	struct mooncake_segment_info full;
 	struct mc_mapping_usage usage = { 0 };
+	bool commit_settled = mc_background_commit_settled(seg);
 
 	mc_clear_error();
 	if (!seg || !info || info_size < sizeof(uint64_t))
@@ -33,20 +34,28 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 		mc_mapping_usage(seg->memory.base, seg->memory.alloc_size, &usage);
 	full.resident_bytes = usage.rss;
 	full.huge_bytes = usage.pmd_mapped + usage.hugetlb;
-	full.commit_ns = seg->memory.commit.ns;
-	full.commit_threads = seg->memory.commit.threads;
-	full.flags = seg->memory.info_flags | (seg->memory.is_owner ? MOONCAKE_SEGMENT_INFO_OWNER : 0) |
+	/* What the commit and the registration learn is theirs until they end. */
+	if (commit_settled) {
+		full.commit_ns = seg->memory.commit.ns;
+		full.commit_threads = seg->memory.commit.threads;
+	}
+	full.flags = (commit_settled ? seg->memory.info_flags : seg->create_info_flags) |
+		     (seg->memory.is_owner ? MOONCAKE_SEGMENT_INFO_OWNER : 0) |
 		     (mooncake_segment_device_addr(seg) ? MOONCAKE_SEGMENT_INFO_REGISTERED : 0);
 	full.numa_node_requested = seg->numa_node_requested;
 	full.numa_node = -1;
 	if (seg->memory.mapped)
 		mc_placement_query(seg->memory.base, seg->memory.alloc_size, seg->memory.page_size,
 				   &full.numa_node, &full.numa_node_mask);
-	full.register_ns = seg->registration.ns;
-	if (seg->registration.ops)
-		snprintf(full.accelerator, sizeof(full.accelerator), "%s", seg->registration.ops->name);
+	if (mc_background_registration_settled(seg)) {
+		full.register_ns = seg->registration.ns;
+		if (seg->registration.ops)
+			snprintf(full.accelerator, sizeof(full.accelerator), "%s", seg->registration.ops->name);
+	}
 	snprintf(full.commit_method, sizeof(full.commit_method), "%s",
-		 seg->memory.is_owner ? seg->memory.commit.method : "none (peer)");
+		 !seg->memory.is_owner ? "none (peer)"
+		 : commit_settled      ? seg->memory.commit.method
+				       : "committing (background)");
 	/* The backend names itself, and what it counts its own way. */
 	seg->backend->describe(&seg->memory, &full);
 	memcpy(info, &full, info_size < sizeof(full) ? info_size : sizeof(full));

@@ -371,6 +371,7 @@ static int allocate_memory(struct mooncake_segment *seg)
 		mc_control_committed(seg->control.area, mem->commit.ns);
 	if (behind && !seg->backend->commit_rest)
 		err = mc_error(EIO, "Shared segment backend %s left pages uncommitted", seg->backend->name);
+	seg->create_info_flags = mem->info_flags;
 	if (!err && behind)
 		err = mc_background_commit_start(seg);
 	if (!seg->committer_running)

@@ -47,6 +47,7 @@ struct mooncake_segment {
 	bool registrar_running;
 	uint64_t register_begin, register_end; /* the part of the segment this rank registers */
 	uint64_t published_device_addr;	       /* atomic: the base's device address, once known */
+	uint32_t create_info_flags;	       /* memory.info_flags when create returned */
 	int register_error;		       /* positive errno of a failed background registration */
 	char register_message[320];
 };
@@ -64,6 +65,10 @@ void mc_background_stop(struct mooncake_segment *seg);
 /* Wait until [offset, end) is committed and (registering) registered on this
  * rank: 0, -ETIMEDOUT, or the error that stopped it (message set). */
 int mc_background_wait(struct mooncake_segment *seg, uint64_t offset, uint64_t end, int timeout_ms);
+/* Whether the commit (the registration) has ended, so that what it wrote
+ * into the segment may be read by another thread (get_info). */
+bool mc_background_commit_settled(const struct mooncake_segment *seg);
+bool mc_background_registration_settled(const struct mooncake_segment *seg);
 /* [0, ready) is committed and, where this rank registers, registered. */
 uint64_t mc_background_ready_bytes(const struct mooncake_segment *seg);
 

@@ -12,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 read -r -a accel_cppflags <<<"$(sed -n 's/^\(CUDA\|ASCEND\)_CPPFLAGS = //p' "$builddir/Makefile" | tr '\n' ' ')"
 # The library's sources this configuration compiles (no accelerator file without its headers).
 mapfile -t sources < <(make -s -C "$builddir" print-lib-sources)
-for driver in commit-threads peer-route; do
+for driver in commit-threads peer-route front; do
 	clang -g -O1 -fsanitize=thread -I"$builddir" -I"$top/lib" "${accel_cppflags[@]}" "${sources[@]}" \
 		"$here/$driver.c" -lnuma -lpthread -o "$work/$driver"
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$work/$driver"
