@@ -50,7 +50,8 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 	if (mc_background_registration_settled(seg)) {
 		full.register_ns = seg->registration.ns;
 		if (seg->registration.ops)
-			snprintf(full.accelerator, sizeof(full.accelerator), "%s", seg->registration.ops->name);
+			snprintf(full.accelerator, sizeof(full.accelerator), "%s",
+				 seg->registration.ops->name);
 	}
 	snprintf(full.commit_method, sizeof(full.commit_method), "%s",
 		 !seg->memory.is_owner ? "none (peer)"

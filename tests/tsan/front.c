@@ -53,7 +53,8 @@ static int run(int destroy_early)
 		return 0;
 	}
 	opt.rank_id = 1;
-	if (mooncake_segment_create("tsan-front", SIZE, &opt, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE) != 0 ||
+	if (mooncake_segment_create("tsan-front", SIZE, &opt, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE) !=
+		    0 ||
 	    mooncake_segment_complete(owner, blobs, sizeof(blobs)) != 0 ||
 	    mooncake_segment_complete(peer, blobs, sizeof(blobs)) != 0)
 		return 1;
