@@ -69,6 +69,7 @@ int mc_register_next_chunk(struct mc_registration *reg, const struct mc_chunk_op
 	}
 	reg->chunks++;
 	mc_log(MOONCAKE_SEGMENT_LOG_INFO, "Shared segment: registered %llu of %llu bytes with %s device %d",
-	       (unsigned long long)(off + len), (unsigned long long)reg->len, ops->runtime, reg->device);
+	       (unsigned long long)mc_registration_end(reg), (unsigned long long)reg->len, ops->runtime,
+	       reg->device);
 	return 0;
 }

@@ -21,11 +21,12 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 {
 	struct mooncake_segment_info full;
 	struct mc_mapping_usage usage = { 0 };
-	bool commit_settled = mc_background_commit_settled(seg);
+	bool commit_settled;
 
 	mc_clear_error();
 	if (!seg || !info || info_size < sizeof(uint64_t))
 		return mc_error(EINVAL, "Shared segment get_info needs a segment and an info struct");
+	commit_settled = mc_background_commit_settled(seg);
 	memset(&full, 0, sizeof(full));
 	full.size = seg->size;
 	full.alloc_size = seg->memory.alloc_size;
