@@ -143,8 +143,11 @@ static int front_state(const struct mooncake_segment *seg, uint64_t end)
 	const struct mc_control *c = seg->control.area;
 	uint32_t state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
 
+	if (state == MC_FRONT_FAILED && (c->error == ESRCH || c->error == ECANCELED))
+		return mc_error(c->error, "%s", c->message); /* it names the owner already */
 	if (state == MC_FRONT_FAILED)
-		return mc_error(c->error, "%s", c->message);
+		return mc_error(c->error, "%s (the background commit of owner rank %u stopped)", c->message,
+				c->error_rank);
 	if (state == MC_FRONT_COMMITTED || __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE) >= end)
 		return 0;
 	return 1;

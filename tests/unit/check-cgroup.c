@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -414,6 +415,104 @@ START_TEST(test_concurrent_creates_never_overcommit_the_cgroup)
 }
 END_TEST
 
+#define STOLEN_LIMIT   (512 * MiB)
+#define STOLEN_SEGMENT (448 * MiB)
+#define STOLEN_BY_HOG  (256 * MiB)
+
+/* In the cgroup: an owner and a peer (one process) of a background create,
+ * which report through @report once complete, then the waits' results. */
+static void stolen_room_ranks(const char *dir, int report)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner = NULL, *peer = NULL;
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	char line[1200];
+	int owner_rc, peer_rc;
+
+	join_cgroup(dir);
+	o.background_commit = p.background_commit = true;
+	o.commit_threads = 1;
+	if (mooncake_segment_create("stolen", STOLEN_SEGMENT, &o, &owner, blobs) != 0 ||
+	    mooncake_segment_create("stolen", STOLEN_SEGMENT, &p, &peer,
+				    blobs + MOONCAKE_SEGMENT_BLOB_SIZE) != 0 ||
+	    mooncake_segment_complete(owner, blobs, sizeof(blobs)) != 0 ||
+	    mooncake_segment_complete(peer, blobs, sizeof(blobs)) != 0)
+		_exit(3);
+	if (write(report, "c", 1) != 1)
+		_exit(4);
+	peer_rc = mooncake_segment_wait_ready(peer, 0, 0, 60000);
+	snprintf(line, sizeof(line), "%d %s", peer_rc, mooncake_segment_last_error());
+	owner_rc = mooncake_segment_wait_ready(owner, 0, 0, 60000);
+	if (owner_rc != peer_rc)
+		snprintf(line, sizeof(line), "owner %d, peer %d", owner_rc, peer_rc);
+	if (write(report, line, strlen(line) + 1) < 0)
+		_exit(5);
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+	_exit(0);
+}
+
+/* Another process of the cgroup takes @bytes of anonymous memory, says so, and waits to be killed. */
+static void hog(const char *dir, uint64_t bytes, int report)
+{
+	char *p;
+
+	join_cgroup(dir);
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		_exit(3);
+	for (uint64_t off = 0; off < bytes; off += 4096)
+		p[off] = 1;
+	if (write(report, "h", 1) != 1)
+		_exit(4);
+	pause();
+	_exit(0);
+}
+
+/* Memory another process takes while a background commit runs stops the
+ * commit with an error every rank's wait reports, with the numbers, and
+ * nobody meets the OOM killer.  The owner is stopped (SIGSTOP) right after
+ * create, so that the hog's memory is taken before the commit's next chunk. */
+START_TEST(test_room_taken_during_a_background_commit_fails_every_wait)
+{
+	int ranks_pipe[2], hog_pipe[2], status;
+	char dir[768], result[1200] = "";
+	pid_t ranks, hogger;
+	long kills;
+	ssize_t n;
+
+	ck_assert(make_cgroup(dir, sizeof(dir), "stolen", STOLEN_LIMIT));
+	kills = oom_kills(dir);
+	ck_assert(pipe(ranks_pipe) == 0 && pipe(hog_pipe) == 0);
+	ranks = fork();
+	ck_assert_int_ge(ranks, 0);
+	if (ranks == 0)
+		stolen_room_ranks(dir, ranks_pipe[1]);
+	read_byte(ranks_pipe[0]);
+	ck_assert_int_eq(kill(ranks, SIGSTOP), 0);
+	hogger = fork();
+	ck_assert_int_ge(hogger, 0);
+	if (hogger == 0)
+		hog(dir, STOLEN_BY_HOG, hog_pipe[1]);
+	read_byte(hog_pipe[0]);
+	ck_assert_int_eq(kill(ranks, SIGCONT), 0);
+	n = read(ranks_pipe[0], result, sizeof(result) - 1);
+	kill(hogger, SIGKILL);
+	ck_assert_int_eq(waitpid(hogger, &status, 0), hogger);
+	ck_assert_int_eq(waitpid(ranks, &status, 0), ranks);
+	close(ranks_pipe[0]);
+	close(ranks_pipe[1]);
+	close(hog_pipe[0]);
+	close(hog_pipe[1]);
+	ck_assert_int_eq(oom_kills(dir), kills);
+	remove_cgroup(dir);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "ranks status 0x%x", status);
+	ck_assert_msg(n > 0 && atoi(result) == -ENOMEM && strstr(result, "room fell to"), "waits: %s",
+		      result);
+	ck_assert_msg(strstr(result, "owner rank 0 stopped"), "the error names the owner: %s", result);
+}
+END_TEST
+
 #define CACHE_LIMIT	(512 * MiB)
 #define CACHE_FILE_SIZE (400 * MiB)
 #define CACHE_SEGMENT	(480 * MiB)
@@ -501,7 +600,9 @@ int main(void)
 {
 	Suite *s = suite_create("cgroup");
 	TCase *tc = tcase_create("limit");
-	static const char *const tags[] = { "capped", "race", "cache", "locked", "squatter", "edge" };
+	static const char *const tags[] = {
+		"capped", "race", "cache", "locked", "squatter", "edge", "stolen"
+	};
 	char probe[768];
 	int ret;
 
@@ -518,6 +619,7 @@ int main(void)
 	tcase_add_test(tc, test_concurrent_creates_never_overcommit_the_cgroup);
 	tcase_add_test(tc, test_clean_page_cache_leaves_room_for_a_segment);
 	tcase_add_test(tc, test_the_room_edge_never_meets_the_oom_killer);
+	tcase_add_test(tc, test_room_taken_during_a_background_commit_fails_every_wait);
 	/* Two sibling cgroups have different outermost limits only under an unlimited parent. */
 	if (!mc_self_cgroup_room(&(struct mc_memory_room){ 0 }))
 		tcase_add_test(tc, test_a_lock_squatter_outside_the_cgroup_delays_no_create);
