@@ -95,6 +95,7 @@ struct mooncake_segment_options {
 	uint32_t register_pause_us; /* background registration: pause between chunks; 0: 1000 us */
 	uint64_t register_offset;   /* host_register: this rank registers only [offset, offset + length) */
 	uint64_t register_length;   /* 0: to the end of the segment */
+	uint32_t slot_count;	    /* publish slots beside the segment (0: none); part of the declaration */
 };
 
 /**
@@ -298,6 +299,46 @@ int mooncake_segment_wait_ready(struct mooncake_segment *seg, uint64_t offset, u
  * NULL and for a peer before complete().
  */
 uint64_t mooncake_segment_ready_bytes(const struct mooncake_segment *seg);
+
+/* --- Publish slots (0.3) -------------------------------------------------- */
+
+/** The most publish slots a segment may declare (slot_count). */
+#define MOONCAKE_SEGMENT_MAX_SLOTS 65536
+
+/*
+ * slot_count publish slots live beside the segment (in the control area,
+ * never in the caller's bytes) and are part of the declaration.  Each slot
+ * has a 64-bit sequence: even when published, odd while a write_begin ...
+ * write_end is in progress.  Ordering: a rank's stores before publish() or
+ * write_end() are visible to any rank whose wait_slot() or read_begin()
+ * returned that sequence or a later one (release/acquire).  Waits sleep on
+ * the shared word (a futex) and may run concurrently with each other and
+ * with the getters; a peer uses the slots after complete().  The sequence
+ * functions return the sequence (>= 0) or a negative errno: -EINVAL (no
+ * slots, slot out of range, a peer before complete), -ETIMEDOUT.
+ */
+
+/** Publish @slot: the sequence grows by 2, waiters wake.  Returns the new sequence. */
+int64_t mooncake_segment_publish(struct mooncake_segment *seg, uint32_t slot);
+/** Wait until @slot's sequence is even and not @seen; returns it. @timeout_ms < 0: no limit. */
+int64_t mooncake_segment_wait_slot(struct mooncake_segment *seg, uint32_t slot, uint64_t seen,
+				   int timeout_ms);
+/** Seqlock writer: make the sequence odd (-EBUSY while another write runs); returns it. */
+int64_t mooncake_segment_write_begin(struct mooncake_segment *seg, uint32_t slot);
+/** Seqlock writer: make it even again and wake the waiters; returns it. */
+int64_t mooncake_segment_write_end(struct mooncake_segment *seg, uint32_t slot);
+/** Seqlock reader: wait until no write is in progress; returns the (even) sequence. */
+int64_t mooncake_segment_read_begin(struct mooncake_segment *seg, uint32_t slot, int timeout_ms);
+/** Seqlock reader, after copying: 1 when the block may have changed since @seq (copy again), 0 when not. */
+int mooncake_segment_read_retry(const struct mooncake_segment *seg, uint32_t slot, uint64_t seq);
+/**
+ * Claim @slot (the right to fill its block): 1 when this rank holds it now,
+ * 2 when it took it over from a rank that is gone (died, or destroyed its
+ * segment: noticed at once), 0 when a live rank holds it; or a negative errno.
+ */
+int mooncake_segment_try_claim(struct mooncake_segment *seg, uint32_t slot);
+/** Let go of this rank's claim on @slot: 0, or -EPERM when it does not hold it. */
+int mooncake_segment_release_claim(struct mooncake_segment *seg, uint32_t slot);
 
 /* --- What a segment actually got ---------------------------------------- */
 

@@ -77,6 +77,9 @@ uint64_t mc_fingerprint(const char *name, uint64_t size, const struct mooncake_s
 	h = mc_fnv1a_u64(h, opt->mmap ? 1 : 0);
 	h = mc_fnv1a_u64(h, opt->host_register ? 1 : 0);
 	h = mc_fnv1a_u64(h, opt->hugetlb ? 1 : 0);
+	/* Only when declared, so that a declaration without slots keeps its fingerprint. */
+	if (opt->slot_count)
+		h = mc_fnv1a_u64(mc_fnv1a_bytes(h, "slots", 5), opt->slot_count);
 	return h;
 }
 

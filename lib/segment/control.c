@@ -30,6 +30,7 @@
 #include "base/error.h"
 #include "base/linux-compat.h"
 #include "base/tracked-fd.h"
+#include "host/limits.h"
 #include "mooncake/segment.h"
 #include "control.h"
 #include "private.h"
@@ -37,16 +38,45 @@
 /* The layout doc/wire-format.md gives (x86-64 and aarch64 glibc: a 40- or 48-byte mutex). */
 _Static_assert(offsetof(struct mc_control, seq) == 8, "control area moved");
 _Static_assert(offsetof(struct mc_control, committed) == 24, "control area moved");
-_Static_assert(offsetof(struct mc_control, message) == 64, "control area moved");
-_Static_assert(offsetof(struct mc_control, owner_alive) == 320, "control area moved");
-_Static_assert(sizeof(struct mc_control_rank) == 32, "control area moved");
+_Static_assert(offsetof(struct mc_control, slot_count) == 64, "control area moved");
+_Static_assert(offsetof(struct mc_control, message) == 72, "control area moved");
+_Static_assert(offsetof(struct mc_control, owner_alive) == 328, "control area moved");
+_Static_assert(sizeof(struct mc_control) == 368, "control area moved");
+_Static_assert(sizeof(struct mc_control_rank) == 72, "control area moved");
+_Static_assert(sizeof(struct mc_control_slot) == 64, "control area moved");
+/* A futex is 32 bits: a slot's sleepers wait on the low half of its sequence. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex is the low half of a 64-bit word");
 
-static size_t area_size(uint32_t world_size)
+static size_t slots_offset(uint32_t world_size)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	size_t bytes = sizeof(struct mc_control) + (size_t)world_size * sizeof(struct mc_control_rank);
 
+	return (bytes + 63) / 64 * 64;
+}
+
+static size_t area_size(uint32_t world_size, uint32_t slot_count)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t bytes = slots_offset(world_size) + (size_t)slot_count * sizeof(struct mc_control_slot);
+
 	return (bytes + page - 1) / page * page;
+}
+
+struct mc_control_slot *mc_control_slot(struct mc_control *c, uint32_t i)
+{
+	return (struct mc_control_slot *)((char *)c + slots_offset(c->world_size)) + i;
+}
+
+void mc_control_sleep_on(uint64_t *word, uint64_t seen, int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, (uint32_t)seen, &ts, NULL, 0);
+}
+
+void mc_control_wake_on(uint64_t *word)
+{
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 static void bump(struct mc_control *c)
@@ -74,23 +104,25 @@ void mc_control_sleep(struct mc_control *c, uint32_t seq, int ms)
 	syscall(SYS_futex, &c->seq, FUTEX_WAIT, seq, &ts, NULL, 0);
 }
 
-static void init_owner_mutex(struct mc_control *c)
+static void init_robust_mutex(pthread_mutex_t *m)
 {
 	pthread_mutexattr_t attr;
 
 	pthread_mutexattr_init(&attr);
 	pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
 	pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-	pthread_mutex_init(&c->owner_alive, &attr);
+	pthread_mutex_init(m, &attr);
 	pthread_mutexattr_destroy(&attr);
 }
 
-int mc_control_create(const char *label, uint32_t world_size, uint64_t alloc_size, struct mc_control_map *m)
+int mc_control_create(const char *label, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,
+		      struct mc_control_map *m)
 {
 	char name[96];
-	size_t size = area_size(world_size);
+	size_t size = area_size(world_size, slot_count);
 	struct mc_control *c;
 	void *p;
+	int err;
 
 	snprintf(name, sizeof(name), "mooncake-segment-control:%s|owner=%d", label, (int)getpid());
 	mc_fd_track_begin();
@@ -100,7 +132,10 @@ int mc_control_create(const char *label, uint32_t world_size, uint64_t alloc_siz
 		return mc_error_sys(mc_fold_errno(errno), errno,
 				    "Shared segment memfd_create for its control area failed%s",
 				    errno == EPERM ? " (a seccomp filter may block memfd_create)" : "");
-	/* A page or two: RLIMIT_FSIZE below that would have refused the pages first. */
+	/* A page, and 64 bytes a slot: past RLIMIT_FSIZE ftruncate would raise SIGXFSZ. */
+	err = mc_check_file_size_limit(label, size);
+	if (err)
+		return err;
 	if (ftruncate(m->fd, (off_t)size) != 0 ||
 	    fcntl(m->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno,
@@ -117,15 +152,19 @@ int mc_control_create(const char *label, uint32_t world_size, uint64_t alloc_siz
 	c->version = MC_CONTROL_VERSION;
 	c->alloc_size = alloc_size;
 	c->world_size = world_size;
+	c->slot_count = slot_count;
 	c->owner_pid = (uint32_t)getpid();
 	c->commit_started_ns = mc_now_ns();
-	init_owner_mutex(c);
+	init_robust_mutex(&c->owner_alive);
+	for (uint32_t r = 0; r < world_size; r++)
+		init_robust_mutex(&c->ranks[r].alive);
 	return 0;
 }
 
-int mc_control_attach(int fd, uint32_t world_size, uint64_t alloc_size, struct mc_control_map *m)
+int mc_control_attach(int fd, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,
+		      struct mc_control_map *m)
 {
-	size_t size = area_size(world_size);
+	size_t size = area_size(world_size, slot_count);
 	struct stat st;
 	struct mc_control *c;
 	void *p;
@@ -137,25 +176,25 @@ int mc_control_attach(int fd, uint32_t world_size, uint64_t alloc_size, struct m
 	if ((uint64_t)st.st_size != size || seals < 0 || !(seals & F_SEAL_SHRINK))
 		return mc_error(EPROTO,
 				"Shared segment owner's control area holds %llu bytes (%s), %zu sealed ones "
-				"expected for %u ranks",
+				"expected for %u ranks and %u slots",
 				(unsigned long long)st.st_size,
 				seals >= 0 && (seals & F_SEAL_SHRINK) ? "sealed" : "not sealed", size,
-				world_size);
+				world_size, slot_count);
 	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 		return mc_error_sys(mc_fold_errno(errno), errno,
 				    "Shared segment cannot map the owner's control area");
 	c = p;
 	if (c->magic != MC_CONTROL_MAGIC || c->version != MC_CONTROL_VERSION || c->world_size != world_size ||
-	    c->alloc_size != alloc_size) {
+	    c->alloc_size != alloc_size || c->slot_count != slot_count) {
 		munmap(p, size);
 		return mc_error(
 			EPROTO,
 			"Shared segment owner's control area does not match (magic 0x%08x version %u, "
-			"%u ranks, %llu bytes; expected version %d, %u ranks, %llu bytes): the ranks "
-			"run different library versions",
-			c->magic, c->version, c->world_size, (unsigned long long)c->alloc_size,
-			MC_CONTROL_VERSION, world_size, (unsigned long long)alloc_size);
+			"%u ranks, %u slots, %llu bytes; expected version %d, %u ranks, %u slots, %llu "
+			"bytes): the ranks run different library versions",
+			c->magic, c->version, c->world_size, c->slot_count, (unsigned long long)c->alloc_size,
+			MC_CONTROL_VERSION, world_size, slot_count, (unsigned long long)alloc_size);
 	}
 	m->area = c;
 	m->size = size;

@@ -10,7 +10,10 @@
  * owner's commit thread holds while it commits: when the owner dies, the
  * kernel marks it, so that a waiting peer learns it instead of waiting for
  * ever.  Every change bumps one 32-bit word, on which waiters sleep (a futex
- * on the shared page, not a busy loop).  doc/wire-format.md has the layout.
+ * on the shared page, not a busy loop).  It also holds the publish slots the
+ * declaration asks for (slots.c): a sequence and a claim per slot, and per
+ * rank a robust mutex its liveness thread holds, so that a dead claimer's
+ * claim can be taken over.  doc/wire-format.md has the layout.
  */
 #ifndef MOONCAKE_SEGMENT_CONTROL_H
 #define MOONCAKE_SEGMENT_CONTROL_H
@@ -43,13 +46,21 @@ enum mc_register_state {
 	MC_REGISTER_FAILED = 3,	 /* error says why (nothing stays registered) */
 };
 
-/* One rank's registration, as every rank sees it (list). */
+/* One rank's registration, as every rank sees it (list), and its life. */
 struct mc_control_rank {
 	uint64_t begin; /* this rank registers [begin, end) of the segment */
 	uint64_t end;
 	uint64_t registered_end; /* [begin, registered_end) is registered */
 	uint32_t state;		 /* enum mc_register_state */
 	int32_t error;		 /* positive errno of MC_REGISTER_FAILED */
+	pthread_mutex_t alive;	 /* robust: held by the rank's liveness thread (slots) */
+};
+
+/* One publish slot, a cache line of its own. */
+struct mc_control_slot {
+	uint64_t seq;	/* even: published; odd: a write in progress; the futex is its low half */
+	uint64_t claim; /* 0: free, else the claimer's rank + 1 */
+	uint64_t reserved[6];
 };
 
 struct mc_control {
@@ -58,13 +69,15 @@ struct mc_control {
 	uint32_t seq;	/* bumped at every change: the futex word */
 	uint32_t state; /* enum mc_front_state */
 	uint64_t alloc_size;
-	uint64_t committed;	     /* [0, committed) is committed */
-	uint32_t world_size;	     /* entries of ranks[] */
-	int32_t error;		     /* positive errno of MC_FRONT_FAILED */
-	uint32_t error_rank;	     /* the rank that reported it */
-	uint32_t owner_pid;	     /* in the owner's PID namespace, for messages */
-	uint64_t commit_started_ns;  /* CLOCK_MONOTONIC of the owner, for progress */
-	uint64_t commit_ns;	     /* the whole commit, once committed */
+	uint64_t committed;	    /* [0, committed) is committed */
+	uint32_t world_size;	    /* entries of ranks[] */
+	int32_t error;		    /* positive errno of MC_FRONT_FAILED */
+	uint32_t error_rank;	    /* the rank that reported it */
+	uint32_t owner_pid;	    /* in the owner's PID namespace, for messages */
+	uint64_t commit_started_ns; /* CLOCK_MONOTONIC of the owner, for progress */
+	uint64_t commit_ns;	    /* the whole commit, once committed */
+	uint32_t slot_count;	    /* publish slots, after ranks[] at a 64-byte boundary */
+	uint32_t reserved;
 	char message[256];	     /* the first error's sentence */
 	pthread_mutex_t owner_alive; /* robust, process-shared: held by the owner's commit thread */
 	struct mc_control_rank ranks[];
@@ -85,12 +98,22 @@ struct mc_control_map {
 		}                  \
 	}
 
-/* Owner: create, seal and map a control area for @world_size ranks of a
- * segment of @alloc_size bytes, its front at 0.  0 or a negative errno. */
-int mc_control_create(const char *label, uint32_t world_size, uint64_t alloc_size, struct mc_control_map *m);
+/* Owner: create, seal and map a control area for @world_size ranks and
+ * @slot_count slots of a segment of @alloc_size bytes, its front at 0.  0
+ * or a negative errno. */
+int mc_control_create(const char *label, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,
+		      struct mc_control_map *m);
 /* Peer: check and map the owner's control area from @fd (not kept).  0 or
  * -EPROTO naming what does not match. */
-int mc_control_attach(int fd, uint32_t world_size, uint64_t alloc_size, struct mc_control_map *m);
+int mc_control_attach(int fd, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,
+		      struct mc_control_map *m);
+/* Slot @i of the area (i < slot_count). */
+struct mc_control_slot *mc_control_slot(struct mc_control *c, uint32_t i);
+/* Sleep until the 64-bit word @word no longer has @seen in its low half,
+ * a wake-up, or @ms pass. */
+void mc_control_sleep_on(uint64_t *word, uint64_t seen, int ms);
+/* Wake every sleeper on @word. */
+void mc_control_wake_on(uint64_t *word);
 /* Owner at finish(): close the descriptor kept for the peers. */
 void mc_control_drop_fd(struct mc_control_map *m);
 /* Unmap and close everything (NULL area is fine). */

@@ -92,6 +92,9 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 			"the segment, and needs host_register=true",
 			(unsigned long long)opt->register_offset, (unsigned long long)opt->register_length,
 			(unsigned long long)size);
+	if (opt->slot_count > MOONCAKE_SEGMENT_MAX_SLOTS)
+		return mc_error(EINVAL, "Shared segment slot_count must be at most %d, got %u",
+				MOONCAKE_SEGMENT_MAX_SLOTS, opt->slot_count);
 	if (opt->numa_node < MOONCAKE_SEGMENT_NUMA_INTERLEAVE)
 		return mc_error(EINVAL,
 				"Shared segment numa_node must be a node, -1 (automatic) or -2 "
@@ -325,6 +328,12 @@ static int plan_memory(struct mooncake_segment *seg)
 	seg->backend = pick_backend(opt);
 	if (!seg->backend)
 		return hint_zeroed_options(opt, -ENOTSUP);
+	if (opt->slot_count && !seg->backend->passes_companion)
+		return mc_error(
+			ENOTSUP,
+			"Shared segment publish slots live in a control area that the %s backend does not "
+			"pass to the peers; use mmap=true for slot_count %u",
+			seg->backend->name, opt->slot_count);
 	err = mc_backend_granularity(seg->backend, opt, &mem->page_size);
 	if (err)
 		return hint_zeroed_options(opt, err);
@@ -339,7 +348,8 @@ static int create_control(struct mooncake_segment *seg)
 
 	if (!seg->memory.is_owner || !seg->backend->passes_companion)
 		return 0;
-	err = mc_control_create(seg->label, seg->opt.world_size, seg->memory.alloc_size, &seg->control);
+	err = mc_control_create(seg->label, seg->opt.world_size, seg->opt.slot_count, seg->memory.alloc_size,
+				&seg->control);
 	seg->memory.companion_fd = seg->control.fd;
 	return err;
 }
@@ -378,6 +388,8 @@ static int allocate_memory(struct mooncake_segment *seg)
 		mc_commit_lock_release(&seg->commit_lock);
 	if (!err && mem->is_owner && seg->opt.host_register)
 		err = register_mapping(seg);
+	if (!err && mem->is_owner)
+		err = mc_slots_start(seg);
 	return err;
 }
 
@@ -404,6 +416,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		err = mc_blob_encode(&b, blob);
 	}
 	if (err) {
+		mc_slots_stop(seg);
 		mc_background_stop(seg);
 		unregister_mapping(seg);
 		if (seg->backend)
@@ -496,7 +509,8 @@ static int attach_control(struct mooncake_segment *seg)
 
 	if (mem->companion_fd < 0)
 		return 0;
-	err = mc_control_attach(mem->companion_fd, seg->opt.world_size, mem->alloc_size, &seg->control);
+	err = mc_control_attach(mem->companion_fd, seg->opt.world_size, seg->opt.slot_count, mem->alloc_size,
+				&seg->control);
 	mc_fd_close(&mem->companion_tracking);
 	mem->companion_fd = -1;
 	return err;
@@ -573,7 +587,10 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			err = attach_control(seg);
 		if (!err)
 			err = follow_front(seg);
+		if (!err)
+			err = mc_slots_start(seg);
 		if (err) {
+			mc_slots_stop(seg);
 			mc_background_stop(seg);
 			unregister_mapping(seg);
 			mc_control_release(&seg->control);
@@ -608,6 +625,7 @@ MC_EXPORT void mooncake_segment_destroy(struct mooncake_segment *seg)
 	/* A forked child's copy: the mapping, registration and runtime handles are
 	 * the parent's, and the range may by now hold the child's own memory. */
 	if (!inherited(seg)) {
+		mc_slots_stop(seg);
 		mc_background_stop(seg);
 		unregister_mapping(seg);
 		seg->backend->release(&seg->memory);

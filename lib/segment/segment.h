@@ -26,31 +26,44 @@ struct mooncake_segment {
 	char label[64]; /* the name before '|', for messages and /proc/PID/maps */
 	uint64_t size;
 	uint64_t fingerprint;
-	bool ready;
-	bool finished;
-	pid_t creator; /* the process that created it: only it releases anything */
 	/* What the backend sees and fills; memory.opt and memory.label point
 	 * into this object. */
 	struct mc_memory memory;
 	struct mc_registration registration; /* .ops set while registered */
+	pid_t creator;			     /* the process that created it: only it releases anything */
 	int32_t numa_node_requested;
 
 	/* The readiness front (control.h): the owner's pages committed, this
 	 * rank's registered; area NULL for a backend that passes no control area. */
 	struct mc_control_map control;
-	struct mc_commit_progress progress; /* the commit's reports, into control */
-	struct mc_commit_lock commit_lock;  /* owner: held until the last page is committed */
-	bool stopping;			    /* destroy: the threads stop (atomic) */
-	pthread_t committer;		    /* owner, background: commits the rest */
-	bool committer_running;
-	pthread_t registrar; /* background host_register: registers behind the front */
-	bool registrar_running;
+	struct mc_commit_progress progress;    /* the commit's reports, into control */
+	struct mc_commit_lock commit_lock;     /* owner: held until the last page is committed */
+	pthread_t committer;		       /* owner, background: commits the rest */
+	pthread_t registrar;		       /* background host_register: registers behind the front */
 	uint64_t register_begin, register_end; /* the part of the segment this rank registers */
 	uint64_t published_device_addr;	       /* atomic: the base's device address, once known */
+	char register_message[320];	       /* why the background registration failed */
+	int register_error;		       /* its positive errno */
 	uint32_t create_info_flags;	       /* memory.info_flags when create returned */
-	int register_error;		       /* positive errno of a failed background registration */
-	char register_message[320];
+
+	/* Publish slots (slots.c): the thread that holds this rank's liveness mutex. */
+	pthread_t life;
+	pthread_mutex_t life_lock;
+	pthread_cond_t life_cond;
+
+	bool ready;
+	bool finished;
+	bool stopping; /* destroy: the threads stop (atomic) */
+	bool committer_running;
+	bool registrar_running;
+	bool life_running;
+	bool life_stop; /* under life_lock */
 };
+
+/* Publish slots (slots.c): start this rank's liveness thread once it maps
+ * the control area (owner: create, peer: complete); stop it (destroy). */
+int mc_slots_start(struct mooncake_segment *seg);
+void mc_slots_stop(struct mooncake_segment *seg);
 
 /* The background work of a segment (background.c). */
 /* Point seg->progress at the control area's front. */

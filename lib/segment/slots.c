@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Publish slots (the declaration's slot_count): one writer, many readers, no
+ * half-written block seen.  Each slot is a 64-bit sequence and a claim word
+ * in the control area (control.h), outside the caller's bytes.
+ *
+ * Ordering: publish and write_end store the sequence with release
+ * semantics after the writer's stores to its block; wait_slot and
+ * read_begin load it with acquire semantics, so a reader that sees a
+ * sequence sees every store the writer made before the store that produced
+ * it.  Readers sleep on the low half of the sequence (a futex), never spin.
+ * The seqlock pair: write_begin makes the sequence odd (a CAS from even, so
+ * two writers cannot interleave), write_end even again; a reader copies
+ * between read_begin and read_retry and retries when the sequence moved.
+ *
+ * Claims: the first rank to swap its rank + 1 into a free claim word wins.
+ * Each rank of a segment with slots runs a liveness thread that holds a
+ * robust mutex in its rank's entry for as long as the rank holds the
+ * segment; a claim whose holder died (the kernel marks the mutex) or
+ * destroyed its segment (the mutex is free) is taken over by the next
+ * try_claim, at once: the bound is the kernel's own cleanup of the dead
+ * process.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "mooncake/segment.h"
+#include "control.h"
+#include "private.h"
+#include "segment.h"
+
+/* How long a slot waiter sleeps at most before it looks again. */
+#define SLOT_SLEEP_MS 100
+
+/* Slot @slot of @seg, or NULL with *@err set (and the message). */
+static struct mc_control_slot *get_slot(const struct mooncake_segment *seg, uint32_t slot, int *err)
+{
+	if (!seg) {
+		*err = mc_error(EINVAL, "Shared segment slots need a segment");
+		return NULL;
+	}
+	if (!seg->opt.slot_count || !seg->control.area || slot >= seg->opt.slot_count) {
+		*err = !seg->opt.slot_count
+			       ? mc_error(EINVAL,
+					  "Shared segment '%s' declares no publish slots: set "
+					  "slot_count in the options (Python: slots=N) on every rank",
+					  seg->label)
+		       : !seg->control.area
+			       ? mc_error(EINVAL,
+					  "Shared segment rank %u: complete() first (the slots are "
+					  "the group's)",
+					  seg->opt.rank_id)
+			       : mc_error(EINVAL, "Shared segment slot %u does not exist (%u slots, 0 to %u)",
+					  slot, seg->opt.slot_count, seg->opt.slot_count - 1);
+		return NULL;
+	}
+	*err = 0;
+	return mc_control_slot(seg->control.area, slot);
+}
+
+static int64_t remaining_ms(int64_t deadline)
+{
+	int64_t left = deadline - mc_now_ms();
+
+	return left < 0 ? 0 : left;
+}
+
+/* Sleep on @word (which holds @seen) until it moves, a wake-up or the deadline. */
+static int sleep_until(uint64_t *word, uint64_t seen, int64_t deadline, uint32_t slot, const char *what)
+{
+	int64_t left = remaining_ms(deadline);
+
+	if (left == 0)
+		return mc_error(ETIMEDOUT, "Shared segment slot %u: no %s before the timeout", slot, what);
+	mc_control_sleep_on(word, seen, (int)(left < SLOT_SLEEP_MS ? left : SLOT_SLEEP_MS));
+	return 0;
+}
+
+static int64_t deadline_of(int timeout_ms)
+{
+	return timeout_ms < 0 ? INT64_MAX : mc_now_ms() + timeout_ms;
+}
+
+MC_EXPORT int64_t mooncake_segment_publish(struct mooncake_segment *seg, uint32_t slot)
+{
+	int err;
+	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	uint64_t seq;
+
+	if (!s)
+		return err;
+	seq = __atomic_add_fetch(&s->seq, 2, __ATOMIC_RELEASE);
+	mc_control_wake_on(&s->seq);
+	return (int64_t)seq;
+}
+
+MC_EXPORT int64_t mooncake_segment_wait_slot(struct mooncake_segment *seg, uint32_t slot, uint64_t seen,
+					     int timeout_ms)
+{
+	int64_t deadline = deadline_of(timeout_ms);
+	int err;
+	struct mc_control_slot *s = get_slot(seg, slot, &err);
+
+	while (s && !err) {
+		uint64_t seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+
+		if (seq != seen && !(seq & 1))
+			return (int64_t)seq;
+		err = sleep_until(&s->seq, seq, deadline, slot, "publish");
+	}
+	return err;
+}
+
+MC_EXPORT int64_t mooncake_segment_write_begin(struct mooncake_segment *seg, uint32_t slot)
+{
+	int err;
+	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	uint64_t seq;
+
+	if (!s)
+		return err;
+	seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
+	do {
+		if (seq & 1)
+			return mc_error(
+				EBUSY,
+				"Shared segment slot %u: another write is in progress (one writer at a time: "
+				"claim the slot first)",
+				slot);
+	} while (!__atomic_compare_exchange_n(&s->seq, &seq, seq + 1, true, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	/* The odd sequence is visible before any store to the block. */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	return (int64_t)(seq + 1);
+}
+
+MC_EXPORT int64_t mooncake_segment_write_end(struct mooncake_segment *seg, uint32_t slot)
+{
+	int err;
+	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	uint64_t seq;
+
+	if (!s)
+		return err;
+	seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
+	if (!(seq & 1))
+		return mc_error(EINVAL, "Shared segment slot %u: write_end without write_begin", slot);
+	__atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELEASE);
+	mc_control_wake_on(&s->seq);
+	return (int64_t)(seq + 1);
+}
+
+MC_EXPORT int64_t mooncake_segment_read_begin(struct mooncake_segment *seg, uint32_t slot, int timeout_ms)
+{
+	int64_t deadline = deadline_of(timeout_ms);
+	int err;
+	struct mc_control_slot *s = get_slot(seg, slot, &err);
+
+	while (s && !err) {
+		uint64_t seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+
+		if (!(seq & 1))
+			return (int64_t)seq;
+		err = sleep_until(&s->seq, seq, deadline, slot, "end of the write in progress");
+	}
+	return err;
+}
+
+MC_EXPORT int mooncake_segment_read_retry(const struct mooncake_segment *seg, uint32_t slot, uint64_t seq)
+{
+	int err;
+	struct mc_control_slot *s = get_slot(seg, slot, &err);
+
+	if (!s)
+		return err;
+	/* The block's loads are done before the sequence is read again. */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(&s->seq, __ATOMIC_RELAXED) != seq;
+}
+
+/* Does rank @rank still hold its segment?  Its liveness mutex says. */
+static bool rank_alive(struct mc_control *c, uint32_t rank)
+{
+	pthread_mutex_t *alive = &c->ranks[rank].alive;
+	int r = pthread_mutex_trylock(alive);
+
+	if (r == EBUSY)
+		return true;
+	if (r == EOWNERDEAD)
+		pthread_mutex_consistent(alive); /* dead: free it for whoever comes next */
+	if (r == 0 || r == EOWNERDEAD)
+		pthread_mutex_unlock(alive);
+	return false;
+}
+
+MC_EXPORT int mooncake_segment_try_claim(struct mooncake_segment *seg, uint32_t slot)
+{
+	int err;
+	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	uint64_t mine, holder;
+
+	if (!s)
+		return err;
+	mine = (uint64_t)seg->opt.rank_id + 1;
+	holder = __atomic_load_n(&s->claim, __ATOMIC_ACQUIRE);
+	for (;;) {
+		if (holder == mine)
+			return 1;
+		if (holder == 0) {
+			if (__atomic_compare_exchange_n(&s->claim, &holder, mine, false, __ATOMIC_ACQ_REL,
+							__ATOMIC_ACQUIRE))
+				return 1;
+			continue;
+		}
+		if (holder > seg->opt.world_size || rank_alive(seg->control.area, (uint32_t)(holder - 1)))
+			return 0;
+		if (__atomic_compare_exchange_n(&s->claim, &holder, mine, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			mc_log(MOONCAKE_SEGMENT_LOG_INFO,
+			       "Shared segment '%s' slot %u: rank %u took over the claim of rank %llu, which is gone",
+			       seg->label, slot, seg->opt.rank_id, (unsigned long long)(holder - 1));
+			return 2;
+		}
+	}
+}
+
+MC_EXPORT int mooncake_segment_release_claim(struct mooncake_segment *seg, uint32_t slot)
+{
+	int err;
+	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	uint64_t mine;
+
+	if (!s)
+		return err;
+	mine = (uint64_t)seg->opt.rank_id + 1;
+	if (!__atomic_compare_exchange_n(&s->claim, &mine, 0, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		return mc_error(EPERM, "Shared segment slot %u: rank %u does not hold its claim", slot,
+				seg->opt.rank_id);
+	return 0;
+}
+
+/* --- the liveness thread ---------------------------------------------------- */
+
+struct liveness_start {
+	struct mooncake_segment *seg;
+	sem_t holding;
+};
+
+static void *hold_life(void *arg)
+{
+	struct liveness_start *start = arg;
+	struct mooncake_segment *seg = start->seg;
+	pthread_mutex_t *alive = &seg->control.area->ranks[seg->opt.rank_id].alive;
+	int r = pthread_mutex_lock(alive);
+
+	if (r == EOWNERDEAD) /* a process of this rank that died before: its claims are free anyway */
+		pthread_mutex_consistent(alive);
+	sem_post(&start->holding);
+	pthread_mutex_lock(&seg->life_lock);
+	while (!seg->life_stop)
+		pthread_cond_wait(&seg->life_cond, &seg->life_lock);
+	pthread_mutex_unlock(&seg->life_lock);
+	pthread_mutex_unlock(alive);
+	return NULL;
+}
+
+int mc_slots_start(struct mooncake_segment *seg)
+{
+	struct liveness_start start = { .seg = seg };
+	sigset_t all, saved;
+	int err;
+
+	if (!seg->opt.slot_count || !seg->control.area || seg->life_running)
+		return 0;
+	pthread_mutex_init(&seg->life_lock, NULL);
+	pthread_cond_init(&seg->life_cond, NULL);
+	seg->life_stop = false;
+	sem_init(&start.holding, 0, 0);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &saved);
+	err = pthread_create(&seg->life, NULL, hold_life, &start);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	if (!err) {
+		/* Claims are possible once this returns: the mutex is held by then. */
+		while (sem_wait(&start.holding) != 0)
+			;
+		seg->life_running = true;
+	}
+	sem_destroy(&start.holding);
+	if (err) {
+		pthread_cond_destroy(&seg->life_cond);
+		pthread_mutex_destroy(&seg->life_lock);
+		return mc_error(err == EAGAIN ? ENOMEM : EIO,
+				"Shared segment cannot start its liveness thread: %s", strerror(err));
+	}
+	return 0;
+}
+
+void mc_slots_stop(struct mooncake_segment *seg)
+{
+	if (!seg->life_running)
+		return;
+	pthread_mutex_lock(&seg->life_lock);
+	seg->life_stop = true;
+	pthread_cond_signal(&seg->life_cond);
+	pthread_mutex_unlock(&seg->life_lock);
+	pthread_join(seg->life, NULL);
+	pthread_cond_destroy(&seg->life_cond);
+	pthread_mutex_destroy(&seg->life_lock);
+	seg->life_running = false;
+}
