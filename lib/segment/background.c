@@ -39,7 +39,7 @@ static bool stopping(const struct mooncake_segment *seg)
 	return __atomic_load_n(&seg->stopping, __ATOMIC_ACQUIRE);
 }
 
-static int start_thread(pthread_t *thread, void *(*run)(void *), void *arg)
+int mc_segment_start_thread(pthread_t *thread, void *(*run)(void *), void *arg)
 {
 	sigset_t all, saved;
 	int err;
@@ -117,7 +117,7 @@ int mc_background_commit_start(struct mooncake_segment *seg)
 	int err;
 
 	sem_init(&start.holding, 0, 0);
-	err = start_thread(&seg->committer, commit_behind, &start);
+	err = mc_segment_start_thread(&seg->committer, commit_behind, &start);
 	if (!err) {
 		/* A peer that finds the mutex free while the front commits would
 		 * wait for ever on an owner that died before taking it. */
@@ -241,7 +241,7 @@ static void *register_behind(void *arg)
 
 int mc_background_register_start(struct mooncake_segment *seg)
 {
-	int err = start_thread(&seg->registrar, register_behind, seg);
+	int err = mc_segment_start_thread(&seg->registrar, register_behind, seg);
 
 	if (!err)
 		seg->registrar_running = true;

@@ -60,6 +60,10 @@ struct mooncake_segment {
 	bool life_stop; /* under life_lock */
 };
 
+/* Start a thread of the segment's that takes no signal (the application's
+ * handlers run on its own threads); 0 or a negative errno with a message. */
+int mc_segment_start_thread(pthread_t *thread, void *(*run)(void *), void *arg);
+
 /* Publish slots (slots.c): start this rank's liveness thread once it maps
  * the control area (owner: create, peer: complete); stop it (destroy). */
 int mc_slots_start(struct mooncake_segment *seg);

@@ -26,8 +26,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
-#include <signal.h>
-#include <string.h>
 
 #include "base/error.h"
 #include "mooncake/segment.h"
@@ -273,7 +271,6 @@ static void *hold_life(void *arg)
 int mc_slots_start(struct mooncake_segment *seg)
 {
 	struct liveness_start start = { .seg = seg };
-	sigset_t all, saved;
 	int err;
 
 	if (!seg->opt.slot_count || !seg->control.area || seg->life_running)
@@ -282,10 +279,7 @@ int mc_slots_start(struct mooncake_segment *seg)
 	pthread_cond_init(&seg->life_cond, NULL);
 	seg->life_stop = false;
 	sem_init(&start.holding, 0, 0);
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &saved);
-	err = pthread_create(&seg->life, NULL, hold_life, &start);
-	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	err = mc_segment_start_thread(&seg->life, hold_life, &start);
 	if (!err) {
 		/* Claims are possible once this returns: the mutex is held by then. */
 		while (sem_wait(&start.holding) != 0)
@@ -296,10 +290,8 @@ int mc_slots_start(struct mooncake_segment *seg)
 	if (err) {
 		pthread_cond_destroy(&seg->life_cond);
 		pthread_mutex_destroy(&seg->life_lock);
-		return mc_error(err == EAGAIN ? ENOMEM : EIO,
-				"Shared segment cannot start its liveness thread: %s", strerror(err));
 	}
-	return 0;
+	return err;
 }
 
 void mc_slots_stop(struct mooncake_segment *seg)
