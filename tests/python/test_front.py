@@ -317,6 +317,63 @@ def test_bad_registration_options_are_clear_errors(monkeypatch, kwargs, message)
     assert message in str(raised.value)
 
 
+# --- Registration behind the front, with the fake CUDA driver --------------------------
+
+FAKE_CUDA = os.environ.get("FAKE_CUDA_LIBRARY", "")
+needs_fake_cuda = pytest.mark.skipif(
+    not FAKE_CUDA or not os.path.exists(FAKE_CUDA),
+    reason="this build has no CUDA support (no cuda.h at configure time)",
+)
+
+REGISTERED = """
+import errno, json
+from mooncake.shared_segment import SharedSegmentError, create_shared_segment
+seg = create_shared_segment(
+    "front", {"kv": {"count": 512, "shape": (512 << 10,), "dtype": "uint8"}}, 1, 0, device_id=1,
+    host_register=True, background=True, commit_threads=1,
+    register_offset=4 << 20, register_length=8 << 20, register_pause_us=10)
+future = seg.ready_future()
+try:
+    result = {"ready": seg.wait_ready(), "future": future.result(timeout=30)}
+except SharedSegmentError as exc:
+    result = {"error": str(exc), "errno": exc.errno, "future_error": repr(future.exception(timeout=30))}
+result["registered"] = seg.info()["registered"]
+result["ready_bytes"] = seg.ready_bytes
+seg.close()
+print(json.dumps(result))
+"""
+
+
+def run_registered(tmp_path, **env_extra):
+    log = tmp_path / "cuda.log"
+    env = dict(
+        os.environ, MOONCAKE_SEGMENT_CUDA_LIBRARY=FAKE_CUDA, FAKE_CUDA_LOG=str(log), FAKE_CUDA_DEVICES="2", **env_extra
+    )
+    done = subprocess.run([sys.executable, "-c", REGISTERED], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1]), log.read_text() if log.exists() else ""
+
+
+@needs_fake_cuda
+def test_each_rank_registers_its_part_behind_the_front(tmp_path):
+    result, log = run_registered(tmp_path)
+    assert result["ready"] is True and result["future"] == 256 << 20 and result["ready_bytes"] == 256 << 20
+    assert result["registered"]
+    registrations = [line for line in log.splitlines() if line.startswith("register ")]
+    assert len(registrations) == 1 and f" len {8 << 20} " in registrations[0], log  # only [4 MiB, 12 MiB)
+    assert "ERROR" not in log, log
+
+
+@needs_fake_cuda
+def test_a_failed_background_registration_is_the_ranks_error(tmp_path):
+    result, log = run_registered(tmp_path, FAKE_CUDA_FAIL_REGISTER_AT="1")
+    assert "error" in result, result
+    assert result["errno"] == errno.ENOMEM, result
+    assert "SharedSegmentError" in result["future_error"], result
+    assert result["ready_bytes"] < 256 << 20
+    assert "ERROR" not in log, log
+
+
 # --- The native object, in one process with a stopped owner -------------------------
 
 OWNER = """
