@@ -241,6 +241,34 @@ def test_cancelling_the_future_stops_its_thread_and_the_next_call_makes_a_new_on
     seg.close()
 
 
+def test_a_forked_child_waits_on_the_front_and_closes_without_the_parents_waiters():
+    seg = background_segment()
+    future = seg.ready_future()
+    time.sleep(0.05)  # the watcher thread is inside the native wait when fork() copies the object
+    pid = os.fork()
+    if pid == 0:  # the child: no watcher thread of its own, the parent's count of waiters
+        code = 3
+        try:
+            child_future = seg.ready_future()  # a new one: the parent's thread did not come along
+            code = 2 if child_future is future else 1 if child_future.result(timeout=60) != GIB else 0
+            seg.close()  # must not wait for the parent's waiter
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung (in close(), waiting for the parent's waiter?)")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert future.result(timeout=60) == GIB
+    seg.close()
+
+
 def test_without_background_everything_is_ready_when_create_returns():
     blocks = {"kv": {"count": 4, "shape": (ENTRY,), "dtype": "uint8"}}
     with create_shared_segment("front", blocks, 1, 0) as seg:
