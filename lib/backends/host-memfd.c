@@ -38,10 +38,13 @@
 #include "private.h"
 
 /* The owner's own: the memfd it keeps for importers until finish(), and
- * the offer that serves it to them (peer-fd.c). */
+ * the offer that serves it to them (peer-fd.c); a background commit's own
+ * descriptor of the same file, which finish() leaves alone. */
 struct memfd_state {
 	int fd;
 	struct mc_tracked_fd tracking; /* closes fd in a forked child */
+	int commit_fd;		       /* the committer's, until the commit ends; else -1 */
+	struct mc_tracked_fd commit_tracking;
 	struct mc_fd_offer *offer;
 	struct mc_room_need need; /* what the commit's room checks ask for */
 };
@@ -161,7 +164,7 @@ static struct mc_commit_request commit_request(struct mc_memory *mem, uint64_t f
 	struct memfd_state *state = state_of(mem);
 
 	return (struct mc_commit_request){
-		.fd = state->fd,
+		.fd = state->commit_fd >= 0 ? state->commit_fd : state->fd,
 		.addr = (uint8_t *)mem->base + from,
 		.file_offset = from,
 		.len = mem->alloc_size - from,
@@ -221,6 +224,8 @@ static int memfd_commit_rest(struct mc_memory *mem)
 	struct mc_commit_result first = mem->commit, rest;
 	int err = mc_commit_pages(&req, &rest);
 
+	mc_fd_close(&state_of(mem)->commit_tracking);
+
 	if (!err) {
 		rest.ns += first.ns;
 		rest.thp_fallback |= first.thp_fallback;
@@ -241,6 +246,7 @@ static int memfd_create_owner(struct mc_memory *mem)
 	if (!state)
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	state->fd = -1;
+	state->commit_fd = -1;
 	state->need = (struct mc_room_need){ .label = mem->label, .bytes = mem->alloc_size };
 	mem->state = state;
 	if (mem->opt->hugetlb)
@@ -289,6 +295,18 @@ static int memfd_create_owner(struct mc_memory *mem)
 	err = commit_first(mem);
 	if (err)
 		return err;
+	if (mem->committed < mem->alloc_size) {
+		/* finish() may close fd while the committer still fallocates: it
+		 * gets a descriptor of its own (a closed number could be reused by
+		 * any file the process opens next). */
+		mc_fd_track_begin();
+		state->commit_fd = fcntl(state->fd, F_DUPFD_CLOEXEC, 0);
+		mc_fd_track_end(&state->commit_tracking, &state->commit_fd);
+		if (state->commit_fd < 0)
+			return mc_error_sys(
+				mc_fold_errno(errno), errno,
+				"Shared segment cannot duplicate its memfd for the background commit");
+	}
 	/* A group of one has no peer to serve: no thread, no socket. */
 	err = mem->opt->world_size > 1
 		      ? mc_peer_fd_offer(state->fd, mem->companion_fd, &handle, &companion, &state->offer)
@@ -417,6 +435,8 @@ static void memfd_release(struct mc_memory *mem)
 	mem->base = NULL;
 	mem->mapped = false;
 	memfd_finish(mem);
+	if (state_of(mem))
+		mc_fd_close(&state_of(mem)->commit_tracking); /* a commit that never started */
 	free(mem->state);
 	mem->state = NULL;
 }

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -282,6 +284,36 @@ START_TEST(test_destroy_during_the_commit_stops_it)
 }
 END_TEST
 
+/* finish() closes the descriptor the owner kept for importers; the commit
+ * goes on with its own.  Before, it went on with that closed number: EBADF,
+ * or fallocate into whatever file reused the number (here the victim). */
+START_TEST(test_finish_during_the_commit_leaves_it_running)
+{
+	struct mooncake_segment_options opt = background_options(1, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB];
+	struct stat st;
+	int fds = count_fds(), maps = count_mappings(), tasks = count_tasks(), victim;
+
+	ck_assert_int_eq(mooncake_segment_create("finished", BIG, &opt, &seg, blob), 0);
+	ck_assert_int_eq(mooncake_segment_complete(seg, blob, sizeof(blob)), 0);
+	ck_assert_int_eq(mooncake_segment_finish(seg), 0);
+	ck_assert_msg(mooncake_segment_ready_bytes(seg) < BIG, "the commit ended before finish()");
+	victim = memfd_create("victim", MFD_CLOEXEC);
+	ck_assert_int_ge(victim, 0);
+	ck_assert_msg(mooncake_segment_wait_ready(seg, 0, 0, -1) == 0, "%s", mooncake_segment_last_error());
+	ck_assert_uint_eq(mooncake_segment_ready_bytes(seg), BIG);
+	ck_assert_int_eq(fstat(victim, &st), 0);
+	ck_assert_int_eq(st.st_size, 0);
+	ck_assert_int_eq(st.st_blocks, 0);
+	close(victim);
+	mooncake_segment_destroy(seg);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_mappings(), maps);
+	ck_assert_int_eq(count_tasks(), tasks);
+}
+END_TEST
+
 Suite *suite_background(void)
 {
 	Suite *s = suite_create("background");
@@ -297,6 +329,7 @@ Suite *suite_background(void)
 	tcase_add_test(tc, test_an_owner_that_destroys_fails_every_wait);
 	tcase_add_test(tc, test_a_child_forked_during_the_commit_sees_the_front);
 	tcase_add_test(tc, test_destroy_during_the_commit_stops_it);
+	tcase_add_test(tc, test_finish_during_the_commit_leaves_it_running);
 	suite_add_tcase(s, tc);
 	return s;
 }

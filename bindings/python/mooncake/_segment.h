@@ -15,6 +15,7 @@
 #include <Python.h>
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <mooncake/segment.h>
 
@@ -25,8 +26,11 @@ typedef struct {
 	Py_ssize_t exports;			    /* live buffer exports */
 	const char *busy;			    /* the changing call running without the GIL, or NULL */
 	int readers;				    /* info() calls running without the GIL */
-	int has_facts;				    /* facts holds what complete() found */
-	struct mooncake_segment_info facts;	    /* its residency fields are not used */
+	int waiters;	   /* wait_ready() calls inside the library: atomic, left without the GIL */
+	pid_t waiters_pid; /* the process that counted them (a fork() child's threads are gone) */
+	int closing;	   /* atomic: close() waits for the waiters to leave */
+	int has_facts;	   /* facts holds what complete() found */
+	struct mooncake_segment_info facts; /* its residency fields are not used */
 	uint64_t facts_device_addr;
 } SegmentObject;
 
@@ -40,8 +44,13 @@ int int_argument(PyObject *obj, const char *name, long long min, unsigned long l
 int bool_argument(PyObject *obj, const char *name, int *value);
 
 /* _segment_object.c: may this call touch the segment now?  (NULL and an exception if not.) */
+enum segment_use {
+	SEGMENT_READS,	 /* a getter: may run beside info() and wait_ready() */
+	SEGMENT_CHANGES, /* complete(), finish(): alone */
+	SEGMENT_CLOSES,	 /* close(): alone, but for the wait_ready() calls it ends */
+};
 SegmentObject *check_open(SegmentObject *self);
-SegmentObject *check_usable(SegmentObject *self, const char *call, int exclusive);
+SegmentObject *check_usable(SegmentObject *self, const char *call, enum segment_use use);
 
 /* _segment_buffer.c: SharedSegment.view(), a memoryview that holds an export. */
 PyObject *segment_view(SegmentObject *self, PyObject *args, PyObject *kwargs);

@@ -20,7 +20,7 @@ PyObject *segment_view(SegmentObject *self, PyObject *args, PyObject *kwargs)
 	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:view", (char **)keywords, &offset_obj,
 					 &nbytes_obj))
 		return NULL;
-	if (!check_usable(self, "view", 0))
+	if (!check_usable(self, "view", SEGMENT_READS))
 		return NULL;
 	size = mooncake_segment_size(self->seg);
 	if (offset_obj && int_argument(offset_obj, "offset", 0, size, &offset, NULL) < 0)

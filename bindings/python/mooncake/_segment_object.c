@@ -5,11 +5,22 @@
  * with its accessors and info().  The buffer protocol is in _segment_buffer.c.
  *
  * Threads (segment.h: nothing may run concurrently with a call that changes
- * the segment; the const getters may run together): create, complete, close
- * and info release the GIL.  Every method that touches the C segment first
- * checks, with the GIL held, that no other thread is inside complete()
- * (`busy`), and complete, finish and close also that none is inside info()
- * (`readers`); otherwise it raises RuntimeError naming the call in progress.
+ * the segment; the const getters and wait_ready may run together): create,
+ * complete, close, info and wait_ready release the GIL.  Every method that
+ * touches the C segment first checks, with the GIL held, that no other
+ * thread is inside complete() (`busy`), and complete, finish and close also
+ * that none is inside info() (`readers`), complete and finish that none is
+ * inside wait_ready() (`waiters`); otherwise it raises RuntimeError naming the
+ * call in progress.
+ *
+ * close() does not refuse a waiter, it ends it: wait_ready() waits in slices
+ * of WAIT_SLICE_MS and looks at `closing` between them, and close() destroys
+ * the segment only once every waiter has left the library (each one counts
+ * itself out without the GIL, right after its last call into the library, so
+ * a waiter that cannot get the GIL back, at interpreter shutdown, still lets
+ * close() go on).  So close() returns within about one slice, and no wait
+ * ever runs on a destroyed segment.  Garbage collection cannot free the
+ * object under a waiter: the waiting call holds a reference.
  *
  * What the segment knows once complete (backend, accelerator, page size,
  * device address) is cached by complete() and read by facts() for free;
@@ -17,8 +28,17 @@
  */
 #include "_segment.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* wait_ready() asks the library for at most this long at a time, then looks
+ * whether close() wants the segment: the bound on close()'s wait.  The
+ * library itself looks for a dead owner as often (MC_CONTROL_OWNER_CHECK_MS). */
+#define WAIT_SLICE_MS 100
 
 SegmentObject *check_open(SegmentObject *self)
 {
@@ -33,7 +53,19 @@ SegmentObject *check_open(SegmentObject *self)
  * The segment, if this call may touch it now: open, no other thread inside
  * complete(), and for a call that changes it (@exclusive) none inside info().
  */
-SegmentObject *check_usable(SegmentObject *self, const char *call, int exclusive)
+/* How many threads of this process are inside wait_ready() now.  A fork()
+ * child inherits the parent's count but none of its threads: it starts again
+ * from 0.  With the GIL held. */
+static int live_waiters(SegmentObject *self)
+{
+	if (self->waiters_pid != getpid()) {
+		__atomic_store_n(&self->waiters, 0, __ATOMIC_RELAXED);
+		self->waiters_pid = getpid();
+	}
+	return __atomic_load_n(&self->waiters, __ATOMIC_ACQUIRE);
+}
+
+SegmentObject *check_usable(SegmentObject *self, const char *call, enum segment_use use)
 {
 	if (!check_open(self))
 		return NULL;
@@ -44,10 +76,17 @@ SegmentObject *check_usable(SegmentObject *self, const char *call, int exclusive
 			     call, self->busy);
 		return NULL;
 	}
-	if (exclusive && self->readers > 0) {
+	if (use != SEGMENT_READS && self->readers > 0) {
 		PyErr_Format(PyExc_RuntimeError,
 			     "%s: another thread is inside info() on this shared segment; wait for it "
 			     "to return",
+			     call);
+		return NULL;
+	}
+	if (use == SEGMENT_CHANGES && live_waiters(self) > 0) {
+		PyErr_Format(PyExc_RuntimeError,
+			     "%s: another thread is inside wait_ready() on this shared segment; wait for "
+			     "it to return",
 			     call);
 		return NULL;
 	}
@@ -69,13 +108,18 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 						"commit_threads",
 						"populate_on_import",
 						"hugetlb_page_size",
+						"background_commit",
+						"register_offset",
+						"register_length",
+						"register_pause_us",
 						NULL };
 	const char *name;
 	PyObject *size_obj, *world_obj, *rank_obj,
 		*owner_obj = NULL, *device_obj = NULL, *numa_obj = NULL, *threads_obj = NULL,
 		*huge_size_obj = NULL, *mmap_obj = NULL, *host_register_obj = NULL, *hugetlb_obj = NULL,
-		*populate_obj = NULL;
-	int use_mmap = 1, host_register = 0, hugetlb = 0, populate = 0;
+		*populate_obj = NULL, *background_obj = NULL, *register_offset_obj = NULL,
+		*register_length_obj = NULL, *register_pause_obj = NULL;
+	int use_mmap = 1, host_register = 0, hugetlb = 0, populate = 0, background = 0;
 	struct mooncake_segment_options opt;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
 	struct mooncake_segment *seg = NULL;
@@ -86,14 +130,16 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	int ret;
 
 	(void)cls;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOOOO$OOOO:create", (char **)keywords, &name,
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOOOO$OOOOOOOO:create", (char **)keywords, &name,
 					 &size_obj, &world_obj, &rank_obj, &owner_obj, &device_obj, &mmap_obj,
 					 &host_register_obj, &hugetlb_obj, &numa_obj, &threads_obj,
-					 &populate_obj, &huge_size_obj) ||
+					 &populate_obj, &huge_size_obj, &background_obj, &register_offset_obj,
+					 &register_length_obj, &register_pause_obj) ||
 	    bool_argument(mmap_obj, "mmap", &use_mmap) < 0 ||
 	    bool_argument(host_register_obj, "host_register", &host_register) < 0 ||
 	    bool_argument(hugetlb_obj, "hugetlb", &hugetlb) < 0 ||
-	    bool_argument(populate_obj, "populate_on_import", &populate) < 0)
+	    bool_argument(populate_obj, "populate_on_import", &populate) < 0 ||
+	    bool_argument(background_obj, "background_commit", &background) < 0)
 		return NULL;
 	mooncake_segment_options_init(&opt);
 	if (int_argument(size_obj, "size", 0, UINT64_MAX, &size, NULL) < 0)
@@ -131,6 +177,23 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 			return NULL;
 		opt.hugetlb_page_size = u;
 	}
+	/* The range's bounds against the size are the library's to check (and name). */
+	if (register_offset_obj) {
+		if (int_argument(register_offset_obj, "register_offset", 0, UINT64_MAX, &u, NULL) < 0)
+			return NULL;
+		opt.register_offset = u;
+	}
+	if (register_length_obj) {
+		if (int_argument(register_length_obj, "register_length", 0, UINT64_MAX, &u, NULL) < 0)
+			return NULL;
+		opt.register_length = u;
+	}
+	if (register_pause_obj) {
+		if (int_argument(register_pause_obj, "register_pause_us", 0, UINT32_MAX, &u, NULL) < 0)
+			return NULL;
+		opt.register_pause_us = (uint32_t)u;
+	}
+	opt.background_commit = background;
 	opt.mmap = use_mmap;
 	opt.host_register = host_register;
 	opt.hugetlb = hugetlb;
@@ -150,6 +213,9 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	obj->exports = 0;
 	obj->busy = NULL;
 	obj->readers = 0;
+	obj->waiters = 0;
+	obj->waiters_pid = getpid();
+	obj->closing = 0;
 	obj->has_facts = 0;
 	memset(&obj->facts, 0, sizeof(obj->facts));
 	obj->facts_device_addr = 0;
@@ -268,7 +334,7 @@ static PyObject *segment_complete(SegmentObject *self, PyObject *blobs)
 	size_t len;
 	int ret;
 
-	if (!check_usable(self, "complete", 1) || join_blobs(blobs, &joined, &len) < 0)
+	if (!check_usable(self, "complete", SEGMENT_CHANGES) || join_blobs(blobs, &joined, &len) < 0)
 		return NULL;
 	seg = self->seg;
 	self->busy = "complete";
@@ -297,12 +363,138 @@ static PyObject *segment_finish(SegmentObject *self, PyObject *unused)
 	int ret;
 
 	(void)unused;
-	if (!check_usable(self, "finish", 1))
+	if (!check_usable(self, "finish", SEGMENT_CHANGES))
 		return NULL;
 	ret = mooncake_segment_finish(self->seg);
 	if (ret < 0)
 		return raise_library_error(ret);
 	Py_RETURN_NONE;
+}
+
+static int64_t monotonic_ns(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* A timeout argument: None (no limit: -1) or a finite number of seconds >= 0. */
+static int timeout_argument(PyObject *obj, double *seconds)
+{
+	if (!obj || obj == Py_None) {
+		*seconds = -1;
+		return 0;
+	}
+	if (PyBool_Check(obj) || !(PyFloat_Check(obj) || PyLong_Check(obj))) {
+		PyErr_Format(PyExc_TypeError, "timeout must be None or a number of seconds, not %.100s",
+			     Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	*seconds = PyFloat_AsDouble(obj);
+	if (*seconds == -1 && PyErr_Occurred())
+		return -1;
+	if (!(*seconds >= 0) || isinf(*seconds)) {
+		PyErr_Format(PyExc_ValueError,
+			     "timeout must be None (no limit) or a finite number of seconds >= 0, got %R",
+			     obj);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * mooncake_segment_wait_ready() without the GIL, in slices of WAIT_SLICE_MS
+ * so that close() can end it (see the top of this file).  True once the range
+ * is ready; TimeoutError (errno ETIMEDOUT) when @timeout passes first;
+ * ValueError when close() ended the wait; SegmentError with the library's
+ * message when the commit, the owner or this rank's registration failed.
+ */
+static PyObject *segment_wait_ready(SegmentObject *self, PyObject *args, PyObject *kwargs)
+{
+	static const char *const keywords[] = { "offset", "length", "timeout", NULL };
+	PyObject *offset_obj = NULL, *length_obj = NULL, *timeout_obj = NULL;
+	unsigned long long offset = 0, length, size, ready = 0;
+	struct mooncake_segment *seg;
+	int64_t deadline = 0;
+	double timeout;
+	int ret, closed = 0;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOO:wait_ready", (char **)keywords, &offset_obj,
+					 &length_obj, &timeout_obj))
+		return NULL;
+	if (!check_usable(self, "wait_ready", SEGMENT_READS))
+		return NULL;
+	seg = self->seg;
+	size = mooncake_segment_size(seg);
+	if (offset_obj && int_argument(offset_obj, "offset", 0, size, &offset, NULL) < 0)
+		return NULL;
+	length = size - offset;
+	if (length_obj && length_obj != Py_None &&
+	    int_argument(length_obj, "length", 0, size - offset, &length, NULL) < 0)
+		return NULL;
+	if (timeout_argument(timeout_obj, &timeout) < 0)
+		return NULL;
+	if (length == 0)
+		Py_RETURN_TRUE; /* an empty range is ready (the library reads 0 as "to the end") */
+	/* Beyond about 146 years: as good as no limit, and no overflow. */
+	if (timeout >= 0)
+		deadline = monotonic_ns() + (timeout < 4.6e9 ? (int64_t)(timeout * 1e9) : INT64_MAX / 2);
+	live_waiters(self);
+	__atomic_add_fetch(&self->waiters, 1, __ATOMIC_ACQ_REL);
+	Py_BEGIN_ALLOW_THREADS
+	for (;;) {
+		int slice = WAIT_SLICE_MS;
+
+		if (timeout >= 0) {
+			int64_t left = deadline - monotonic_ns();
+
+			if (left <= 0)
+				slice = 0; /* one last look */
+			else if (left < WAIT_SLICE_MS * INT64_C(1000000))
+				slice = (int)((left + 999999) / 1000000);
+		}
+		ret = mooncake_segment_wait_ready(seg, offset, length, slice);
+		if (ret != -ETIMEDOUT)
+			break;
+		if (__atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)) {
+			closed = 1;
+			break;
+		}
+		if (timeout >= 0 && slice == 0)
+			break;
+	}
+	if (ret == -ETIMEDOUT)
+		ready = mooncake_segment_ready_bytes(seg);
+	/* The last use of @seg: from here on close() may destroy it. */
+	__atomic_sub_fetch(&self->waiters, 1, __ATOMIC_RELEASE);
+	Py_END_ALLOW_THREADS
+	if (closed) {
+		PyErr_SetString(PyExc_ValueError,
+				"wait_ready: the shared segment was closed while this thread waited for it");
+		return NULL;
+	}
+	if (ret == -ETIMEDOUT) {
+		char message[256];
+
+		snprintf(message, sizeof(message),
+			 "Shared segment bytes [%llu, %llu) not ready within %g s: %llu of %llu bytes are "
+			 "ready",
+			 offset, offset + length, timeout, ready, size);
+		PyErr_SetObject(PyExc_TimeoutError, Py_BuildValue("(is)", ETIMEDOUT, message));
+		return NULL;
+	}
+	if (ret < 0)
+		return raise_library_error(ret);
+	Py_RETURN_TRUE;
+}
+
+static PyObject *segment_ready_bytes(SegmentObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (!check_usable(self, "ready_bytes", SEGMENT_READS))
+		return NULL;
+	return PyLong_FromUnsignedLongLong(mooncake_segment_ready_bytes(self->seg));
 }
 
 static PyObject *segment_close(SegmentObject *self, PyObject *unused)
@@ -318,10 +510,18 @@ static PyObject *segment_close(SegmentObject *self, PyObject *unused)
 			"cannot close a shared segment while %zd exported buffer(s) "
 			"(memoryviews, arrays or tensors over its pages) are alive; drop them first",
 			self->exports);
-	if (!check_usable(self, "close", 1))
+	if (!check_usable(self, "close", SEGMENT_CLOSES))
 		return NULL;
 	self->seg = NULL; /* closed for every other thread before the GIL goes */
+	if (live_waiters(self) > 0)
+		__atomic_store_n(&self->closing, 1, __ATOMIC_RELEASE);
 	Py_BEGIN_ALLOW_THREADS
+	/* Each waiter leaves within a slice once it sees `closing`. */
+	while (__atomic_load_n(&self->waiters, __ATOMIC_ACQUIRE) > 0) {
+		const struct timespec pause = { 0, 1000000 }; /* 1 ms */
+
+		nanosleep(&pause, NULL);
+	}
 	mooncake_segment_destroy(seg);
 	Py_END_ALLOW_THREADS
 	Py_RETURN_NONE;
@@ -360,7 +560,7 @@ static PyObject *segment_ready(SegmentObject *self, PyObject *unused)
 	(void)unused;
 	if (!self->seg)
 		Py_RETURN_FALSE;
-	if (!check_usable(self, "ready", 0))
+	if (!check_usable(self, "ready", SEGMENT_READS))
 		return NULL;
 	return PyBool_FromLong(mooncake_segment_ready(self->seg));
 }
@@ -374,7 +574,7 @@ static PyObject *segment_closed(SegmentObject *self, void *closure)
 static PyObject *segment_base_addr(SegmentObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (!check_usable(self, "base_addr", 0))
+	if (!check_usable(self, "base_addr", SEGMENT_READS))
 		return NULL;
 	return PyLong_FromVoidPtr(mooncake_segment_base(self->seg));
 }
@@ -382,7 +582,7 @@ static PyObject *segment_base_addr(SegmentObject *self, PyObject *unused)
 static PyObject *segment_device_addr(SegmentObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (!check_usable(self, "device_addr", 0))
+	if (!check_usable(self, "device_addr", SEGMENT_READS))
 		return NULL;
 	return PyLong_FromUnsignedLongLong(mooncake_segment_device_addr(self->seg));
 }
@@ -390,7 +590,7 @@ static PyObject *segment_device_addr(SegmentObject *self, PyObject *unused)
 static PyObject *segment_size(SegmentObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (!check_usable(self, "size", 0))
+	if (!check_usable(self, "size", SEGMENT_READS))
 		return NULL;
 	return PyLong_FromUnsignedLongLong(mooncake_segment_size(self->seg));
 }
@@ -398,7 +598,7 @@ static PyObject *segment_size(SegmentObject *self, PyObject *unused)
 static PyObject *segment_alloc_size(SegmentObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (!check_usable(self, "alloc_size", 0))
+	if (!check_usable(self, "alloc_size", SEGMENT_READS))
 		return NULL;
 	return PyLong_FromUnsignedLongLong(mooncake_segment_alloc_size(self->seg));
 }
@@ -410,7 +610,7 @@ static PyObject *segment_info(SegmentObject *self, PyObject *unused)
 	int ret;
 
 	(void)unused;
-	if (!check_usable(self, "info", 0))
+	if (!check_usable(self, "info", SEGMENT_READS))
 		return NULL;
 	/* It walks /proc/self/smaps: time proportional to the segment, so without the GIL. */
 	seg = self->seg;
@@ -494,6 +694,8 @@ static PyObject *segment_busy(SegmentObject *self, void *closure)
 		return PyUnicode_FromString(self->busy);
 	if (self->readers > 0)
 		return PyUnicode_FromString("info");
+	if (live_waiters(self) > 0)
+		return PyUnicode_FromString("wait_ready");
 	Py_RETURN_NONE;
 }
 
@@ -501,7 +703,10 @@ static PyMethodDef segment_methods[] = {
 	{ "create", (PyCFunction)(void (*)(void))segment_create, METH_VARARGS | METH_KEYWORDS | METH_STATIC,
 	  "create(name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=True, host_register=False,\n"
 	  "       hugetlb=False, *, numa_node=-1, commit_threads=0, populate_on_import=False,\n"
-	  "       hugetlb_page_size=0) -> (SharedSegment, bytes)\n\nPhase one; returns (segment, blob)." },
+	  "       hugetlb_page_size=0, background_commit=False, register_offset=0, register_length=0,\n"
+	  "       register_pause_us=0) -> (SharedSegment, bytes)\n\n"
+	  "Phase one; returns (segment, blob).  background_commit: the owner returns after the first\n"
+	  "chunk and commits the rest behind the readiness front (see wait_ready())." },
 	{ "supported", (PyCFunction)(void (*)(void))segment_supported,
 	  METH_VARARGS | METH_KEYWORDS | METH_STATIC,
 	  "supported(mmap=True, host_register=False, hugetlb=False) -> bool" },
@@ -516,6 +721,14 @@ static PyMethodDef segment_methods[] = {
 	{ "close", (PyCFunction)segment_close, METH_NOARGS,
 	  "close()\n\nRelease this rank's mapping now; BufferError while views are alive." },
 	{ "ready", (PyCFunction)segment_ready, METH_NOARGS, "ready() -> bool: complete() succeeded" },
+	{ "wait_ready", (PyCFunction)(void (*)(void))segment_wait_ready, METH_VARARGS | METH_KEYWORDS,
+	  "wait_ready(offset=0, length=None, timeout=None) -> True\n\n"
+	  "Wait, without the GIL, until [offset, offset+length) is committed (and registered on this\n"
+	  "rank); length None: to the end; timeout in seconds, None: no limit.  TimeoutError when it\n"
+	  "passes, SegmentError when the commit, the owner or the registration failed, ValueError\n"
+	  "when close() ended the wait." },
+	{ "ready_bytes", (PyCFunction)segment_ready_bytes, METH_NOARGS,
+	  "ready_bytes() -> int: bytes from offset 0 ready now (the size once all are)" },
 	{ "base_addr", (PyCFunction)segment_base_addr, METH_NOARGS,
 	  "base_addr() -> int: this rank's host address" },
 	{ "device_addr", (PyCFunction)segment_device_addr, METH_NOARGS,

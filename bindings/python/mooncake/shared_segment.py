@@ -23,6 +23,13 @@ Every failure, on any rank, reaches every rank: each phase ends with an error
 consensus over ``comm_group``, so no rank is left blocked in a collective
 because another one raised.
 
+With ``background=True`` (ours, not upstream's) create returns once the first
+2 MiB are committed and the rest follows behind a readiness front that every
+rank sees: :meth:`SharedSegment.wait_ready`, :attr:`SharedSegment.ready_bytes`
+and :meth:`SharedSegment.ready_future` wait for it or report it, and a
+failure of the commit (the owner killed, out of memory) reaches every rank
+there.
+
 A ``comm_group`` may span hosts: each host's ranks then share one copy of
 their own (owner_rank on its host, the lowest rank elsewhere), with the same
 layout everywhere; :func:`shared_segment_room` sizes that layout from what
@@ -31,7 +38,10 @@ every host can really take.
 
 from __future__ import annotations
 
+import os
+import threading
 import weakref
+from concurrent.futures import Future
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 try:
@@ -52,6 +62,7 @@ except ImportError as _exc:
 # reach through this module is imported here under its old name.
 from ._shared_segment_base import _TORCH_PACKAGE_HINT, SharedSegmentError, _an_int, torch
 from ._shared_segment_base import dist  # noqa: F401  # upstream's module attribute
+from ._shared_segment_front import _front_options, _public_error, _ready_future, _wait_arguments
 from ._shared_segment_group import (
     _check_group,
     _Collective,
@@ -283,7 +294,11 @@ class SharedSegment:
 
     One segment is not for concurrent use: while a thread is inside a call
     that releases the GIL (the native complete() during creation, :meth:`info`), calls from other threads
-    that would race with it raise RuntimeError naming that call.
+    that would race with it raise RuntimeError naming that call.  The
+    readiness calls are the exception: :meth:`wait_ready`, :attr:`ready_bytes`
+    and :meth:`ready_future` may run from any thread beside each other and the
+    getters, and :meth:`close` ends the waits within about 0.1 s instead of
+    refusing them.
     """
 
     def __init__(
@@ -310,6 +325,9 @@ class SharedSegment:
         self.device_base = int(facts["device_addr"]) or None
         self._accelerator = str(facts.get("accelerator", "")) if self.device_base is not None else ""
         self._backend = str(facts.get("backend", ""))
+        # ready_future()'s one future per process (a fork child's watcher thread is gone).
+        self._ready_lock = threading.Lock()
+        self._ready: Optional[Tuple[int, "Future[int]"]] = None
 
     def _spec(self, block: str) -> _BlockSpec:
         spec = self._specs.get(block)
@@ -462,10 +480,75 @@ class SharedSegment:
             info.update(self._host_group.info())
         return info
 
+    def wait_ready(self, offset: int = 0, length: Optional[int] = None, timeout: Optional[float] = None) -> bool:
+        """Wait until bytes [offset, offset + length) are ready; True once they are.
+
+        Ready means committed by the owner and, on a rank that registers them
+        (``host_register``, its ``register_offset``/``register_length``),
+        registered with its accelerator.  ``length`` None: to the end;
+        ``timeout`` in seconds, None: no limit, 0: only look.  Without
+        ``background=True`` everything is ready when create returns.  The
+        first 2 MiB (or huge page) are ready at once.  Touching a byte beyond
+        the front is safe, only slower (that fault commits the page itself).
+
+        The GIL is released while waiting; several threads may wait at once,
+        and :meth:`close` ends their waits (ValueError) within about 0.1 s.
+
+        Raises TimeoutError (``errno`` ETIMEDOUT) when ``timeout`` passes
+        first, and SharedSegmentError with the C library's message on every
+        rank when the commit failed: the owner died (``errno`` ESRCH, found
+        within 0.1 s), destroyed the segment half way (ECANCELED) or ran out
+        of memory (ENOMEM, ENOSPC, EIO), or when this rank's registration
+        failed.  Bad arguments are SharedSegmentError too.
+        """
+        offset, length, timeout = _wait_arguments(offset, length, timeout, self.total_size())
+        wait = getattr(self._native, "wait_ready", None)
+        if wait is None:  # a native module of upstream's shape: everything is ready at create
+            return True
+        try:
+            return bool(wait(offset, length, timeout))
+        except RuntimeError as exc:
+            raise _public_error(exc) from exc
+
+    @property
+    def ready_bytes(self) -> int:
+        """How many bytes from offset 0 are ready now: :meth:`total_size` once all of them are."""
+        ready_bytes = getattr(self._native, "ready_bytes", None)
+        return int(ready_bytes()) if ready_bytes is not None else self.total_size()
+
+    def ready_future(self) -> "Future[int]":
+        """A ``concurrent.futures.Future`` of the whole segment's readiness, for a health check.
+
+        Its result is the segment's size (:meth:`total_size`) once every byte
+        is ready; its exception the SharedSegmentError :meth:`wait_ready`
+        would raise (the owner died, the commit or this rank's registration
+        failed).  Every call returns the same future until it is cancelled.
+        Done at once when the segment is already ready; otherwise a daemon
+        thread waits in slices of 0.2 s, holding only a weak reference to the
+        segment, so it neither keeps the segment alive nor holds up
+        :meth:`close`.  :meth:`close` (or the segment being freed) before the
+        segment is ready cancels the future.  Cancelling it stops its thread.
+        """
+        with self._ready_lock:
+            if self._ready is not None:
+                pid, future = self._ready
+                if pid == os.getpid() and not future.cancelled():
+                    return future
+            future = _ready_future(self, self._native, self.total_size())
+            self._ready = (os.getpid(), future)
+            return future
+
     def close(self) -> None:
-        """Unmap this rank's view now; BufferError while tensors or buffers are alive."""
+        """Unmap this rank's view now; BufferError while tensors or buffers are alive.
+
+        Waits of other threads in :meth:`wait_ready` end with ValueError, a
+        pending :meth:`ready_future` is cancelled.
+        """
         self._native.close()
         _LIVE_SEGMENTS.discard(self)  # its range may hold other memory from now on
+        ready = self._ready
+        if ready is not None:
+            ready[1].cancel()  # no-op once it is done
 
     def __enter__(self) -> "SharedSegment":
         return self
@@ -496,6 +579,11 @@ def create_shared_segment(
     tp_group: Any = None,
     hugetlb: bool = False,
     numa_node: int = -1,
+    background: bool = False,
+    commit_threads: Optional[int] = None,
+    register_offset: int = 0,
+    register_length: Optional[int] = None,
+    register_pause_us: Optional[int] = None,
 ) -> SharedSegment:
     """Create one segment shared by ``world_size`` ranks; collective over ``comm_group``.
 
@@ -513,7 +601,23 @@ def create_shared_segment(
     or from the CUDA driver's (pinned once by the owner, mapped by every
     rank's GPU ``device_id`` and its CPU, with no per-rank registration).
 
-    Raises SharedSegmentError on every rank when any rank fails.
+    Our additions, keyword only: ``hugetlb``, ``numa_node``, and the
+    readiness front.  ``background=True`` makes create return once the
+    first 2 MiB (or huge page) are committed, the owner's threads committing
+    the rest in order behind a front every rank sees; wait for it with
+    :meth:`SharedSegment.wait_ready` or :meth:`SharedSegment.ready_future`.
+    The room check still covers the whole segment before create returns.
+    A rank without it waits in create for the whole front, as before.
+    ``commit_threads``: the owner's committing threads (None or 0:
+    automatic).  With ``host_register``, ``register_offset`` and
+    ``register_length`` (None: to the end) choose the part this rank
+    registers; with ``background`` too it registers behind the front on a
+    thread of its own, pausing ``register_pause_us`` microseconds (None: the
+    library's 1000) between chunks.
+
+    Raises SharedSegmentError on every rank when any rank fails.  A failure
+    of a background commit after create returned is every rank's too, at
+    :meth:`SharedSegment.wait_ready`.
     """
     group_obj, alias_error = _select_comm_group(comm_group, tp_group)
     if group_obj is None:
@@ -528,6 +632,7 @@ def create_shared_segment(
 
     native = blob = None
     declaration: Optional[_Declaration] = None
+    front: Dict[str, Any] = {}
     specs: Dict[str, _BlockSpec] = {}
     offsets: Dict[str, int] = {}
     stride = 0
@@ -540,14 +645,21 @@ def create_shared_segment(
             # Local checks, before the first collective: every rank then joins the consensus.
             _check_world_size(world_size)
             _check_group(collective, world_size, rank_id)
-        _check_arguments(name, rank_id, {"mmap": mmap, "host_register": host_register, "hugetlb": hugetlb})
-        mmap, host_register, hugetlb = bool(mmap), bool(host_register), bool(hugetlb)
+        _check_arguments(
+            name,
+            rank_id,
+            {"mmap": mmap, "host_register": host_register, "hugetlb": hugetlb, "background": background},
+        )
+        mmap, host_register, hugetlb, background = bool(mmap), bool(host_register), bool(hugetlb), bool(background)
         if host_register and not mmap:
             raise SharedSegmentError("host_register requires mmap=True")
         capability = _capability_error(mmap, host_register, hugetlb, device_id)
         if capability:
             raise SharedSegmentError(capability)
         specs, offsets, stride, total, tag = _build_layout(blocks)
+        front = _front_options(
+            background, host_register, commit_threads, register_offset, register_length, register_pause_us, total
+        )
         declaration = _declaration(name, specs)
         device = _default_device_id() if device_id is None else device_id
     except Exception as exc:  # every local failure joins the consensus
@@ -571,6 +683,7 @@ def create_shared_segment(
             ]
             # Upstream's eight arguments; ours only where the caller asked for them.
             extra: Dict[str, Any] = {"numa_node": numa_node} if numa_node != -1 else {}
+            extra.update(front)
             if hugetlb:
                 args.append(hugetlb)
             native, blob = _native.SharedSegment.create(*args, **extra)
