@@ -61,11 +61,13 @@ int mc_register_next_chunk(struct mc_registration *reg, const struct mc_chunk_op
 
 		mc_unregister_chunks(reg, ops);
 		reg->device_addr = 0;
-		return mc_error(-err,
-				"%s (Shared segment %s host registration of chunk %u of %u, %llu bytes at "
-				"offset %llu, on device %d; the %u chunk(s) before it were unregistered)",
-				why, ops->runtime, before + 1, total, (unsigned long long)len,
-				(unsigned long long)off, reg->device, before);
+		return mc_error(
+			-err,
+			"%s (Shared segment %s host registration of chunk %u of %u, %llu bytes at "
+			"offset %llu of the range registered, on device %d; the %u chunk(s) before it "
+			"were unregistered)",
+			why, ops->runtime, before + 1, total, (unsigned long long)len,
+			(unsigned long long)off, reg->device, before);
 	}
 	reg->chunks++;
 	mc_log(MOONCAKE_SEGMENT_LOG_INFO, "Shared segment: registered %llu of %llu bytes with %s device %d",
