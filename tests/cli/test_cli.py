@@ -10,6 +10,7 @@ import re
 import resource
 import subprocess
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -248,3 +249,66 @@ def test_the_command_links_the_librarys_public_and_private_nodes_only():
     copies = {s.split("@")[0] for s in exported} & defined
     assert not copies, copies
     assert not {s for s in symbols(["--defined-only", "--extern-only"], BINARY) if s.startswith("mc_")}
+
+
+def read_front_csv(path):
+    lines = path.read_text().splitlines()
+    assert lines[0] == "t_ms,bytes", lines[:2]
+    return [(float(t), int(b)) for t, b in (line.split(",") for line in lines[1:])]
+
+
+def test_bench_background_writes_the_front_as_csv_and_svg(tmp_path):
+    """bench --background: the first byte, fully ready against blocking, and the front sampled
+    while it commits, written per thread count as CSV (time ascending, bytes never going back,
+    ending at the whole size) and plotted per size in an SVG that holds one curve per thread count."""
+    out = tmp_path / "curves"
+    size = 64 << 20
+    result = run("bench", "--background", "--sizes", "64M", "--threads", "2", "--repeat", "2", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)["sizes"][0]
+    methods = {(r["method"], r["threads"]): r for r in report["results"]}
+    for threads in (1, 2):
+        for method in ("memset", "ours", "background-first-byte", "background-ready"):
+            assert methods[(method, threads)]["seconds"] > 0, (method, threads, methods.get((method, threads)))
+    assert ("raw-memfd", 1) not in methods and ("baseline-devshm", 1) not in methods, sorted(methods)
+    names = {line["name"] for line in report["ratios"]}
+    assert "background-ready / ours (blocking, same threads)" in names, names
+    figures = {b["threads"]: b for b in report["background"]}
+    assert sorted(figures) == [1, 2], figures
+    for threads, b in figures.items():
+        assert 0 < b["first_byte_ms"] < b["ready_seconds"] * 1e3, b
+        assert b["blocking_seconds"] == methods[("ours", threads)]["seconds"], b
+        assert b["ready_ratio"] == pytest.approx(b["blocking_seconds"] / b["ready_seconds"], rel=2e-3, abs=2e-3), b
+        csv = Path(b["csv"])
+        assert csv == out / f"front-64M-{threads}t.csv", b
+        points = read_front_csv(csv)
+        assert len(points) == b["samples"] >= 2, points
+        times = [t for t, _ in points]
+        front = [v for _, v in points]
+        assert times == sorted(times) and times[0] == 0, times
+        assert front == sorted(front) and front[0] == 0 and front[-1] == size, front
+        assert Path(b["svg"]) == out / "front-64M.svg", b
+    svg = (out / "front-64M.svg").read_text()
+    root = ElementTree.fromstring(svg)
+    assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
+    assert len(root.findall("{http://www.w3.org/2000/svg}polyline")) == 2, svg[:500]
+    assert "blocking create" in svg and "1 thread" in svg and "2 threads" in svg, svg[:500]
+
+
+def test_bench_background_text_names_the_goals():
+    result = run("bench", "--background", "--sizes", "16M", "--threads", "1", "--repeat", "1")
+    assert result.returncode == 0, result.stderr
+    line = re.search(
+        r"^background commit, 1 thread: first usable byte ([0-9.]+) ms \(goal < 10 ms: (met|MISSED)\); "
+        r"fully ready ([0-9.]+) s, blocking ([0-9.]+) s: ratio ([0-9.]+) \(goal >= 0.95: (met|MISSED)\)$",
+        result.stdout,
+        re.M,
+    )
+    assert line, result.stdout
+    assert "--out DIR writes them" in result.stdout, result.stdout
+
+
+def test_bench_out_needs_background(tmp_path):
+    result = run("bench", "--out", str(tmp_path), "--sizes", "1M", timeout=20)
+    assert result.returncode == 2 and "add --background" in result.stderr, result
+    assert not list(tmp_path.iterdir())
