@@ -87,7 +87,7 @@ static void init_owner_mutex(struct mc_control *c)
 
 int mc_control_create(const char *label, uint32_t world_size, uint64_t alloc_size, struct mc_control_map *m)
 {
-	char name[96];
+	char name[128]; /* the prefix, a 63-byte label and "|owner=" with a pid fit */
 	size_t size = area_size(world_size);
 	struct mc_control *c;
 	void *p;
