@@ -4,11 +4,14 @@ refuse, the figures demo and bench print, doctor under a tight open-file limit
 and on a fixture host (its facts come from the library), info's JSON types, and
 that the command links the library's public and private symbols only."""
 
+import errno
 import json
 import os
 import re
 import resource
+import signal
 import subprocess
+import time
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -312,3 +315,107 @@ def test_bench_out_needs_background(tmp_path):
     result = run("bench", "--out", str(tmp_path), "--sizes", "1M", timeout=20)
     assert result.returncode == 2 and "add --background" in result.stderr, result
     assert not list(tmp_path.iterdir())
+
+
+LIBRARY = BUILDDIR / "lib/.libs/libmooncake-segment.so"
+HOLDER = Path(__file__).resolve().parent / "front_holder.py"
+
+
+def wait_stopped(pid, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state in "Tt":
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"{pid} did not stop")
+
+
+def list_front(label):
+    result = run("list", "--json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    found = [s for s in json.loads(result.stdout)["segments"] if s["label"] == label]
+    assert len(found) == 1, result.stdout
+    return found[0]
+
+
+@pytest.fixture
+def held_front(request):
+    """A background owner stopped while it commits (front_holder.py), and its forked child:
+    yields (label, owner pid, child pid, the owner's Popen).  A commit that finished before the
+    owner stopped is retried at twice the size, from 1 GiB up to 4 GiB."""
+    if not LIBRARY.exists():
+        pytest.skip("needs the shared library build (lib/.libs)")
+    label = f"front-{os.getpid()}-{request.node.name[:20]}"
+    held = []
+    try:
+        for size in (1 << 30, 2 << 30, 4 << 30):
+            proc = subprocess.Popen(
+                ["/usr/bin/python3", str(HOLDER), str(LIBRARY), label, str(size)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            line = proc.stdout.readline().split()
+            assert len(line) == 2, line
+            owner, child = int(line[0]), int(line[1])
+            held.append((proc, owner, child))
+            wait_stopped(owner)
+            if list_front(label)["front"]["state"] == "committing":
+                yield label, owner, child, proc
+                return
+            for pid in (owner, child):
+                os.kill(pid, signal.SIGKILL)
+            proc.wait()
+        pytest.fail("every commit finished before its owner stopped, up to 4 GiB")
+    finally:
+        for proc, owner, child in held:
+            for pid in (owner, child):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+
+
+def test_list_shows_a_committing_segment_with_its_percentage(held_front):
+    label, owner, child, proc = held_front
+    seg = list_front(label)
+    front = seg["front"]
+    assert seg["owner_pid"] == owner and seg["mapped_processes"] == 2, seg
+    assert front["state"] == "committing" and front["error"] is None, front
+    assert 0 < front["committed_bytes"] < front["alloc_size_bytes"] == seg["size_bytes"], front
+    assert 0 < front["percent"] < 100, front
+    assert front["percent"] == pytest.approx(front["committed_bytes"] * 100 / front["alloc_size_bytes"], abs=1e-3)
+    table = run("list", timeout=60).stdout
+    row = [line for line in table.splitlines() if line.startswith(label)]
+    assert row and re.search(r" (\d+\.\d)%$", row[0]), table
+    assert 0 <= float(row[0].split()[-1].rstrip("%")) < 100, row
+    assert re.search(rf"^  committing: .* of .* ready \({row[0].split()[-1].replace('.', '[.]')}\)$", table, re.M), table
+    # Continued, the owner commits the rest: list then says committed, 100%.
+    os.kill(owner, signal.SIGCONT)
+    assert proc.stdout.readline().strip() == "ready"
+    front = list_front(label)["front"]
+    assert front["state"] == "committed" and front["percent"] == 100, front
+    assert front["committed_bytes"] == front["alloc_size_bytes"] and front["commit_seconds"] > 0, front
+    row = [line for line in run("list", timeout=60).stdout.splitlines() if line.startswith(label)]
+    assert row and row[0].endswith(" 100%"), row
+
+
+def test_list_shows_a_failed_commit_with_its_errno(held_front):
+    """The owner killed while committing: its child still maps the segment and its control area,
+    and list says failed with ESRCH, as every rank's wait_ready will."""
+    if os.geteuid() != 0:
+        pytest.skip("the child's mapping of the control area is read through /proc/PID/map_files: root")
+    label, owner, child, proc = held_front
+    os.kill(owner, signal.SIGKILL)
+    proc.wait()
+    seg = list_front(label)
+    front = seg["front"]
+    assert seg["mapped_processes"] == 1 and seg["owner_pid"] is None, seg
+    assert front["state"] == "failed", front
+    assert front["error"]["errno"] == errno.ESRCH and "died while committing" in front["error"]["message"], front
+    assert 0 < front["committed_bytes"] < front["alloc_size_bytes"], front
+    table = run("list", timeout=60).stdout
+    row = [line for line in table.splitlines() if line.startswith(label)]
+    assert row and row[0].endswith(" failed"), table
+    assert re.search(rf"^  failed: errno {errno.ESRCH} \(No such process\), .* committed: the owner", table, re.M), table
