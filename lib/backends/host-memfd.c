@@ -44,6 +44,10 @@ struct memfd_state {
 	struct mc_tracked_fd tracking; /* closes fd in a forked child */
 	struct mc_fd_offer *offer;
 	struct mc_room_need need; /* what the commit's room checks ask for */
+	/* A background commit's own duplicate of fd: finish() closes fd once the
+	 * peers have imported, which may be long before the last page. */
+	int commit_fd;
+	struct mc_tracked_fd commit_tracking;
 };
 
 /* A background commit commits this much before create() returns (at least a page). */
@@ -161,7 +165,7 @@ static struct mc_commit_request commit_request(struct mc_memory *mem, uint64_t f
 	struct memfd_state *state = state_of(mem);
 
 	return (struct mc_commit_request){
-		.fd = state->fd,
+		.fd = state->commit_fd >= 0 ? state->commit_fd : state->fd,
 		.addr = (uint8_t *)mem->base + from,
 		.file_offset = from,
 		.len = mem->alloc_size - from,
@@ -211,6 +215,16 @@ static int commit_first(struct mc_memory *mem)
 	err = commit_ended(mem, mc_commit_pages(&req, &mem->commit));
 	if (!err)
 		mem->committed = req.len;
+	if (!err && req.len < mem->alloc_size) {
+		struct memfd_state *state = state_of(mem);
+
+		mc_fd_track_begin();
+		state->commit_fd = fcntl(state->fd, F_DUPFD_CLOEXEC, 0);
+		mc_fd_track_end(&state->commit_tracking, &state->commit_fd);
+		if (state->commit_fd < 0)
+			return mc_error_sys(mc_fold_errno(errno), errno,
+					    "Shared segment cannot keep its memfd for the background commit");
+	}
 	return err;
 }
 
@@ -221,6 +235,7 @@ static int memfd_commit_rest(struct mc_memory *mem)
 	struct mc_commit_result first = mem->commit, rest;
 	int err = mc_commit_pages(&req, &rest);
 
+	mc_fd_close(&state_of(mem)->commit_tracking);
 	if (!err) {
 		rest.ns += first.ns;
 		rest.thp_fallback |= first.thp_fallback;
@@ -241,6 +256,7 @@ static int memfd_create_owner(struct mc_memory *mem)
 	if (!state)
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	state->fd = -1;
+	state->commit_fd = -1;
 	state->need = (struct mc_room_need){ .label = mem->label, .bytes = mem->alloc_size };
 	mem->state = state;
 	if (mem->opt->hugetlb)
@@ -417,6 +433,8 @@ static void memfd_release(struct mc_memory *mem)
 	mem->base = NULL;
 	mem->mapped = false;
 	memfd_finish(mem);
+	if (state_of(mem))
+		mc_fd_close(&state_of(mem)->commit_tracking);
 	free(mem->state);
 	mem->state = NULL;
 }
