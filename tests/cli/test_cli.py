@@ -419,3 +419,42 @@ def test_list_shows_a_failed_commit_with_its_errno(held_front):
     row = [line for line in table.splitlines() if line.startswith(label)]
     assert row and row[0].endswith(" failed"), table
     assert re.search(rf"^  failed: errno {errno.ESRCH} \(No such process\), .* committed: the owner", table, re.M), table
+
+
+def test_demo_background_uses_the_first_chunk_at_once_then_checks_every_byte():
+    result = run("demo", "--background", "--ranks", "4", "--size", "256M", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "every rank saw the same bytes: one physical copy" in result.stdout, result.stdout
+    rows = re.findall(r"^(\d+) +([0-9.]+) +([0-9.]+)  (.*)$", result.stdout, re.M)
+    assert [int(r[0]) for r in rows] == [0, 1, 2, 3], result.stdout
+    for rank, first, ready, verdict in rows:
+        assert verdict == "ready at once, read back", result.stdout
+        assert 0 < float(first) <= float(ready), result.stdout
+    checks = [line for line in result.stdout.splitlines() if re.match(r"^\d +\d+ +0x", line)]
+    assert len(checks) == 4 and all(" ok (" in line and "every" in line for line in checks), result.stdout
+
+
+def test_demo_background_kill_owner_at_half_fails_every_peer_wait_within_2_s():
+    """The owner SIGKILLs itself once half is committed; each peer's wait fails with ESRCH and the
+    library's sentence, within 2 s.  A commit that outran the owner's look is retried larger."""
+    for size in ("2G", "4G"):
+        result = run("demo", "--background", "--kill-owner-at-half", "--ranks", "4", "--size", size, timeout=300)
+        if "before it could be killed half way" not in result.stderr:
+            break
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "owner rank 0 SIGKILLed once half was committed" in result.stdout, result.stdout
+    peers = re.findall(
+        r"^rank (\d+): wait_ready failed ([0-9.]+) ms after the kill with error (\d+) \(([^)]*)\): (.*)$",
+        result.stdout,
+        re.M,
+    )
+    assert [int(p[0]) for p in peers] == [1, 2, 3], result.stdout
+    for rank, after, err, text, message in peers:
+        assert 0 <= float(after) < 2000 and int(err) == errno.ESRCH, result.stdout
+        assert "died while committing" in message and "FAILED" not in message, result.stdout
+    assert "none hung, none succeeded" in result.stdout, result.stdout
+
+
+def test_demo_kill_owner_needs_background():
+    result = run("demo", "--kill-owner-at-half", timeout=20)
+    assert result.returncode == 2 and "needs --background" in result.stderr, result
