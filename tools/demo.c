@@ -64,8 +64,9 @@ struct rank_report {
 	uint64_t pss;
 	uint64_t hugetlb;
 	uint32_t pid;
-	uint32_t peers_ok;     /* this rank saw the owner's pattern */
-	uint32_t writeback_ok; /* owner: every peer's write-back arrived */
+	uint32_t peers_ok;	 /* this rank saw the owner's pattern */
+	uint32_t writeback_ok;	 /* owner: every peer's write-back arrived */
+	uint32_t first_block_ok; /* --background: its block was ready at once and read back */
 	uint64_t page_size;
 	uint64_t alloc_size; /* the size the pages take: ratios are against it, not the request */
 	uint64_t huge_bytes;
@@ -77,7 +78,6 @@ struct rank_report {
 	/* --background */
 	uint64_t first_block_ns; /* from calling create to this rank's first block read back */
 	uint64_t ready_ns;	 /* from calling create to wait_ready's return */
-	uint32_t first_block_ok; /* the block was ready at once and read back what was written */
 };
 
 static uint8_t pattern(uint64_t offset)

@@ -266,7 +266,8 @@ def test_bench_background_writes_the_front_as_csv_and_svg(tmp_path):
     ending at the whole size) and plotted per size in an SVG that holds one curve per thread count."""
     out = tmp_path / "curves"
     size = 64 << 20
-    result = run("bench", "--background", "--sizes", "64M", "--threads", "2", "--repeat", "2", "--out", str(out), "--json")
+    args = ["--sizes", "64M", "--threads", "2", "--repeat", "2", "--out", str(out), "--json"]
+    result = run("bench", "--background", *args)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)["sizes"][0]
     methods = {(r["method"], r["threads"]): r for r in report["results"]}
@@ -390,7 +391,8 @@ def test_list_shows_a_committing_segment_with_its_percentage(held_front):
     row = [line for line in table.splitlines() if line.startswith(label)]
     assert row and re.search(r" (\d+\.\d)%$", row[0]), table
     assert 0 <= float(row[0].split()[-1].rstrip("%")) < 100, row
-    assert re.search(rf"^  committing: .* of .* ready \({row[0].split()[-1].replace('.', '[.]')}\)$", table, re.M), table
+    percent = re.escape(row[0].split()[-1])
+    assert re.search(rf"^  committing: .* of .* ready \({percent}\)$", table, re.M), table
     # Continued, the owner commits the rest: list then says committed, 100%.
     os.kill(owner, signal.SIGCONT)
     assert proc.stdout.readline().strip() == "ready"
@@ -418,7 +420,8 @@ def test_list_shows_a_failed_commit_with_its_errno(held_front):
     table = run("list", timeout=60).stdout
     row = [line for line in table.splitlines() if line.startswith(label)]
     assert row and row[0].endswith(" failed"), table
-    assert re.search(rf"^  failed: errno {errno.ESRCH} \(No such process\), .* committed: the owner", table, re.M), table
+    failed = rf"^  failed: errno {errno.ESRCH} \(No such process\), .* committed: the owner"
+    assert re.search(failed, table, re.M), table
 
 
 def test_demo_background_uses_the_first_chunk_at_once_then_checks_every_byte():
