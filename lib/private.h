@@ -110,6 +110,39 @@ struct mc_runtime_report {
  * would freeze a per-runtime struct we may still change. */
 bool mc_accel_report(size_t index, struct mc_runtime_report *report);
 
+/* --- the readiness front of another process's segment (control.c) ----------- */
+
+/* The front's state, as enum mc_front_state (segment/control.h) numbers it. */
+#define MC_FRONT_VIEW_COMMITTING 0
+#define MC_FRONT_VIEW_COMMITTED	 1
+#define MC_FRONT_VIEW_FAILED	 2
+
+/* What a segment's control area says, read at one moment. */
+struct mc_front_view {
+	uint64_t alloc_size;
+	uint64_t committed;  /* [0, committed) is committed */
+	uint32_t state;	     /* MC_FRONT_VIEW_* */
+	int32_t error;	     /* failed: the positive errno */
+	uint32_t error_rank; /* failed: the rank that reported it */
+	uint32_t owner_pid;  /* in the owner's PID namespace */
+	uint32_t world_size;
+	bool owner_died;	    /* committing, but the owner's commit thread died (no rank noticed yet) */
+	uint64_t commit_ns;	    /* the whole commit, once committed */
+	uint64_t commit_started_ns; /* the owner's CLOCK_MONOTONIC when it created the area */
+	char message[256];	    /* failed: the error's sentence */
+};
+
+/* Read the control area open at @fd (a segment's companion memfd, named
+ * "mooncake-segment-control:LABEL|owner=PID", found by the CLI through
+ * /proc/PID/fd or /proc/PID/map_files) into @out, mapping it read-only for
+ * the moment; neither the area nor @fd is changed (@fd stays open).  0, or
+ * -EPROTO when it is not a control area of this version, or another
+ * negative errno.
+ * Why private: the area's layout (doc/wire-format.md) is the library's own
+ * and changes with its version; a program asks its own segment through
+ * mooncake_segment_ready_bytes() and wait_ready(), never another process's. */
+int mc_control_read(int fd, struct mc_front_view *out);
+
 /* --- clock (inline: no symbol; the CLI's bench times with it too) ------------- */
 
 /* CLOCK_MONOTONIC in nanoseconds. */

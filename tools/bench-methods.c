@@ -11,6 +11,10 @@
  *   register   the owner's create with host_register (--register)
  *   baseline   what a Python user does without us: a /dev/shm file touched
  *              page by page by one thread
+ *   background (--background) the owner's create with background_commit:
+ *              the first byte written and read back, then every byte ready
+ *              (wait_ready), the front sampled every millisecond meanwhile;
+ *              against ours (the blocking commit) and the memset limit only
  *
  * Every method runs once per round, --repeat rounds, and each round starts
  * one method later than the one before: the memset limit is measured between
@@ -21,9 +25,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mooncake/segment.h>
@@ -201,6 +207,74 @@ static void bench_ours(size_t size, unsigned int threads, bool hugetlb, double *
 	mooncake_segment_destroy(owner);
 }
 
+/* The front's sampler: ready_bytes() about every millisecond until every
+ * byte is ready or the bench stops it. */
+struct front_sampler {
+	struct mooncake_segment *seg;
+	uint64_t t0, alloc;
+	struct front_curve *curve;
+	atomic_bool stop;
+};
+
+static void *sample_front(void *arg)
+{
+	struct front_sampler *s = arg;
+	const struct timespec ms = { 0, 1000000 };
+
+	for (;;) {
+		uint64_t bytes = mooncake_segment_ready_bytes(s->seg);
+
+		front_curve_add(s->curve, (double)(mc_now_ns() - s->t0) / 1e6, bytes);
+		if (bytes >= s->alloc || atomic_load(&s->stop))
+			return NULL;
+		nanosleep(&ms, NULL);
+	}
+}
+
+/* The owner's create with background_commit, as the blocking ours is
+ * created otherwise: when the first byte was written and read back, when
+ * every byte was ready, and the front meanwhile into @curve. */
+static void bench_background(size_t size, unsigned int threads, double *first_s, double *ready_s,
+			     struct front_curve *curve)
+{
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment_options o = bench_options(0, threads, false);
+	struct front_sampler sampler = { 0 };
+	struct mooncake_segment *seg = NULL;
+	volatile uint8_t *base;
+	pthread_t thread;
+	bool sampling;
+	uint64_t t0;
+	int err;
+
+	*first_s = *ready_s = -1;
+	o.background_commit = true;
+	t0 = mc_now_ns();
+	if (mooncake_segment_create("bench", size, &o, &seg, blob) != 0) {
+		fprintf(stderr, "%s bench: background create: %s\n", PROGRAM, mooncake_segment_last_error());
+		return;
+	}
+	base = mooncake_segment_base(seg);
+	base[0] = 0xA5;
+	if (base[0] == 0xA5)
+		*first_s = seconds_since(t0);
+	front_curve_add(curve, 0, 0);
+	sampler = (struct front_sampler){ seg, t0, mooncake_segment_alloc_size(seg), curve, false };
+	sampling = pthread_create(&thread, NULL, sample_front, &sampler) == 0;
+	err = mooncake_segment_wait_ready(seg, 0, 0, -1);
+	if (err == 0)
+		*ready_s = seconds_since(t0);
+	else
+		fprintf(stderr, "%s bench: background wait_ready: %s\n", PROGRAM,
+			mooncake_segment_last_error());
+	atomic_store(&sampler.stop, true);
+	if (sampling)
+		pthread_join(thread, NULL);
+	else
+		front_curve_add(curve, (double)(mc_now_ns() - t0) / 1e6, mooncake_segment_ready_bytes(seg));
+	mooncake_segment_destroy(seg);
+}
+
 /* The owner's create with host_register: the whole, and the registration alone. */
 static void bench_register(struct size_report *r, size_t size, unsigned int threads,
 			   const struct bench_config *cfg)
@@ -269,12 +343,35 @@ static bool hugetlb_pool_fits(uint64_t size)
 }
 
 /* The methods measured in a round, in their first round's order. */
-enum step { STEP_ANON_MEMSET, STEP_RAW, STEP_OURS, STEP_BASELINE, STEP_HUGE_RAW, STEP_HUGE_OURS, NSTEPS };
+enum step {
+	STEP_ANON_MEMSET,
+	STEP_RAW,
+	STEP_OURS,
+	STEP_BASELINE,
+	STEP_HUGE_RAW,
+	STEP_HUGE_OURS,
+	STEP_BACKGROUND,
+	NSTEPS
+};
 
 struct size_samples {
 	struct samples anon, memset, raw, ours, import, import_pop, baseline;
 	struct samples huge_raw, huge_ours, huge_import, huge_import_pop;
+	struct samples first_byte, ready;
+	struct background_report *background; /* the curve of the fastest background run */
 };
+
+/* Keep @curve as the background's curve when its run is the fastest yet. */
+static void keep_fastest(struct background_report *b, struct front_curve *curve, double ready_s)
+{
+	if (ready_s > 0 && (b->ready_s <= 0 || ready_s < b->ready_s)) {
+		front_curve_free(&b->curve);
+		b->curve = *curve;
+		b->ready_s = ready_s;
+	} else {
+		front_curve_free(curve);
+	}
+}
 
 static void run_step(enum step step, size_t size, unsigned int threads, struct size_samples *m)
 {
@@ -308,9 +405,33 @@ static void run_step(enum step step, size_t size, unsigned int threads, struct s
 		add_sample(&m->huge_import, t0, b);
 		add_sample(&m->huge_import_pop, t0, c);
 		break;
+	case STEP_BACKGROUND: {
+		struct front_curve curve = { 0 };
+
+		bench_background(size, threads, &a, &b, &curve);
+		add_sample(&m->first_byte, t0, a);
+		add_sample(&m->ready, t0, b);
+		keep_fastest(m->background, &curve, b);
+		break;
+	}
 	case NSTEPS:
 		break;
 	}
+}
+
+/* Whether @st runs in this round: --background measures the background
+ * commit against the blocking one and the memset limit only (one copy of the
+ * size at a time, so that 16 GiB fits a 24 GiB host). */
+static bool step_wanted(enum step st, const struct bench_config *cfg, int t, bool huge)
+{
+	if (cfg->background)
+		return st == STEP_ANON_MEMSET || st == STEP_OURS || st == STEP_BACKGROUND;
+	if (st == STEP_BACKGROUND)
+		return false;
+	/* The baseline is one thread by definition: measured with the 1-thread round. */
+	if (st == STEP_BASELINE)
+		return t == 0;
+	return (st != STEP_HUGE_RAW && st != STEP_HUGE_OURS) || huge;
 }
 
 void bench_size(const struct bench_config *cfg, struct size_report *r)
@@ -322,17 +443,17 @@ void bench_size(const struct bench_config *cfg, struct size_report *r)
 
 	for (int t = 0; t < nthreads; t++) {
 		unsigned int threads = counts[t];
-		bool huge = cfg->hugetlb && hugetlb_pool_fits(align_2m(size));
+		bool huge = cfg->hugetlb && !cfg->background && hugetlb_pool_fits(align_2m(size));
 		struct size_samples *m = calloc(1, sizeof(*m));
 		enum step steps[NSTEPS];
 		int nsteps = 0;
 
 		if (!m)
 			return;
+		m->background = &r->background[t];
+		m->background->threads = threads;
 		for (enum step st = 0; st < NSTEPS; st++)
-			/* The baseline is one thread by definition: measured with the 1-thread round. */
-			if ((st != STEP_BASELINE || t == 0) &&
-			    ((st != STEP_HUGE_RAW && st != STEP_HUGE_OURS) || huge))
+			if (step_wanted(st, cfg, t, huge))
 				steps[nsteps++] = st;
 		/* Each round starts one method later: every method, the memset limit
 		 * included, runs before and after each other one across the rounds (on a
@@ -343,10 +464,17 @@ void bench_size(const struct bench_config *cfg, struct size_report *r)
 				run_step(steps[(i + k) % nsteps], size, threads, m);
 		bench_record(r, "memset", threads, &m->memset);
 		bench_record(r, "anon", threads, &m->anon);
-		bench_record(r, "raw-memfd", threads, &m->raw);
+		if (!cfg->background)
+			bench_record(r, "raw-memfd", threads, &m->raw);
 		bench_record(r, "ours", threads, &m->ours);
 		bench_record(r, "import", threads, &m->import);
 		bench_record(r, "import+populate", threads, &m->import_pop);
+		if (cfg->background) {
+			bench_record(r, "background-first-byte", threads, &m->first_byte);
+			bench_record(r, "background-ready", threads, &m->ready);
+		} else {
+			m->background->threads = 0;
+		}
 		if (cfg->register_device >= 0)
 			bench_register(r, size, threads, cfg);
 		if (huge) {
@@ -359,5 +487,6 @@ void bench_size(const struct bench_config *cfg, struct size_report *r)
 			baseline = m->baseline;
 		free(m);
 	}
-	bench_record(r, "baseline-devshm", 1, &baseline);
+	if (!cfg->background)
+		bench_record(r, "baseline-devshm", 1, &baseline);
 }

@@ -4,7 +4,9 @@
  * the spread, worst over best), the ratios between methods with their
  * targets, and the whole as text or JSON.  A ratio to the memset limit above
  * 1 is flagged as a disturbed measurement.  Ratios, not absolute numbers,
- * are what to compare across machines.
+ * are what to compare across machines.  With --background: the first
+ * usable byte, the time to fully ready against the blocking commit of the
+ * same size and threads, and where the front's curves were written.
  */
 #include "config.h"
 
@@ -59,6 +61,15 @@ static double find(const struct size_report *r, const char *method, unsigned int
 	return res ? res->seconds : -1;
 }
 
+double bench_find(const struct size_report *r, const char *method, unsigned int threads)
+{
+	return find(r, method, threads);
+}
+
+/* The goals of issue 24: the first byte at once, the whole as fast as blocking. */
+#define FIRST_BYTE_GOAL_MS 10.0
+#define READY_RATIO_GOAL   0.95
+
 /* Throughput of @a relative to @b (both times): b / a, or -1. */
 static double ratio(double a, double b)
 {
@@ -84,16 +95,28 @@ static bool limit_disturbed(const struct ratio_line *line)
 static int ratios(const struct size_report *r, unsigned int threads, struct ratio_line *out)
 {
 	double ours = find(r, "ours", threads), hours = find(r, "ours-hugetlb", threads);
+	double ready = find(r, "background-ready", threads);
 	int n = 0;
 
-	out[n++] = (struct ratio_line){ "ours / raw-memfd (same threads)",
-					ratio(ours, find(r, "raw-memfd", threads)), ">= 0.9" };
+	/* --background measures neither raw-memfd nor the baseline: no line for them. */
+	if (find_result(r, "raw-memfd", threads))
+		out[n++] = (struct ratio_line){ "ours / raw-memfd (same threads)",
+						ratio(ours, find(r, "raw-memfd", threads)), ">= 0.9" };
 	out[n++] = (struct ratio_line){ "ours / anon (same page size, threads)",
 					ratio(ours, find(r, "anon", threads)), "report" };
-	out[n++] = (struct ratio_line){ "ours / baseline-devshm (1 thread, touch)",
-					ratio(ours, find(r, "baseline-devshm", 1)), ">= 1.6 at all threads" };
+	if (find_result(r, "baseline-devshm", 1))
+		out[n++] = (struct ratio_line){ "ours / baseline-devshm (1 thread, touch)",
+						ratio(ours, find(r, "baseline-devshm", 1)),
+						">= 1.6 at all threads" };
 	out[n++] = (struct ratio_line){ "ours / memset limit", ratio(ours, find(r, "memset", threads)),
 					"report" };
+	if (find_result(r, "background-ready", threads)) {
+		/* Throughput of the background commit to fully ready, against the blocking one. */
+		out[n++] = (struct ratio_line){ "background-ready / ours (blocking, same threads)",
+						ratio(ready, ours), ">= 0.95" };
+		out[n++] = (struct ratio_line){ "background-ready / memset limit",
+						ratio(ready, find(r, "memset", threads)), "report" };
+	}
 	if (hours > 0) {
 		out[n++] =
 			(struct ratio_line){ "ours-hugetlb / raw-memfd-hugetlb",
@@ -107,6 +130,31 @@ static int ratios(const struct size_report *r, unsigned int threads, struct rati
 	return n;
 }
 
+/* --background at each thread count: the first byte, fully ready against
+ * blocking, and the files of the curve. */
+static void print_background(const struct size_report *r)
+{
+	for (int k = 0; k < 2; k++) {
+		const struct background_report *b = &r->background[k];
+		double first = find(r, "background-first-byte", b->threads);
+		double ready = find(r, "background-ready", b->threads), ours = find(r, "ours", b->threads);
+
+		if (!b->threads)
+			continue;
+		printf("background commit, %u thread%s: first usable byte %.3f ms (goal < %.0f ms: %s); "
+		       "fully ready %.3f s, blocking %.3f s: ratio %.3f (goal >= %.2f: %s)\n",
+		       b->threads, b->threads == 1 ? "" : "s", first * 1e3, FIRST_BYTE_GOAL_MS,
+		       first >= 0 && first * 1e3 < FIRST_BYTE_GOAL_MS ? "met" : "MISSED", ready, ours,
+		       ratio(ready, ours), READY_RATIO_GOAL,
+		       ratio(ready, ours) >= READY_RATIO_GOAL ? "met" : "MISSED");
+		if (b->csv[0])
+			printf("  the front, %zu samples: %s, plot %s\n", b->curve.n, b->csv, b->svg);
+		else
+			printf("  the front, %zu samples (--out DIR writes them as CSV and SVG)\n",
+			       b->curve.n);
+	}
+}
+
 void bench_print_text(const struct bench_config *cfg, const struct size_report *reports)
 {
 	char a[32];
@@ -116,7 +164,7 @@ void bench_print_text(const struct bench_config *cfg, const struct size_report *
 	       PROGRAM, mooncake_segment_version(), cfg->repeat, cfg->threads);
 	for (int i = 0; i < cfg->nsizes; i++) {
 		const struct size_report *r = &reports[i];
-		struct ratio_line lines[8];
+		struct ratio_line lines[10];
 
 		printf("\n== %s ==\n%-26s %7s %10s %9s %10s %7s %4s\n", format_size(r->size, a, sizeof(a)),
 		       "method", "threads", "best ms", "GB/s", "median ms", "spread", "runs");
@@ -147,7 +195,41 @@ void bench_print_text(const struct bench_config *cfg, const struct size_report *
 		}
 		printf("time until a peer can read: %.1f ms (owner create + peer import, %u threads)\n",
 		       (find(r, "ours", cfg->threads) + find(r, "import", cfg->threads)) * 1e3, cfg->threads);
+		if (cfg->background)
+			print_background(r);
 	}
+}
+
+static void json_path(const char *path)
+{
+	if (path[0])
+		json_string(stdout, path);
+	else
+		printf("null");
+}
+
+/* , "background": [ per thread count: the figures and the curve's files ] */
+static void print_background_json(const struct size_report *r)
+{
+	printf(", \"background\": [");
+	for (int k = 0, first = 1; k < 2; k++) {
+		const struct background_report *b = &r->background[k];
+		double ready = find(r, "background-ready", b->threads), ours = find(r, "ours", b->threads);
+
+		if (!b->threads)
+			continue;
+		printf("%s{\"threads\": %u, \"first_byte_ms\": %.6f, \"ready_seconds\": %.9f, "
+		       "\"blocking_seconds\": %.9f, \"ready_ratio\": %.3f, \"first_byte_goal_ms\": %.1f, "
+		       "\"ready_ratio_goal\": %.2f, \"samples\": %zu, \"csv\": ",
+		       first ? "" : ", ", b->threads, find(r, "background-first-byte", b->threads) * 1e3,
+		       ready, ours, ratio(ready, ours), FIRST_BYTE_GOAL_MS, READY_RATIO_GOAL, b->curve.n);
+		json_path(b->csv);
+		printf(", \"svg\": ");
+		json_path(b->svg);
+		printf("}");
+		first = 0;
+	}
+	printf("]");
 }
 
 void bench_print_json(const struct bench_config *cfg, const struct size_report *reports)
@@ -156,7 +238,7 @@ void bench_print_json(const struct bench_config *cfg, const struct size_report *
 	       mooncake_segment_version(), cfg->repeat, cfg->threads);
 	for (int i = 0; i < cfg->nsizes; i++) {
 		const struct size_report *r = &reports[i];
-		struct ratio_line lines[8];
+		struct ratio_line lines[10];
 
 		printf("%s\n {\"size\": %llu, \"results\": [", i ? "," : "", (unsigned long long)r->size);
 		for (int j = 0; j < r->nresults; j++) {
@@ -185,7 +267,10 @@ void bench_print_json(const struct bench_config *cfg, const struct size_report *
 				       limit_disturbed(&lines[k]) ? "true" : "false");
 			}
 		}
-		printf("]}");
+		printf("]");
+		if (cfg->background)
+			print_background_json(r);
+		printf("}");
 	}
 	printf("\n]}\n");
 }

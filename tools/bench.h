@@ -8,6 +8,7 @@
 #define MOONCAKE_SEGMENT_BENCH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define MAX_THREADS 64
@@ -31,10 +32,28 @@ struct result {
 	struct samples runs;
 };
 
+/* The readiness front of one background create, sampled about every
+ * millisecond: at t_ms[i] since create() was called, bytes[i] were ready. */
+struct front_curve {
+	size_t n, cap;
+	double *t_ms;
+	uint64_t *bytes;
+};
+
+/* --background at one thread count: the curve of its fastest run. */
+struct background_report {
+	unsigned int threads; /* 0: not measured */
+	struct front_curve curve;
+	double ready_s; /* that run's time to fully ready */
+	char csv[4096]; /* the files written ("" when none) */
+	char svg[4096];
+};
+
 struct size_report {
 	uint64_t size;
 	int nresults;
 	struct result results[MAX_RESULTS];
+	struct background_report background[2]; /* at 1 thread and at --threads */
 };
 
 struct bench_config {
@@ -45,6 +64,8 @@ struct bench_config {
 	bool json;
 	bool hugetlb;
 	int register_device; /* -1: no registration run */
+	bool background;     /* the background commit against the blocking one (and the limit) */
+	const char *out_dir; /* where --background writes its curves; NULL: nowhere */
 };
 
 /* bench-methods.c: the clock runs' starts are told from, then every method
@@ -52,10 +73,23 @@ struct bench_config {
 void bench_clock_start(void);
 void bench_size(const struct bench_config *cfg, struct size_report *r);
 
+/* bench-curve.c: a curve's points, its CSV (t_ms,bytes) and the SVG plot of
+ * a size's curves, with each thread count's blocking commit marked. */
+bool front_curve_add(struct front_curve *c, double t_ms, uint64_t bytes);
+void front_curve_free(struct front_curve *c);
+bool front_curve_write_csv(const struct front_curve *c, const char *path);
+bool front_curve_write_svg(const struct size_report *r, const double *blocking_s, const char *path);
+/* Write @r's curves into @dir (created if missing): 0, or 1 after naming
+ * the file that could not be written.  @blocking_s: the blocking commit's
+ * best time at each background[] entry's thread count. */
+int bench_write_curves(const char *dir, struct size_report *r, const double *blocking_s);
+
 /* bench-report.c: @runs of @method summarised into @r, and the printers. */
 void bench_record(struct size_report *r, const char *method, unsigned int threads,
 		  const struct samples *runs);
 void bench_print_text(const struct bench_config *cfg, const struct size_report *reports);
 void bench_print_json(const struct bench_config *cfg, const struct size_report *reports);
+/* The best time of @method at @threads in @r, or -1. */
+double bench_find(const struct size_report *r, const char *method, unsigned int threads);
 
 #endif

@@ -4,6 +4,14 @@
  * the owner writes a pattern, every peer checks it and writes back, and a
  * table of each rank's mapping (base, RSS, PSS) shows that the group holds
  * one copy, not N.
+ *
+ * --background: the owner creates with background_commit; every rank writes
+ * and reads back its block of the first chunk at once, waits for the whole
+ * (wait_ready), then checks every byte of the owner's pattern.  With
+ * --kill-owner-at-half the owner SIGKILLs itself once the front passes half
+ * the segment: every peer's wait must fail, with the library's error, within
+ * 2 s of the kill; the peers report through a shared page, since the group's
+ * all-gathers end with the owner.
  */
 #include "config.h"
 
@@ -11,7 +19,10 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mooncake/segment.h>
@@ -21,12 +32,30 @@
 
 #define MAX_RANKS 64
 
+/* A peer's wait after the owner's SIGKILL (--kill-owner-at-half), written
+ * into a page the ranks share with the command. */
+struct kill_report {
+	int32_t done;	   /* this rank reported */
+	int32_t err;	   /* wait_ready's return */
+	int64_t after_ns;  /* from the owner's kill to the wait's return */
+	char message[512]; /* mooncake_segment_last_error() */
+};
+
 struct demo_config {
 	uint32_t ranks;
 	uint32_t owner;
 	uint64_t size;
 	bool hugetlb;
+	bool background;
+	bool kill_owner_at_half;
+	struct kill_report *kills; /* shared with the ranks: one per rank, and the kill's time */
+	volatile int64_t *kill_ns; /* CLOCK_MONOTONIC of the owner's SIGKILL; 0: none */
 };
+
+/* A peer's wait may take this long after the owner's death (issue 24's acceptance). */
+#define KILL_NOTICE_MS 2000
+/* ... and is given this long before it counts as a hang. */
+#define KILL_WAIT_MS 10000
 
 /* What each rank reports to rank 0 for the table. */
 struct rank_report {
@@ -35,8 +64,9 @@ struct rank_report {
 	uint64_t pss;
 	uint64_t hugetlb;
 	uint32_t pid;
-	uint32_t peers_ok;     /* this rank saw the owner's pattern */
-	uint32_t writeback_ok; /* owner: every peer's write-back arrived */
+	uint32_t peers_ok;	 /* this rank saw the owner's pattern */
+	uint32_t writeback_ok;	 /* owner: every peer's write-back arrived */
+	uint32_t first_block_ok; /* --background: its block was ready at once and read back */
 	uint64_t page_size;
 	uint64_t alloc_size; /* the size the pages take: ratios are against it, not the request */
 	uint64_t huge_bytes;
@@ -45,6 +75,9 @@ struct rank_report {
 	int32_t numa_node;
 	char backend[16];
 	char commit_method[32];
+	/* --background */
+	uint64_t first_block_ns; /* from calling create to this rank's first block read back */
+	uint64_t ready_ns;	 /* from calling create to wait_ready's return */
 };
 
 static uint8_t pattern(uint64_t offset)
@@ -90,6 +123,7 @@ static int join_segment(struct group_rank *self, const struct demo_config *cfg, 
 	opt.rank_id = self->rank;
 	opt.owner_rank = cfg->owner;
 	opt.hugetlb = cfg->hugetlb;
+	opt.background_commit = cfg->background;
 	err = mooncake_segment_create("demo", cfg->size, &opt, seg, blob);
 	/* Every rank takes part in every round, so one failure fails all (and
 	 * when every rank failed, the round succeeds: each still reports its own). */
@@ -135,6 +169,127 @@ static int exchange_bytes(struct group_rank *self, const struct demo_config *cfg
 	return 0;
 }
 
+/* --background: every byte's pattern, by 8-byte words. */
+static uint64_t word_pattern(uint64_t index)
+{
+	return (index + 1) * UINT64_C(0x9E3779B97F4A7C15);
+}
+
+/* Rank r's block of the first chunk (committed before create returned). */
+#define FIRST_BLOCK 4096
+
+/* Write this rank's block of the first chunk and read it back, at once:
+ * the block must be ready without waiting (wait_ready with no time). */
+static void use_first_block(struct group_rank *self, struct mooncake_segment *seg, uint8_t *base, uint64_t t0,
+			    struct rank_report *mine)
+{
+	uint8_t *block = base + (uint64_t)self->rank * FIRST_BLOCK;
+	bool ready =
+		mooncake_segment_wait_ready(seg, (uint64_t)self->rank * FIRST_BLOCK, FIRST_BLOCK, 0) == 0;
+
+	memset(block, (int)(self->rank + 1), FIRST_BLOCK);
+	mine->first_block_ok = ready;
+	for (size_t i = 0; i < FIRST_BLOCK; i++)
+		if (((volatile uint8_t *)block)[i] != (uint8_t)(self->rank + 1))
+			mine->first_block_ok = 0;
+	mine->first_block_ns = mc_now_ns() - t0;
+}
+
+/* Every rank's first block holds its stamp. */
+static bool check_first_blocks(const struct group_rank *self, const uint8_t *base)
+{
+	for (uint32_t r = 0; r < self->world_size; r++)
+		for (size_t i = 0; i < FIRST_BLOCK; i++)
+			if (base[(uint64_t)r * FIRST_BLOCK + i] != (uint8_t)(r + 1))
+				return false;
+	return true;
+}
+
+/* After wait_ready: the first blocks checked, the owner writes every word,
+ * every rank checks every byte of it. */
+static int exchange_background(struct group_rank *self, const struct demo_config *cfg,
+			       struct mooncake_segment *seg, uint8_t *base, uint64_t t0,
+			       struct rank_report *mine)
+{
+	uint64_t words = cfg->size / 8;
+	const uint64_t *w = (const uint64_t *)(void *)base;
+	bool blocks_ok;
+	int err;
+
+	err = mooncake_segment_wait_ready(seg, 0, 0, -1);
+	mine->ready_ns = mc_now_ns() - t0;
+	if (err)
+		return fail_rank(self, "wait_ready");
+	if (group_barrier(self) != 0)
+		return lost_group(self);
+	blocks_ok = check_first_blocks(self, base);
+	if (group_barrier(self) != 0)
+		return lost_group(self);
+	if (self->rank == cfg->owner) {
+		uint64_t *out = (uint64_t *)(void *)base;
+
+		for (uint64_t i = 0; i < words; i++)
+			out[i] = word_pattern(i);
+		for (uint64_t off = words * 8; off < cfg->size; off++)
+			base[off] = pattern(off);
+	}
+	if (group_barrier(self) != 0)
+		return lost_group(self);
+	mine->peers_ok = blocks_ok && mine->first_block_ok;
+	for (uint64_t i = 0; i < words && mine->peers_ok; i++)
+		if (w[i] != word_pattern(i))
+			mine->peers_ok = 0;
+	for (uint64_t off = words * 8; off < cfg->size && mine->peers_ok; off++)
+		if (base[off] != pattern(off))
+			mine->peers_ok = 0;
+	mine->writeback_ok = blocks_ok; /* the owner saw every rank's first block */
+	return 0;
+}
+
+/* --kill-owner-at-half, the owner: SIGKILL itself once the front passes
+ * half the segment, the kill's time written first for the peers. */
+static int kill_owner_at_half(const struct demo_config *cfg, struct mooncake_segment *seg)
+{
+	uint64_t half = mooncake_segment_alloc_size(seg) / 2;
+
+	/* The front passes half (or the commit fails: then nobody is killed). */
+	if (mooncake_segment_wait_ready(seg, 0, half, KILL_WAIT_MS) != 0) {
+		fprintf(stderr, "%s demo: the owner's commit did not reach half the segment: %s\n", PROGRAM,
+			mooncake_segment_last_error());
+		return 1;
+	}
+	if (mooncake_segment_ready_bytes(seg) >= mooncake_segment_alloc_size(seg)) {
+		fprintf(stderr,
+			"%s demo: the owner's commit finished before it could be killed half way; "
+			"use a larger --size\n",
+			PROGRAM);
+		return 1;
+	}
+	fflush(NULL);
+	__atomic_store_n(cfg->kill_ns, (int64_t)mc_now_ns(), __ATOMIC_RELEASE);
+	kill(getpid(), SIGKILL);
+	return 1; /* not reached */
+}
+
+/* --kill-owner-at-half, a peer: wait for the whole, which must fail within
+ * KILL_NOTICE_MS of the owner's death; the report goes into the shared page. */
+static int wait_for_dead_owner(struct group_rank *self, const struct demo_config *cfg,
+			       struct mooncake_segment *seg)
+{
+	struct kill_report *k = &cfg->kills[self->rank];
+	int64_t killed;
+
+	k->err = mooncake_segment_wait_ready(seg, 0, 0, KILL_WAIT_MS);
+	killed = __atomic_load_n(cfg->kill_ns, __ATOMIC_ACQUIRE);
+	k->after_ns = killed ? (int64_t)mc_now_ns() - killed : -1;
+	snprintf(k->message, sizeof(k->message), "%s", mooncake_segment_last_error());
+	__atomic_store_n(&k->done, 1, __ATOMIC_RELEASE);
+	return k->err != 0 && k->err != -ETIMEDOUT && killed &&
+			       k->after_ns <= (int64_t)KILL_NOTICE_MS * 1000000
+		       ? 0
+		       : 1;
+}
+
 /* What this rank's mapping takes (RSS, PSS) and what the library says of the segment. */
 static void describe_mapping(struct mooncake_segment *seg, uint8_t *base, struct rank_report *mine)
 {
@@ -158,10 +313,15 @@ static void describe_mapping(struct mooncake_segment *seg, uint8_t *base, struct
 	memcpy(mine->commit_method, info.commit_method, sizeof(mine->commit_method));
 }
 
-static const char *rank_check(const struct rank_report *report, bool owner)
+static const char *rank_check(const struct rank_report *report, bool owner, bool background)
 {
 	if (!report->peers_ok)
 		return "FAILED: wrong bytes";
+	if (background && !owner)
+		return "ok (every byte of the owner's; every first block)";
+	if (background)
+		return report->writeback_ok ? "ok (wrote every byte; saw every first block)"
+					    : "FAILED: first blocks";
 	if (!owner)
 		return "ok (read owner's bytes; wrote back)";
 	if (!report->writeback_ok)
@@ -186,7 +346,7 @@ static bool print_ranks(const struct group_rank *self, const struct demo_config 
 	printf(")\n\n");
 	printf("%-5s %-8s %-18s %12s %12s  %s\n", "rank", "pid", "base", "rss", "pss", "check");
 	for (uint32_t r = 0; r < self->world_size; r++) {
-		const char *check = rank_check(&all[r], r == cfg->owner);
+		const char *check = rank_check(&all[r], r == cfg->owner, cfg->background);
 
 		ok = ok && all[r].peers_ok && (r != cfg->owner || all[r].writeback_ok);
 		*total += all[r].pss;
@@ -225,6 +385,20 @@ static void print_totals(const struct group_rank *self, const struct demo_config
 	       format_size(o->huge_bytes, a, sizeof(a)), o->numa_node);
 }
 
+/* --background's figures after the table: each rank's first block and whole. */
+static void print_background(const struct group_rank *self, const struct rank_report *all)
+{
+	printf("\nbackground commit: every rank used its block of the first chunk at once, then waited "
+	       "for the whole\n");
+	printf("%-5s %22s %22s  %s\n", "rank", "first block ms", "every byte ready ms", "first block");
+	for (uint32_t r = 0; r < self->world_size; r++)
+		printf("%-5u %22.3f %22.3f  %s\n", r, (double)all[r].first_block_ns / 1e6,
+		       (double)all[r].ready_ns / 1e6,
+		       all[r].first_block_ok ? "ready at once, read back"
+					     : "FAILED: not ready or wrong bytes");
+	printf("(ms from the rank's call to create; the first block includes the blob exchange and complete)\n");
+}
+
 /* One rank of the demo, from create to destroy; rank 0 prints the table. */
 static int demo_rank(struct group_rank *self, void *arg)
 {
@@ -232,7 +406,7 @@ static int demo_rank(struct group_rank *self, void *arg)
 	struct mooncake_segment *seg = NULL;
 	struct rank_report mine, all[MAX_RANKS];
 	uint8_t *blobs, *base;
-	uint64_t total = 0;
+	uint64_t total = 0, t0 = mc_now_ns();
 	int ret;
 
 	blobs = calloc(self->world_size, MOONCAKE_SEGMENT_BLOB_SIZE);
@@ -243,7 +417,22 @@ static int demo_rank(struct group_rank *self, void *arg)
 		return ret;
 	base = mooncake_segment_base(seg);
 	memset(&mine, 0, sizeof(mine));
-	ret = exchange_bytes(self, cfg, base, &mine);
+	if (cfg->background) {
+		use_first_block(self, seg, base, t0, &mine);
+		if (!mine.first_block_ok)
+			fprintf(stderr, "%s demo: rank %u: its first block was not usable at once: %s\n",
+				PROGRAM, self->rank, mooncake_segment_last_error());
+		if (cfg->kill_owner_at_half) {
+			/* Every rank has completed and used its block: now the owner dies. */
+			if (group_barrier(self) != 0)
+				return lost_group(self);
+			return self->rank == cfg->owner ? kill_owner_at_half(cfg, seg)
+							: wait_for_dead_owner(self, cfg, seg);
+		}
+		ret = exchange_background(self, cfg, seg, base, t0, &mine);
+	} else {
+		ret = exchange_bytes(self, cfg, base, &mine);
+	}
 	if (ret)
 		return ret;
 	/* Measure only once every rank has touched every page. */
@@ -256,6 +445,8 @@ static int demo_rank(struct group_rank *self, void *arg)
 		bool ok = print_ranks(self, cfg, all, &total);
 
 		print_totals(self, cfg, all, total, ok);
+		if (cfg->background)
+			print_background(self, all);
 		if (!ok)
 			return 1;
 	}
@@ -269,10 +460,97 @@ static int demo_rank(struct group_rank *self, void *arg)
 static void demo_usage(FILE *out)
 {
 	fprintf(out,
-		"Usage: %s demo [--ranks N] [--size SIZE] [--owner RANK] [--hugetlb]\n\n"
+		"Usage: %s demo [--ranks N] [--size SIZE] [--owner RANK] [--hugetlb]\n"
+		"                        [--background [--kill-owner-at-half]]\n\n"
 		"Fork N ranks (default 4) that share one segment (default 256M) and show that the\n"
-		"group holds one physical copy: per rank its base address, RSS and PSS.\n",
+		"group holds one physical copy: per rank its base address, RSS and PSS.\n\n"
+		"  --background          the owner commits behind a readiness front: each rank uses\n"
+		"                        its block of the first chunk at once, waits for the whole\n"
+		"                        (wait_ready) and checks every byte\n"
+		"  --kill-owner-at-half  with --background: SIGKILL the owner once half is committed;\n"
+		"                        every peer's wait must fail within 2 s (exit 1 if one hangs\n"
+		"                        or succeeds)\n",
 		PROGRAM);
+}
+
+/* Why the group could not start, with the fix for the likely cause. */
+static int cannot_start(const struct demo_config *cfg, int err)
+{
+	fprintf(stderr, "%s demo: cannot start %u ranks: %s%s\n", PROGRAM, cfg->ranks, strerror(-err),
+		err == -EMFILE || err == -ENFILE
+			? " (the ranks' sockets need descriptors: raise the limit, ulimit -n)"
+		: err == -EAGAIN ? " (no more processes: raise ulimit -u or the cgroup's pids.max)"
+				 : "");
+	return 1;
+}
+
+/* One peer's line of the kill run; false when its wait hung, succeeded or
+ * took longer than KILL_NOTICE_MS. */
+static bool report_peer(uint32_t r, const struct kill_report *k, int code, bool killed)
+{
+	bool ok = k->done && k->err != 0 && k->err != -ETIMEDOUT && killed &&
+		  k->after_ns <= (int64_t)KILL_NOTICE_MS * 1000000;
+
+	if (!k->done) {
+		printf("rank %u: no report (exit status %d)\n", r, code);
+		return false;
+	}
+	if (k->err == 0)
+		printf("rank %u: FAILED: wait_ready succeeded%s\n", r,
+		       killed ? " after the owner was killed" : ": the owner was not killed");
+	else if (k->err == -ETIMEDOUT)
+		printf("rank %u: FAILED: wait_ready hung for %d ms after the owner was killed\n", r,
+		       KILL_WAIT_MS);
+	else
+		printf("rank %u: wait_ready failed %.1f ms after the kill with error %d (%s): %s%s\n", r,
+		       (double)k->after_ns / 1e6, -k->err, strerror(-k->err), k->message,
+		       ok	? ""
+		       : killed ? "  FAILED: later than 2 s"
+				: "  FAILED: the owner was not SIGKILLed");
+	return ok;
+}
+
+/* --kill-owner-at-half: the ranks report through a page shared with this
+ * process; 0 when the owner died by the SIGKILL and every peer's wait
+ * failed within KILL_NOTICE_MS. */
+static int demo_kill(struct demo_config *cfg)
+{
+	size_t bytes = sizeof(int64_t) + (size_t)cfg->ranks * sizeof(struct kill_report);
+	int codes[MAX_RANKS], err;
+	uint32_t failed = 0;
+	bool killed;
+	char a[32];
+	void *shared = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (shared == MAP_FAILED) {
+		fprintf(stderr, "%s demo: cannot map the ranks' report page: %s\n", PROGRAM, strerror(errno));
+		return 1;
+	}
+	cfg->kill_ns = shared;
+	cfg->kills = (struct kill_report *)(void *)((char *)shared + sizeof(int64_t));
+	fflush(stdout);
+	err = group_run(cfg->ranks, demo_rank, cfg, 120000, codes);
+	if (err && err != -ETIMEDOUT) {
+		munmap(shared, bytes);
+		return cannot_start(cfg, err);
+	}
+	killed = *cfg->kill_ns != 0 && codes[cfg->owner] == 128 + SIGKILL;
+	printf("%s demo: %u ranks, one %s segment committing in the background; owner rank %u %s\n", PROGRAM,
+	       cfg->ranks, format_size(cfg->size, a, sizeof(a)), cfg->owner,
+	       killed ? "SIGKILLed once half was committed" : "was NOT killed");
+	for (uint32_t r = 0; r < cfg->ranks; r++)
+		if (r != cfg->owner && !report_peer(r, &cfg->kills[r], codes[r], killed))
+			failed++;
+	if (err == -ETIMEDOUT)
+		printf("the ranks did not finish in time\n");
+	if (!killed || failed || err)
+		printf("FAILED: %u of %u peers' waits did not fail within %d ms of the owner's death\n",
+		       failed, cfg->ranks - 1, KILL_NOTICE_MS);
+	else
+		printf("every peer's wait failed within %d ms of the owner's death: none hung, none succeeded\n",
+		       KILL_NOTICE_MS);
+	munmap(shared, bytes);
+	return !killed || failed || err ? 1 : 0;
 }
 
 int cmd_demo(int argc, char **argv)
@@ -280,9 +558,10 @@ int cmd_demo(int argc, char **argv)
 	static const struct option options[] = {
 		{ "ranks", required_argument, NULL, 'n' }, { "size", required_argument, NULL, 's' },
 		{ "owner", required_argument, NULL, 'o' }, { "hugetlb", no_argument, NULL, 'H' },
+		{ "background", no_argument, NULL, 'B' },  { "kill-owner-at-half", no_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },	   { NULL, 0, NULL, 0 },
 	};
-	struct demo_config cfg = { 4, 0, UINT64_C(256) << 20, false };
+	struct demo_config cfg = { 4, 0, UINT64_C(256) << 20, false, false, false, NULL, NULL };
 	int codes[MAX_RANKS], c, ret = 0, err;
 	uint64_t v;
 
@@ -315,6 +594,12 @@ int cmd_demo(int argc, char **argv)
 		case 'H':
 			cfg.hugetlb = true;
 			break;
+		case 'B':
+			cfg.background = true;
+			break;
+		case 'K':
+			cfg.kill_owner_at_half = true;
+			break;
 		case 'h':
 			demo_usage(stdout);
 			return 0;
@@ -328,21 +613,21 @@ int cmd_demo(int argc, char **argv)
 			optind != argc ? "unexpected arguments" : "--owner must be below --ranks");
 		return 2;
 	}
+	if (cfg.kill_owner_at_half && (!cfg.background || cfg.ranks < 2)) {
+		fprintf(stderr, "%s demo: --kill-owner-at-half needs --background and at least 2 --ranks\n",
+			PROGRAM);
+		return 2;
+	}
+	if (cfg.kill_owner_at_half)
+		return demo_kill(&cfg);
 	fflush(stdout);
 	err = group_run(cfg.ranks, demo_rank, &cfg, 600000, codes);
 	if (err == -ETIMEDOUT) {
 		fprintf(stderr, "%s demo: the ranks did not finish in time\n", PROGRAM);
 		return 1;
 	}
-	if (err) {
-		/* The group could not even start: say why, and the fix for the likely cause. */
-		fprintf(stderr, "%s demo: cannot start %u ranks: %s%s\n", PROGRAM, cfg.ranks, strerror(-err),
-			err == -EMFILE || err == -ENFILE
-				? " (the ranks' sockets need descriptors: raise the limit, ulimit -n)"
-			: err == -EAGAIN ? " (no more processes: raise ulimit -u or the cgroup's pids.max)"
-					 : "");
-		return 1;
-	}
+	if (err)
+		return cannot_start(&cfg, err); /* the group could not even start */
 	for (uint32_t r = 0; r < cfg.ranks; r++)
 		if (codes[r] != 0) {
 			fprintf(stderr, "%s demo: rank %u exited with status %d\n", PROGRAM, r, codes[r]);

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -26,6 +27,39 @@ static void write_json_nodes(FILE *out, const struct node_bytes *nb)
 		first = false;
 	}
 	fputc('}', out);
+}
+
+/* "front": the readiness front, or null when its control area was not read. */
+static void write_json_front(FILE *out, const struct segment *s)
+{
+	const char *state = segment_front_state(s);
+
+	if (!state) {
+		fputs("\"front\": null, ", out);
+		return;
+	}
+	fprintf(out,
+		"\"front\": {\"state\": \"%s\", \"committed_bytes\": %llu, \"alloc_size_bytes\": %llu, "
+		"\"percent\": %.3f, \"world_size\": %u, \"commit_seconds\": ",
+		state, (unsigned long long)s->front.committed, (unsigned long long)s->front.alloc_size,
+		segment_front_percent(s), s->front.world_size);
+	if (s->front.state == MC_FRONT_VIEW_COMMITTED)
+		fprintf(out, "%.6f", (double)s->front.commit_ns / 1e9);
+	else
+		fputs("null", out);
+	fputs(", \"error\": ", out);
+	if (s->front.state != MC_FRONT_VIEW_FAILED) {
+		fputs("null}, ", out);
+		return;
+	}
+	fprintf(out, "{\"errno\": %d, \"strerror\": ", s->front.error);
+	json_string(out, strerror(s->front.error));
+	if (s->front.error_rank != UINT32_MAX)
+		fprintf(out, ", \"rank\": %u, \"message\": ", s->front.error_rank);
+	else
+		fputs(", \"rank\": null, \"message\": ", out);
+	json_string(out, s->front.message);
+	fputs("}}, ", out);
 }
 
 void list_write_json(FILE *out, const struct segment_scan *scan)
@@ -54,6 +88,7 @@ void list_write_json(FILE *out, const struct segment_scan *scan)
 			fprintf(out, "\"owner_pid_in_namespace\": %ld, ", s->named_owner);
 		else
 			fputs("\"owner_pid_in_namespace\": null, ", out);
+		write_json_front(out, s);
 		fprintf(out,
 			"\"mapped_processes\": %u, \"resident_bytes\": %llu, \"resident_bytes_by_node\": ",
 			s->mappers, (unsigned long long)s->resident_bytes);

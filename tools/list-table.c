@@ -2,7 +2,8 @@
 /*
  * The list as a table for a person: one line per segment (size, backend,
  * page size, owner, mappers, resident, huge, what private copies would
- * take), then per segment its resident bytes per NUMA node and a line per
+ * take, how much is ready), then per segment its resident bytes per NUMA
+ * node, its readiness front while it commits or once it failed, and a line per
  * process that maps it or holds its descriptor; last, how many processes
  * /proc would not show and why.  Labels, command names and cgroups are
  * printed with their control characters shown as \xNN (printable()): they
@@ -13,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -38,6 +40,40 @@ static void write_nodes(FILE *out, const struct node_bytes *nb)
 		fputs("none", out);
 }
 
+/* The READY column: "100%", "42.0%" while committing, "failed", or "-". */
+static const char *ready_text(const struct segment *s, char *buf, size_t size)
+{
+	const char *state = segment_front_state(s);
+
+	if (!state)
+		return "-";
+	if (s->front.state == MC_FRONT_VIEW_FAILED)
+		return "failed";
+	if (s->front.state == MC_FRONT_VIEW_COMMITTED)
+		return "100%";
+	snprintf(buf, size, "%.1f%%", segment_front_percent(s));
+	return buf;
+}
+
+/* The front, after a segment's title, where it is not simply committed. */
+static void write_front(FILE *out, const struct segment *s)
+{
+	char b1[32], b2[32], message[1024];
+
+	if (!s->has_front || s->front.state == MC_FRONT_VIEW_COMMITTED)
+		return;
+	if (s->front.state == MC_FRONT_VIEW_COMMITTING) {
+		fprintf(out, "  committing: %s of %s ready (%.1f%%)\n", size_text(s->front.committed, b1),
+			size_text(s->front.alloc_size, b2), segment_front_percent(s));
+		return;
+	}
+	fprintf(out, "  failed: errno %d (%s)", s->front.error, strerror(s->front.error));
+	if (s->front.error_rank != UINT32_MAX)
+		fprintf(out, ", reported by rank %u", s->front.error_rank);
+	fprintf(out, ", %s of %s committed: %s\n", size_text(s->front.committed, b1),
+		size_text(s->front.alloc_size, b2), printable(s->front.message, message, sizeof(message)));
+}
+
 static const char *role(const struct segment_process *p)
 {
 	if (p->owner)
@@ -47,13 +83,14 @@ static const char *role(const struct segment_process *p)
 
 void list_write_table(FILE *out, const struct segment_scan *scan)
 {
-	char b1[32], b2[32], b3[32], b4[32], b5[32], id[64], label[256], command[256], cgroup[1024];
+	char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], id[64], label[256], command[256], cgroup[1024];
 
 	if (!scan->nsegs)
 		fprintf(out, "No segments on this host (%u processes scanned).\n", scan->processes);
 	else
-		fprintf(out, "%-20s %-16s %10s %-7s %9s %8s %7s %10s %10s %12s\n", "SEGMENT", "ID", "SIZE",
-			"BACKEND", "PAGE", "OWNER", "MAPPERS", "RESIDENT", "HUGE", "PRIVATE(xN)");
+		fprintf(out, "%-20s %-16s %10s %-7s %9s %8s %7s %10s %10s %12s %7s\n", "SEGMENT", "ID",
+			"SIZE", "BACKEND", "PAGE", "OWNER", "MAPPERS", "RESIDENT", "HUGE", "PRIVATE(xN)",
+			"READY");
 	for (unsigned int i = 0; i < scan->nsegs; i++) {
 		const struct segment *s = &scan->segs[i];
 
@@ -66,8 +103,9 @@ void list_write_table(FILE *out, const struct segment_scan *scan)
 			fprintf(out, "%8d ", (int)s->procs[s->owner].pid);
 		else
 			fprintf(out, "%8s ", "-");
-		fprintf(out, "%7u %10s %10s %12s\n", s->mappers, size_text(s->resident_bytes, b3),
-			size_text(s->huge_page_bytes, b4), size_text(s->private_copies_bytes, b5));
+		fprintf(out, "%7u %10s %10s %12s %7s\n", s->mappers, size_text(s->resident_bytes, b3),
+			size_text(s->huge_page_bytes, b4), size_text(s->private_copies_bytes, b5),
+			ready_text(s, b6, sizeof(b6)));
 	}
 	for (unsigned int i = 0; i < scan->nsegs; i++) {
 		const struct segment *s = &scan->segs[i];
@@ -78,7 +116,9 @@ void list_write_table(FILE *out, const struct segment_scan *scan)
 		fprintf(out, "; one copy for %u mapping processes", s->mappers);
 		if (s->named_owner >= 0 && s->owner < 0)
 			fprintf(out, "; owner pid %ld (its namespace) maps it no more", s->named_owner);
-		fprintf(out, "\n  %8s %-16s %-5s %10s %-20s %s\n", "PID", "COMMAND", "ROLE", "RESIDENT",
+		fputc('\n', out);
+		write_front(out, s);
+		fprintf(out, "  %8s %-16s %-5s %10s %-20s %s\n", "PID", "COMMAND", "ROLE", "RESIDENT",
 			"NODES", "CGROUP");
 		for (unsigned int j = 0; j < s->nprocs; j++) {
 			const struct segment_process *p = &s->procs[j];

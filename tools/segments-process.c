@@ -6,6 +6,8 @@
  * last mapping of a segment, so the kernel does not walk the rest), status
  * and cgroup; smaps only for one process per segment.  What it finds goes
  * into the calling thread's own segment_scan, found by (device, inode).
+ * Control areas (the readiness front) are noted where the process holds or
+ * maps one; segments.c reads them.
  */
 #include "config.h"
 
@@ -129,6 +131,69 @@ static void unescape_newlines(char *s)
 	*out = '\0';
 }
 
+/* Note a control area that process @pid holds or maps (@path under /proc);
+ * one note per area and process, a descriptor preferred (map_files needs
+ * CAP_SYS_ADMIN).  False only when out of memory. */
+static bool note_control(struct segment_scan *scan, pid_t pid, const char *path, const char *name,
+			 unsigned int maj, unsigned int min, uint64_t ino)
+{
+	struct segment_control *c;
+
+	for (unsigned int i = 0; i < scan->ncontrols; i++) {
+		c = &scan->controls[i];
+		if (c->pid == pid && c->ino == ino && c->dev_major == maj && c->dev_minor == min) {
+			if (strstr(path, "/fd/"))
+				snprintf(c->path, sizeof(c->path), "%s", path);
+			return true;
+		}
+	}
+	if (!segments_grow((void **)&scan->controls, scan->ncontrols, sizeof(*scan->controls)))
+		return false;
+	c = &scan->controls[scan->ncontrols++];
+	memset(c, 0, sizeof(*c));
+	c->pid = pid;
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	segments_parse_name(name, c->label, sizeof(c->label), &c->named_owner);
+	c->dev_major = maj;
+	c->dev_minor = min;
+	c->ino = ino;
+	return true;
+}
+
+/* Note every mapping of a control area in @maps; false only when out of memory. */
+static bool scan_control_maps(struct segment_scan *scan, pid_t pid, const char *maps, size_t len)
+{
+	const char *end = maps + len, *hit = maps;
+
+	while ((hit = memmem(hit, (size_t)(end - hit), SEGMENT_CONTROL_PREFIX,
+			     strlen(SEGMENT_CONTROL_PREFIX)))) {
+		const char *start = hit, *eol = memchr(hit, '\n', (size_t)(end - hit));
+		char line[1024], name[512], path[80];
+		unsigned long long lo, hi, ino;
+		unsigned int maj, min;
+		int at = 0;
+
+		if (!eol)
+			eol = end;
+		while (start > maps && start[-1] != '\n')
+			start--;
+		hit = eol;
+		if ((size_t)(eol - start) >= sizeof(line))
+			continue;
+		memcpy(line, start, (size_t)(eol - start));
+		line[eol - start] = '\0';
+		if (sscanf(line, "%llx-%llx %*s %*x %x:%x %llu %n", &lo, &hi, &maj, &min, &ino, &at) < 5 ||
+		    strncmp(line + at, SEGMENT_CONTROL_PREFIX, strlen(SEGMENT_CONTROL_PREFIX)) != 0)
+			continue;
+		snprintf(name, sizeof(name), "%s", line + at + strlen(SEGMENT_CONTROL_PREFIX));
+		unescape_newlines(name);
+		snprintf(path, sizeof(path), "%d/map_files/%llx-%llx", (int)pid, lo, hi);
+		if (!note_control(scan, pid, path, name, maj, min, ino))
+			return false;
+	}
+	return true;
+}
+
 /* Record every mapping of a segment in @maps; false only when out of memory. */
 static bool scan_maps(struct segment_scan *scan, pid_t pid, char *maps, size_t len)
 {
@@ -196,6 +261,16 @@ static bool scan_descriptors(struct segment_scan *scan, int piddir, pid_t pid)
 		if (n <= 0)
 			continue;
 		link[n] = '\0';
+		if (!strncmp(link, SEGMENT_CONTROL_PREFIX, strlen(SEGMENT_CONTROL_PREFIX)) &&
+		    fstatat(dirfd(dir), de->d_name, &st, 0) == 0) {
+			char path[80];
+
+			snprintf(path, sizeof(path), "%d/fd/%.24s", (int)pid, de->d_name); /* a number */
+			if (!note_control(scan, pid, path, link + strlen(SEGMENT_CONTROL_PREFIX),
+					  major(st.st_dev), minor(st.st_dev), st.st_ino))
+				break;
+			continue;
+		}
 		if (strncmp(link, SEGMENT_MEMFD_PREFIX, strlen(SEGMENT_MEMFD_PREFIX)) != 0 ||
 		    fstatat(dirfd(dir), de->d_name, &st, 0) != 0)
 			continue;
@@ -399,6 +474,7 @@ bool segments_scan_process(struct segment_scan *scan, int procfd, pid_t pid, cha
 	if (len == 0)
 		goto out; /* a kernel thread or a zombie: no memory */
 	scan_maps(scan, pid, *buf, (size_t)len);
+	scan_control_maps(scan, pid, *buf, (size_t)len);
 	readable = scan_descriptors(scan, piddir, pid);
 
 	for (unsigned int i = 0; i < scan->nsegs; i++) {

@@ -8,7 +8,10 @@
  * share them out (segments-process.c reads each one), the merge of what the
  * threads found, and what the processes' views add up to per segment (owner,
  * mappers, residency).  A process whose maps or descriptors /proc refuses
- * (another user's, unless root) is counted, not guessed at.
+ * (another user's, unless root) is counted, not guessed at.  Last, each
+ * segment's readiness front is read from its control area (the library
+ * reads the layout: mc_control_read()), through a descriptor of it or, as
+ * root, a mapping (/proc/PID/map_files).
  */
 #include "config.h"
 
@@ -122,6 +125,73 @@ static void derive(int procfd, struct segment *s)
 	s->private_copies_bytes = (uint64_t)s->mappers * s->size;
 }
 
+static bool has_process(const struct segment *s, pid_t pid)
+{
+	for (unsigned int i = 0; i < s->nprocs; i++)
+		if (s->procs[i].pid == pid)
+			return true;
+	return false;
+}
+
+/* @c is @s's control area by its name and where it was found. */
+static bool control_of(const struct segment *s, const struct segment_control *c)
+{
+	return c->named_owner == s->named_owner && !strcmp(c->label, s->label) && has_process(s, c->pid);
+}
+
+/* @s's front from the first of its control areas that opens and has its
+ * size: descriptors first (they need no privilege beyond the process's
+ * fd/), then mappings (map_files: CAP_SYS_ADMIN). */
+static void read_front(int procfd, const struct segment_scan *scan, struct segment *s)
+{
+	for (int pass = 0; pass < 2 && !s->has_front; pass++)
+		for (unsigned int i = 0; i < scan->ncontrols && !s->has_front; i++) {
+			const struct segment_control *c = &scan->controls[i];
+			int fd;
+
+			if ((strstr(c->path, "/fd/") != NULL) != (pass == 0) || !control_of(s, c))
+				continue;
+			fd = openat(procfd, c->path, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				continue;
+			s->has_front = mc_control_read(fd, &s->front) == 0 && s->front.alloc_size == s->size;
+			close(fd);
+		}
+	/* What every rank's wait will say once one of them looks. */
+	if (s->has_front && s->front.state == MC_FRONT_VIEW_COMMITTING && s->front.owner_died) {
+		s->front.state = MC_FRONT_VIEW_FAILED;
+		s->front.error = ESRCH;
+		s->front.error_rank = UINT32_MAX;
+		snprintf(s->front.message, sizeof(s->front.message),
+			 "the owner (pid %u in its namespace) died while committing, %llu of %llu bytes "
+			 "committed; no rank has noticed yet",
+			 s->front.owner_pid, (unsigned long long)s->front.committed,
+			 (unsigned long long)s->front.alloc_size);
+	}
+}
+
+const char *segment_front_state(const struct segment *s)
+{
+	if (!s->has_front)
+		return NULL;
+	return s->front.state == MC_FRONT_VIEW_COMMITTED ? "committed"
+	       : s->front.state == MC_FRONT_VIEW_FAILED	 ? "failed"
+							 : "committing";
+}
+
+double segment_front_percent(const struct segment *s)
+{
+	double p;
+
+	if (!s->has_front || !s->front.alloc_size)
+		return -1;
+	if (s->front.state == MC_FRONT_VIEW_COMMITTED)
+		return 100;
+	p = (double)s->front.committed * 100 / (double)s->front.alloc_size;
+	/* Still committing is never 100%, however little is left. */
+	return s->front.state == MC_FRONT_VIEW_COMMITTING && p > 99.9 ? 99.9 : p;
+}
+
 /* Threads share the processes out in chunks: /proc reads of different
  * processes do not contend, and a busy node has the cores. */
 #define MAX_THREADS	     8
@@ -160,6 +230,11 @@ static bool merge(struct segment_scan *scan, struct segment_scan *part)
 {
 	scan->processes += part->processes;
 	scan->unreadable += part->unreadable;
+	for (unsigned int i = 0; i < part->ncontrols; i++) {
+		if (!segments_grow((void **)&scan->controls, scan->ncontrols, sizeof(*scan->controls)))
+			return false;
+		scan->controls[scan->ncontrols++] = part->controls[i];
+	}
 	for (unsigned int i = 0; i < part->nsegs; i++) {
 		struct segment *from = &part->segs[i], *to = NULL;
 		struct segment_process *procs;
@@ -270,8 +345,10 @@ bool segments_scan(const char *proc, struct segment_scan *scan)
 	}
 	free(pids);
 	if (ok)
-		for (unsigned int i = 0; i < scan->nsegs; i++)
+		for (unsigned int i = 0; i < scan->nsegs; i++) {
 			derive(procfd, &scan->segs[i]);
+			read_front(procfd, scan, &scan->segs[i]);
+		}
 	close(procfd);
 	if (!ok) {
 		segments_free(scan);
@@ -299,5 +376,6 @@ void segments_free(struct segment_scan *scan)
 		free(s->resident.bytes);
 	}
 	free(scan->segs);
+	free(scan->controls);
 	memset(scan, 0, sizeof(*scan));
 }

@@ -14,9 +14,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* struct mc_front_view: the library reads the control area's layout. */
+#include "private.h"
+
 /* What every memfd of the library is called (lib/backends/host-memfd.c), as /proc shows it. */
 #define SEGMENT_MEMFD_PREFIX "/memfd:mooncake-segment:"
 #define SEGMENT_OWNER_TAG    "|owner="
+/* Its control area, the readiness front (lib/segment/control.c): same label and owner. */
+#define SEGMENT_CONTROL_PREFIX "/memfd:mooncake-segment-control:"
 
 /* Bytes per NUMA node: node i at bytes[i], for i < count. */
 struct node_bytes {
@@ -59,6 +64,20 @@ struct segment {
 	uint64_t resident_bytes;       /* sum of resident */
 	uint64_t huge_page_bytes;      /* resident bytes in huge pages */
 	uint64_t private_copies_bytes; /* mappers x size */
+	bool has_front;		       /* its control area was found and read */
+	struct mc_front_view front;    /* the readiness front, when has_front */
+};
+
+/* A control area a process holds or maps, found by the scan and matched
+ * to its segment (same label and owner, the same process, the same size)
+ * before the renderers see the scan. */
+struct segment_control {
+	pid_t pid;
+	char path[80]; /* under /proc: "PID/fd/N" or "PID/map_files/LO-HI" */
+	char label[256];
+	long named_owner;
+	unsigned int dev_major, dev_minor;
+	uint64_t ino;
 };
 
 struct segment_scan {
@@ -67,6 +86,8 @@ struct segment_scan {
 	unsigned int processes;	 /* processes looked at */
 	unsigned int unreadable; /* of which /proc refused the mappings or descriptors */
 	uint64_t duration_ns;
+	struct segment_control *controls; /* the scan's own: the renderers read segs[i].front */
+	unsigned int ncontrols;
 };
 
 /* Scan @proc ("/proc", or a host's /proc mounted elsewhere) into @scan; false with errno set
@@ -76,6 +97,13 @@ void segments_free(struct segment_scan *scan);
 
 /* "LABEL|owner=PID (deleted)" -> label and owner pid (-1 when the name carries none). */
 void segments_parse_name(const char *name, char *label, size_t size, long *owner);
+
+/* The front of @s: "committing", "committed", "failed" (an owner that died
+ * while committing included, ESRCH), or NULL when its control area was not
+ * read; and the committed share in percent (never 100 while committing),
+ * -1 when unknown. */
+const char *segment_front_state(const struct segment *s);
+double segment_front_percent(const struct segment *s);
 
 /* The scan as a table (list-table.c), as JSON (list-json.c) and in
  * Prometheus text format (prometheus.c). */

@@ -118,7 +118,7 @@ static void init_robust_mutex(pthread_mutex_t *m)
 int mc_control_create(const char *label, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,
 		      struct mc_control_map *m)
 {
-	char name[96];
+	char name[128]; /* the prefix, a 63-byte label and "|owner=" with a pid fit */
 	size_t size = area_size(world_size, slot_count);
 	struct mc_control *c;
 	void *p;
@@ -295,4 +295,81 @@ void mc_control_rank_update(struct mc_control *c, uint32_t rank, const struct mc
 	__atomic_store_n(&slot->registered_end, r->registered_end, __ATOMIC_RELEASE);
 	__atomic_store_n(&slot->state, r->state, __ATOMIC_RELEASE);
 	bump(c);
+}
+
+_Static_assert(MC_FRONT_VIEW_COMMITTING == MC_FRONT_COMMITTING &&
+		       MC_FRONT_VIEW_COMMITTED == MC_FRONT_COMMITTED &&
+		       MC_FRONT_VIEW_FAILED == MC_FRONT_FAILED,
+	       "private.h numbers the front's states as control.h does");
+
+/* The owner's commit thread died holding the life mutex: the kernel set
+ * FUTEX_OWNER_DIED in its word (glibc keeps the robust futex word first).
+ * Read only, so a reader without write access learns it too; elsewhere
+ * false, and the first waiter's trylock tells. */
+static bool owner_died(const struct mc_control *c)
+{
+#ifdef __GLIBC__
+	return __atomic_load_n(&c->owner_alive.__data.__lock, __ATOMIC_ACQUIRE) & FUTEX_OWNER_DIED;
+#else
+	(void)c;
+	return false;
+#endif
+}
+
+/* One reading of @c into @out: the state is read after the word, so a
+ * failed state's sentence was written before it was read. */
+static void read_front(const struct mc_control *c, struct mc_front_view *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+	out->alloc_size = c->alloc_size;
+	out->committed = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
+	out->owner_pid = c->owner_pid;
+	out->world_size = c->world_size;
+	out->commit_started_ns = c->commit_started_ns;
+	if (out->state == MC_FRONT_COMMITTED)
+		out->commit_ns = c->commit_ns;
+	if (out->state == MC_FRONT_FAILED) {
+		out->error = c->error;
+		out->error_rank = c->error_rank;
+		memcpy(out->message, c->message, sizeof(out->message));
+		out->message[sizeof(out->message) - 1] = '\0';
+	}
+	if (out->state == MC_FRONT_COMMITTING)
+		out->owner_died = owner_died(c);
+	else if (out->state != MC_FRONT_COMMITTED && out->state != MC_FRONT_FAILED)
+		out->state = MC_FRONT_COMMITTING; /* a failure being written: the next reading has it */
+}
+
+MC_PRIVATE int mc_control_read(int fd, struct mc_front_view *out)
+{
+	struct stat st;
+	const struct mc_control *c;
+	size_t size;
+	void *p;
+
+	if (fstat(fd, &st) != 0)
+		return -errno;
+	if ((uint64_t)st.st_size < sizeof(struct mc_control) || (uint64_t)st.st_size > (UINT64_C(1) << 30))
+		return -EPROTO;
+	size = (size_t)st.st_size;
+	p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	c = p;
+	if (c->magic != MC_CONTROL_MAGIC || c->version != MC_CONTROL_VERSION ||
+	    size != area_size(c->world_size, c->slot_count)) {
+		munmap(p, size);
+		return -EPROTO;
+	}
+	/* A reading that a change overlapped is read again (a few times at most). */
+	for (int tries = 0; tries < 8; tries++) {
+		uint32_t seq = mc_control_seq(c);
+
+		read_front(c, out);
+		if (mc_control_seq(c) == seq)
+			break;
+	}
+	munmap(p, size);
+	return 0;
 }

@@ -91,6 +91,28 @@ START_TEST(test_create_returns_with_the_first_chunk)
 }
 END_TEST
 
+/* finish() right after complete, as every caller does, while the front is
+ * still far from the end: the commit keeps its own descriptor and goes on. */
+START_TEST(test_finish_during_the_commit_lets_it_finish)
+{
+	struct mooncake_segment_options opt = background_options(1, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB];
+	int fds = count_fds();
+
+	opt.commit_threads = 1;
+	ck_assert_int_eq(mooncake_segment_create("finish", BIG, &opt, &seg, blob), 0);
+	ck_assert_int_eq(mooncake_segment_complete(seg, blob, sizeof(blob)), 0);
+	ck_assert_int_eq(mooncake_segment_finish(seg), 0);
+	ck_assert_msg(mooncake_segment_ready_bytes(seg) < BIG, "the whole GiB was committed before finish");
+	ck_assert_msg(mooncake_segment_wait_ready(seg, 0, 0, -1) == 0, "%s", mooncake_segment_last_error());
+	ck_assert_uint_eq(mooncake_segment_ready_bytes(seg), BIG);
+	ck_assert(all_bytes(mooncake_segment_base(seg), BIG, 0));
+	mooncake_segment_destroy(seg);
+	ck_assert_int_eq(count_fds(), fds);
+}
+END_TEST
+
 START_TEST(test_wait_ready_checks_its_range)
 {
 	struct mooncake_segment_options opt = background_options(2, 1);
@@ -321,6 +343,7 @@ Suite *suite_background(void)
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_create_returns_with_the_first_chunk);
+	tcase_add_test(tc, test_finish_during_the_commit_lets_it_finish);
 	tcase_add_test(tc, test_wait_ready_checks_its_range);
 	tcase_add_test(tc, test_wait_times_out_and_sleeps);
 	tcase_add_test(tc, test_every_rank_uses_the_first_chunk_at_once);
