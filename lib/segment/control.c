@@ -64,7 +64,8 @@ static size_t area_size(uint32_t world_size, uint32_t slot_count)
 
 struct mc_control_slot *mc_control_slot(struct mc_control *c, uint32_t i)
 {
-	return (struct mc_control_slot *)((char *)c + slots_offset(c->world_size)) + i;
+	/* The slots start at a multiple of 64 bytes of the (page-aligned) area. */
+	return (struct mc_control_slot *)(void *)((char *)c + slots_offset(c->world_size)) + i;
 }
 
 void mc_control_sleep_on(uint64_t *word, uint64_t seen, int ms)
