@@ -134,35 +134,61 @@ START_TEST(test_wait_ready_checks_its_range)
 }
 END_TEST
 
-START_TEST(test_wait_times_out_and_sleeps)
-{
-	struct mooncake_segment_options opt = background_options(1, 0);
-	struct mooncake_segment *seg = NULL;
-	struct timespec t0, t1;
-	uint8_t blob[BLOB];
-	int64_t cpu_ms;
-	int ret;
-
-	ck_assert_int_eq(mooncake_segment_create("sleeper", BIG, &opt, &seg, blob), 0);
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-	ret = mooncake_segment_wait_ready(seg, BIG - 1, 1, 100);
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-	cpu_ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
-	/* The last byte is the last to be committed: 100 ms are not enough here. */
-	ck_assert_msg(ret == -ETIMEDOUT, "got %d (%s)", ret, mooncake_segment_last_error());
-	ck_assert(strstr(mooncake_segment_last_error(), "not ready within 100 ms"));
-	/* A busy loop would have burnt the 100 ms. */
-	ck_assert_msg(cpu_ms < 30, "the wait used %lld ms of CPU", (long long)cpu_ms);
-	mooncake_segment_destroy(seg);
-}
-END_TEST
-
 enum peer_case {
 	EVERY_RANK_WRITES, /* every rank writes its block at once, then checks all */
 	BLOCKING_PEER,	   /* rank 1 without background_commit: complete waits */
 	OWNER_KILLED,	   /* the owner is SIGKILLed half way */
 	OWNER_DESTROYS,	   /* the owner destroys half way */
+	OWNER_STOPPED,	   /* the owner stops (SIGSTOP) right after complete: the front is frozen */
 };
+
+/* Whether process @pid is stopped (state T), waiting up to 10 s for it. */
+static int stopped(pid_t pid)
+{
+	char path[64], stat[512];
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	for (int i = 0; i < 2000; i++) {
+		const char *end;
+
+		if (!read_text(path, stat, sizeof(stat))[0])
+			return 0;
+		end = strrchr(stat, ')');
+		if (end && end[1] == ' ' && end[2] == 'T')
+			return 1;
+		usleep(5000);
+	}
+	return 0;
+}
+
+/* The peer of a frozen front: a timed-out wait sleeps instead of spinning;
+ * then the owner is killed (also when a check fails: nobody stays stopped). */
+static int wait_on_a_frozen_front(struct group_rank *self, struct mooncake_segment *seg)
+{
+	struct timespec t0, t1;
+	int64_t cpu_ms = 0;
+	int ret = 0, frozen = stopped(group_pid(0)) && mooncake_segment_ready_bytes(seg) < BIG;
+
+	if (frozen) {
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+		ret = mooncake_segment_wait_ready(seg, 0, 0, 300);
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+		cpu_ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	}
+	RANK_CHECK(kill(group_pid(0), SIGKILL) == 0);
+	RANK_CHECK(frozen);
+	RANK_CHECK(ret == -ETIMEDOUT);
+	RANK_CHECK(strstr(mooncake_segment_last_error(), "not ready within 300 ms") != NULL);
+	/* A busy loop would have burnt the 300 ms. */
+	if (cpu_ms >= 30) {
+		fprintf(stderr, "rank %u: the wait used %lld ms of CPU\n", self->rank, (long long)cpu_ms);
+		return 1;
+	}
+	/* Killed while stopped: the frozen front fails instead of waiting for ever. */
+	RANK_CHECK(mooncake_segment_wait_ready(seg, 0, 0, 10000) == -ESRCH);
+	mooncake_segment_destroy(seg);
+	return 0;
+}
 
 /* Rank 0 owns; every rank writes 4 KiB at rank * 4 KiB of the first chunk at once. */
 static int front_rank(struct group_rank *self, void *arg)
@@ -182,6 +208,10 @@ static int front_rank(struct group_rank *self, void *arg)
 	base = mooncake_segment_base(seg);
 	if (what == BLOCKING_PEER && self->rank == 1)
 		RANK_CHECK(mooncake_segment_ready_bytes(seg) == BIG);
+	if (what == OWNER_STOPPED && self->rank == 0)
+		raise(SIGSTOP); /* a moment after create: the commit has most of 1 GiB to go */
+	if (what == OWNER_STOPPED)
+		return wait_on_a_frozen_front(self, seg);
 	if (what == OWNER_KILLED || what == OWNER_DESTROYS) {
 		if (self->rank == 0) {
 			while (mooncake_segment_ready_bytes(seg) < BIG / 4)
@@ -245,6 +275,12 @@ END_TEST
 START_TEST(test_a_blocking_peer_waits_for_the_front)
 {
 	run_front_group(2, BLOCKING_PEER, 0);
+}
+END_TEST
+
+START_TEST(test_a_wait_on_a_frozen_front_sleeps_and_times_out)
+{
+	run_front_group(2, OWNER_STOPPED, 128 + SIGKILL);
 }
 END_TEST
 
@@ -345,7 +381,7 @@ Suite *suite_background(void)
 	tcase_add_test(tc, test_create_returns_with_the_first_chunk);
 	tcase_add_test(tc, test_finish_during_the_commit_lets_it_finish);
 	tcase_add_test(tc, test_wait_ready_checks_its_range);
-	tcase_add_test(tc, test_wait_times_out_and_sleeps);
+	tcase_add_test(tc, test_a_wait_on_a_frozen_front_sleeps_and_times_out);
 	tcase_add_test(tc, test_every_rank_uses_the_first_chunk_at_once);
 	tcase_add_test(tc, test_a_blocking_peer_waits_for_the_front);
 	tcase_add_test(tc, test_a_killed_owner_fails_every_wait);
