@@ -71,6 +71,7 @@ def publish(rank, world, group, params):
 
     dist.barrier(group)
     accepted = seqlock_torn = 0
+    seqlock_done = rank == 0
     start = time.monotonic()
     if rank == 0:
         for r in range(1, rewrites + 1):
@@ -80,7 +81,7 @@ def publish(rank, world, group, params):
     else:
         sequences = slots.sequences(tensor=False)  # a live view: the loop polls it without a call
         copy = numpy.empty_like(block)
-        while sequences[done] == 0:
+        while sequences[done] == 0 and time.monotonic() - start < WAIT:
             seq = slots.read_begin(DATA, timeout=WAIT)
             numpy.copyto(copy, block)
             if slots.read_retry(DATA, seq):
@@ -89,6 +90,7 @@ def publish(rank, world, group, params):
             offset = copy - pattern
             if not (offset == offset[0]).all():
                 seqlock_torn += 1
+        seqlock_done = sequences[done] != 0
         sequences.release()
     seqlock_s = time.monotonic() - start
     del block
@@ -102,6 +104,7 @@ def publish(rank, world, group, params):
         "publish_s": publish_s,
         "accepted": accepted,
         "seqlock_torn": seqlock_torn,
+        "seqlock_done": seqlock_done,
         "seqlock_s": seqlock_s,
     }
 
@@ -174,8 +177,9 @@ def claims(rank, world, group, params):
             claim = slots.try_claim(1)
             time.sleep(0.001)
         result["closed_takeover"] = int(claim)
-        slots.release_claim(1)
-        result["reclaim"] = int(slots.try_claim(1))
+        if claim != SlotClaim.BUSY:
+            slots.release_claim(1)
+            result["reclaim"] = int(slots.try_claim(1))
     if rank == 0:
         try:
             result["seen"] = slots.wait(0, 0, timeout=WAIT)

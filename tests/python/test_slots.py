@@ -88,6 +88,7 @@ def test_four_ranks_never_see_a_torn_block(capsys):
         assert r["timeouts"] == 0, f"rank {rank} timed out waiting"
         assert r["wrong_sequence"] == 0, f"rank {rank} saw {r['wrong_sequence']} unexpected sequences"
         assert r["torn"] == 0, f"rank {rank} read {r['torn']} torn blocks of {r['rounds']}"
+        assert r["seqlock_done"], f"rank {rank} never saw the end of the rewrites"
         assert r["seqlock_torn"] == 0, f"rank {rank} accepted {r['seqlock_torn']} torn copies of {r['accepted']}"
         if rank:
             assert r["accepted"] > 0, f"rank {rank} never accepted a copy under the seqlock"
