@@ -142,9 +142,9 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	int ret;
 
 	(void)cls;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOOOO$OOOOOOOOO:create", (char **)keywords, &name,
-					 &size_obj, &world_obj, &rank_obj, &owner_obj, &device_obj, &mmap_obj,
-					 &host_register_obj, &hugetlb_obj, &numa_obj, &threads_obj,
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOOOO$OOOOOOOOO:create", (char **)keywords,
+					 &name, &size_obj, &world_obj, &rank_obj, &owner_obj, &device_obj,
+					 &mmap_obj, &host_register_obj, &hugetlb_obj, &numa_obj, &threads_obj,
 					 &populate_obj, &huge_size_obj, &background_obj, &register_offset_obj,
 					 &register_length_obj, &register_pause_obj, &slot_count_obj) ||
 	    bool_argument(mmap_obj, "mmap", &use_mmap) < 0 ||
@@ -744,9 +744,10 @@ static PyObject *segment_busy(SegmentObject *self, void *closure)
 	if (self->readers > 0)
 		return PyUnicode_FromString("info");
 	if (live_waiters(self) > 0)
-		return PyUnicode_FromString(
-			__atomic_load_n(&self->slot_waiters, __ATOMIC_ACQUIRE) >= live_waiters(self) ? "wait_slot"
-												      : "wait_ready");
+		return PyUnicode_FromString(__atomic_load_n(&self->slot_waiters, __ATOMIC_ACQUIRE) >=
+							    live_waiters(self)
+						    ? "wait_slot"
+						    : "wait_ready");
 	Py_RETURN_NONE;
 }
 

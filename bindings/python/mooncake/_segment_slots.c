@@ -55,7 +55,8 @@ PyObject *segment_publish(SegmentObject *self, PyObject *args)
 	PyObject *slot_obj;
 	uint32_t slot;
 
-	if (!PyArg_ParseTuple(args, "O:publish", &slot_obj) || !(seg = slot_call(self, "publish", slot_obj, &slot)))
+	if (!PyArg_ParseTuple(args, "O:publish", &slot_obj) ||
+	    !(seg = slot_call(self, "publish", slot_obj, &slot)))
 		return NULL;
 	return sequence_result(mooncake_segment_publish(seg, slot));
 }
@@ -154,7 +155,8 @@ static int64_t slot_wait_call(struct mooncake_segment *seg, void *arg, int slice
 		const uint64_t *words = mooncake_segment_slot_words(seg, &stride);
 
 		if (words)
-			w->now = __atomic_load_n(&words[w->slot * (stride / sizeof(*words))], __ATOMIC_RELAXED);
+			w->now = __atomic_load_n(&words[w->slot * (stride / sizeof(*words))],
+						 __ATOMIC_RELAXED);
 	}
 	return ret;
 }
@@ -174,16 +176,17 @@ static PyObject *slot_wait(SegmentObject *self, const char *call, PyObject *slot
 	(void)seg;
 	ret = wait_in_slices(self, slot_wait_call, w, timeout, 1, &closed);
 	if (closed) {
-		PyErr_Format(PyExc_ValueError, "%s: the shared segment was closed while this thread waited for it",
-			     call);
+		PyErr_Format(PyExc_ValueError,
+			     "%s: the shared segment was closed while this thread waited for it", call);
 		return NULL;
 	}
 	if (ret != -ETIMEDOUT)
 		return sequence_result(ret);
 	if (w->read_begin)
-		snprintf(message, sizeof(message),
-			 "Shared segment slot %u: the write in progress did not end within %g s (sequence %llu)",
-			 w->slot, timeout, (unsigned long long)w->now);
+		snprintf(
+			message, sizeof(message),
+			"Shared segment slot %u: the write in progress did not end within %g s (sequence %llu)",
+			w->slot, timeout, (unsigned long long)w->now);
 	else
 		snprintf(message, sizeof(message),
 			 "Shared segment slot %u: no publish after sequence %llu within %g s (sequence %llu)",
@@ -199,8 +202,8 @@ PyObject *segment_wait_slot(SegmentObject *self, PyObject *args, PyObject *kwarg
 	struct slot_wait w = { 0, 0, 0, 0 };
 	unsigned long long seen;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:wait_slot", (char **)keywords, &slot_obj, &seen_obj,
-					 &timeout_obj) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:wait_slot", (char **)keywords, &slot_obj,
+					 &seen_obj, &timeout_obj) ||
 	    int_argument(seen_obj, "seen", 0, INT64_MAX, &seen, NULL) < 0)
 		return NULL;
 	w.seen = seen;
@@ -239,8 +242,9 @@ static int slot_words_getbuffer(SlotWordsObject *self, Py_buffer *view, int flag
 		return -1;
 	}
 	if (flags & PyBUF_WRITABLE) {
-		PyErr_SetString(PyExc_BufferError,
-				"the slot sequences are read-only: publish and write_begin/write_end change them");
+		PyErr_SetString(
+			PyExc_BufferError,
+			"the slot sequences are read-only: publish and write_begin/write_end change them");
 		view->obj = NULL;
 		return -1;
 	}

@@ -232,7 +232,7 @@ class SegmentSlots:
         except RuntimeError as exc:
             raise _public_error(exc) from exc
         if not tensor:
-            return words[::stride]  # type: ignore[no-any-return]  # a memoryview
+            return words[::stride]
         with warnings.catch_warnings():
             # Read-only on purpose: torch cannot mark a tensor so, and warns.
             warnings.filterwarnings("ignore", message="The given buffer is not writable")
