@@ -306,7 +306,8 @@ class SharedSegment:
     readiness calls are the exception: :meth:`wait_ready`, :attr:`ready_bytes`
     and :meth:`ready_future` may run from any thread beside each other and the
     getters, and :meth:`close` ends the waits within about 0.1 s instead of
-    refusing them.
+    refusing them; so are the publish slots' calls (:attr:`slots`), whose
+    waits release the GIL and end at :meth:`close` the same way.
     """
 
     def __init__(
@@ -564,10 +565,10 @@ class SharedSegment:
             return future
 
     def close(self) -> None:
-        """Unmap this rank's view now; BufferError while tensors or buffers are alive.
+        """Unmap this rank's view now; BufferError while tensors, buffers or slot sequences are alive.
 
-        Waits of other threads in :meth:`wait_ready` end with ValueError, a
-        pending :meth:`ready_future` is cancelled.
+        Waits of other threads in :meth:`wait_ready` and in the slots' waits
+        end with ValueError, a pending :meth:`ready_future` is cancelled.
         """
         self._native.close()
         _LIVE_SEGMENTS.discard(self)  # its range may hold other memory from now on
