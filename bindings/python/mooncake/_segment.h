@@ -26,7 +26,7 @@ typedef struct {
 	Py_ssize_t exports;			    /* live buffer exports */
 	const char *busy;			    /* the changing call running without the GIL, or NULL */
 	int readers;				    /* info() calls running without the GIL */
-	int waiters; /* waits inside the library (wait_ready() and slot waits): atomic, left without the GIL */
+	int waiters;	   /* waits in the library (wait_ready, slot waits): atomic, left without the GIL */
 	int slot_waiters;  /* of those, slot waits (wait_slot(), read_begin()): atomic, for messages */
 	pid_t waiters_pid; /* the process that counted them (a fork() child's threads are gone) */
 	int closing;	   /* atomic: close() waits for the waiters to leave */
