@@ -85,7 +85,7 @@ class BuildPyWithBundledCopy(build_py):
 VERSION = project_version()
 NATIVE_SOURCES = [
     f"bindings/python/mooncake/{name}.c"
-    for name in ("_segment", "_segment_errors", "_segment_object", "_segment_buffer")
+    for name in ("_segment", "_segment_errors", "_segment_object", "_segment_buffer", "_segment_slots")
 ]
 NATIVE_HEADERS = ["bindings/python/mooncake/_segment.h"]
 setup(

@@ -312,8 +312,10 @@ uint64_t mooncake_segment_ready_bytes(const struct mooncake_segment *seg);
  * write_end is in progress.  Ordering: a rank's stores before publish() or
  * write_end() are visible to any rank whose wait_slot() or read_begin()
  * returned that sequence or a later one (release/acquire).  Waits sleep on
- * the shared word (a futex) and may run concurrently with each other and
- * with the getters; a peer uses the slots after complete().  The sequence
+ * the shared word (a futex); the slot functions touch only the shared words,
+ * so they may run concurrently with each other (a wait in one thread, a
+ * publish in another) and with the getters; a peer uses the slots after
+ * complete().  The sequence
  * functions return the sequence (>= 0) or a negative errno: -EINVAL (no
  * slots, slot out of range, a peer before complete), -ETIMEDOUT.
  */
@@ -339,6 +341,19 @@ int mooncake_segment_read_retry(const struct mooncake_segment *seg, uint32_t slo
 int mooncake_segment_try_claim(struct mooncake_segment *seg, uint32_t slot);
 /** Let go of this rank's claim on @slot: 0, or -EPERM when it does not hold it. */
 int mooncake_segment_release_claim(struct mooncake_segment *seg, uint32_t slot);
+/**
+ * The slots' sequences as words, for a caller that checks many slots at once
+ * (a poll loop, a tensor view): the address of slot 0's 64-bit sequence in
+ * this rank's mapping, slot i's at that address + i * *@stride bytes
+ * (*@stride is 64: a cache line per slot), slot_count of them.  Valid from
+ * the time the slot functions are (the owner at create, a peer after
+ * complete()) until destroy().  Read only, with atomic loads: a sequence read
+ * this way orders nothing, so call wait_slot() (timeout 0) or read_begin() on
+ * a slot that moved before reading its block.  Never write through it.
+ * Returns NULL, with the message set and *@stride untouched, for a NULL
+ * argument, no slots or a peer before complete().
+ */
+const uint64_t *mooncake_segment_slot_words(const struct mooncake_segment *seg, size_t *stride);
 
 /* --- What a segment actually got ---------------------------------------- */
 

@@ -243,6 +243,22 @@ MC_EXPORT int mooncake_segment_release_claim(struct mooncake_segment *seg, uint3
 	return 0;
 }
 
+MC_EXPORT const uint64_t *mooncake_segment_slot_words(const struct mooncake_segment *seg, size_t *stride)
+{
+	int err;
+	struct mc_control_slot *s;
+
+	if (!stride) {
+		mc_error(EINVAL, "Shared segment slot words need somewhere to put the stride");
+		return NULL;
+	}
+	s = get_slot(seg, 0, &err);
+	if (!s)
+		return NULL;
+	*stride = sizeof(*s);
+	return &s->seq;
+}
+
 /* --- the liveness thread ---------------------------------------------------- */
 
 struct liveness_start {

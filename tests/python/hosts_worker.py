@@ -68,9 +68,9 @@ def share(rank, world, group, params):
     }
 
 
-def expect_error(rank, world, group, blocks=BLOCKS, owner_rank=0, name="kv"):
+def expect_error(rank, world, group, blocks=BLOCKS, owner_rank=0, name="kv", slots=0):
     try:
-        seg = create_shared_segment(name, blocks, world, rank, owner_rank=owner_rank, comm_group=group)
+        seg = create_shared_segment(name, blocks, world, rank, owner_rank=owner_rank, comm_group=group, slots=slots)
     except SharedSegmentError as exc:
         return {"error": str(exc), "errno": exc.errno}
     seg.close()
@@ -79,13 +79,15 @@ def expect_error(rank, world, group, blocks=BLOCKS, owner_rank=0, name="kv"):
 
 def mismatch(rank, world, group, params):
     blocks = {name: dict(spec) for name, spec in BLOCKS.items()}
-    owner_rank = 0
+    owner_rank = slots = 0
     if rank == params["odd_rank"]:
         if params["field"] == "shape":
             blocks["k"]["shape"] = (512, 65)
+        elif params["field"] == "slots":
+            slots = 2
         else:
             owner_rank = 1
-    return expect_error(rank, world, group, blocks=blocks, owner_rank=owner_rank)
+    return expect_error(rank, world, group, blocks=blocks, owner_rank=owner_rank, slots=slots)
 
 
 def room(rank, world, group, params):

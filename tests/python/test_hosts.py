@@ -124,6 +124,14 @@ def test_an_owner_rank_differing_between_hosts_raises_on_every_rank(roots):
     assert "rank 0:" not in message and "rank 1:" not in message
 
 
+def test_slots_differing_between_hosts_raise_on_every_rank(roots):
+    # Hosts share no fingerprint: the settings' all-gather compares the publish slots.
+    results = run_hosts("mismatch", roots, odd_rank=3, field="slots")
+    assert_same_error(
+        results, "rank 3: Shared segment settings of rank 3 differ across hosts: slots 2 on rank 3, 0 on rank 0"
+    )
+
+
 def test_the_group_room_is_the_least_hosts_and_a_page_more_fails_on_every_rank(tmp_path):
     with open("/proc/meminfo") as f:
         real = f.read()

@@ -230,6 +230,8 @@ START_TEST(test_slots_are_part_of_the_declaration)
 	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
 	struct mooncake_segment *owner = NULL, *peer = NULL;
 	uint8_t blobs[2 * BLOB];
+	const uint64_t *words;
+	size_t stride = 0;
 
 	o.slot_count = 4;
 	p.slot_count = 5;
@@ -248,6 +250,17 @@ START_TEST(test_slots_are_part_of_the_declaration)
 	ck_assert_int_eq(mooncake_segment_read_retry(owner, 0, 2), 0);
 	ck_assert_int_eq(mooncake_segment_publish(owner, 0), 4);
 	ck_assert_int_eq(mooncake_segment_read_retry(owner, 0, 2), 1);
+	/* The words are the sequences: slot 0 at 4, slot 3 where publish left it. */
+	ck_assert_ptr_null(mooncake_segment_slot_words(peer, &stride));
+	ck_assert(strstr(mooncake_segment_last_error(), "complete() first") != NULL);
+	ck_assert_ptr_null(mooncake_segment_slot_words(owner, NULL));
+	words = mooncake_segment_slot_words(owner, &stride);
+	ck_assert_ptr_nonnull(words);
+	ck_assert_uint_eq(stride, 64);
+	ck_assert_uint_eq(__atomic_load_n(&words[0], __ATOMIC_ACQUIRE), 4);
+	ck_assert_int_eq(mooncake_segment_publish(owner, 3), 2);
+	ck_assert_uint_eq(__atomic_load_n(&words[3 * stride / 8], __ATOMIC_ACQUIRE), 2);
+	ck_assert_uint_eq(__atomic_load_n(&words[1 * stride / 8], __ATOMIC_ACQUIRE), 0);
 	mooncake_segment_destroy(peer);
 	mooncake_segment_destroy(owner);
 
@@ -255,6 +268,8 @@ START_TEST(test_slots_are_part_of_the_declaration)
 	ck_assert_error(mooncake_segment_publish(NULL, 0), EINVAL, "need a segment");
 	ck_assert_int_eq(mooncake_segment_create("no-slots", BLOCK, &o, &owner, blobs), 0);
 	ck_assert_error(mooncake_segment_publish(owner, 0), EINVAL, "declares no publish slots");
+	ck_assert_ptr_null(mooncake_segment_slot_words(owner, &stride));
+	ck_assert(strstr(mooncake_segment_last_error(), "declares no publish slots") != NULL);
 	mooncake_segment_destroy(owner);
 	o.slot_count = MOONCAKE_SEGMENT_MAX_SLOTS + 1;
 	ck_assert_error(mooncake_segment_create("too-many", BLOCK, &o, &owner, blobs), EINVAL, "at most");

@@ -81,7 +81,7 @@ PyMODINIT_FUNC PyInit__segment(void)
 {
 	PyObject *module, *max_size;
 
-	if (PyType_Ready(&SegmentType) < 0)
+	if (PyType_Ready(&SegmentType) < 0 || PyType_Ready(&SlotWordsType) < 0)
 		return NULL;
 	module = PyModule_Create(&segment_module);
 	if (!module)
@@ -92,7 +92,8 @@ PyMODINIT_FUNC PyInit__segment(void)
 		PyExc_RuntimeError, NULL);
 	if (!segment_error || add_object(module, "SegmentError", segment_error) < 0 ||
 	    add_object(module, "SharedSegment", (PyObject *)&SegmentType) < 0 ||
-	    PyModule_AddIntConstant(module, "BLOB_SIZE", MOONCAKE_SEGMENT_BLOB_SIZE) < 0) {
+	    PyModule_AddIntConstant(module, "BLOB_SIZE", MOONCAKE_SEGMENT_BLOB_SIZE) < 0 ||
+	    PyModule_AddIntConstant(module, "MAX_SLOTS", MOONCAKE_SEGMENT_MAX_SLOTS) < 0) {
 		Py_DECREF(module);
 		return NULL;
 	}

@@ -2,7 +2,7 @@
 /*
  * What the files of the native module mooncake._segment share: the
  * SharedSegment object and its type (_segment_object.c), its buffer protocol
- * (_segment_buffer.c), the module's exception and the helpers that raise
+ * (_segment_buffer.c), its publish slots (_segment_slots.c), the module's exception and the helpers that raise
  * library errors and parse integer arguments (_segment_errors.c).  Private to
  * bindings/python/mooncake/: nothing here is part of any installed header.
  * It includes Python.h first, as CPython requires, so a file of the module
@@ -26,12 +26,14 @@ typedef struct {
 	Py_ssize_t exports;			    /* live buffer exports */
 	const char *busy;			    /* the changing call running without the GIL, or NULL */
 	int readers;				    /* info() calls running without the GIL */
-	int waiters;	   /* wait_ready() calls inside the library: atomic, left without the GIL */
+	int waiters;	   /* waits in the library (wait_ready, slot waits): atomic, left without the GIL */
+	int slot_waiters;  /* of those, slot waits (wait_slot(), read_begin()): atomic, for messages */
 	pid_t waiters_pid; /* the process that counted them (a fork() child's threads are gone) */
 	int closing;	   /* atomic: close() waits for the waiters to leave */
 	int has_facts;	   /* facts holds what complete() found */
 	struct mooncake_segment_info facts; /* its residency fields are not used */
 	uint64_t facts_device_addr;
+	uint32_t slot_count; /* publish slots declared at create */
 } SegmentObject;
 
 extern PyTypeObject SegmentType;
@@ -51,6 +53,30 @@ enum segment_use {
 };
 SegmentObject *check_open(SegmentObject *self);
 SegmentObject *check_usable(SegmentObject *self, const char *call, enum segment_use use);
+
+/*
+ * _segment_object.c: run @call without the GIL in slices until it returns
+ * anything but -ETIMEDOUT, @timeout seconds pass (< 0: no limit) or close()
+ * wants the segment (then *@closed is 1).  The wait is counted (a slot wait
+ * when @slot_wait) so that close() destroys the segment only once it left;
+ * @call must not touch the segment after it returns.  Returns @call's last result.
+ */
+typedef int64_t (*sliced_call)(struct mooncake_segment *seg, void *arg, int slice_ms);
+int64_t wait_in_slices(SegmentObject *self, sliced_call call, void *arg, double timeout, int slot_wait,
+		       int *closed);
+int timeout_argument(PyObject *obj, double *seconds);
+
+/* _segment_slots.c: the publish slots' methods and their sequences as words. */
+PyObject *segment_publish(SegmentObject *self, PyObject *args);
+PyObject *segment_wait_slot(SegmentObject *self, PyObject *args, PyObject *kwargs);
+PyObject *segment_write_begin(SegmentObject *self, PyObject *args);
+PyObject *segment_write_end(SegmentObject *self, PyObject *args);
+PyObject *segment_read_begin(SegmentObject *self, PyObject *args, PyObject *kwargs);
+PyObject *segment_read_retry(SegmentObject *self, PyObject *args);
+PyObject *segment_try_claim(SegmentObject *self, PyObject *args);
+PyObject *segment_release_claim(SegmentObject *self, PyObject *args);
+PyObject *segment_slot_words(SegmentObject *self, PyObject *unused);
+extern PyTypeObject SlotWordsType;
 
 /* _segment_buffer.c: SharedSegment.view(), a memoryview that holds an export. */
 PyObject *segment_view(SegmentObject *self, PyObject *args, PyObject *kwargs);

@@ -5,15 +5,17 @@
  * with its accessors and info().  The buffer protocol is in _segment_buffer.c.
  *
  * Threads (segment.h: nothing may run concurrently with a call that changes
- * the segment; the const getters and wait_ready may run together): create,
- * complete, close, info and wait_ready release the GIL.  Every method that
+ * the segment; the const getters, wait_ready and the slot functions may run
+ * together): create, complete, close, info, wait_ready and the slot waits
+ * (_segment_slots.c) release the GIL.  Every method that
  * touches the C segment first checks, with the GIL held, that no other
  * thread is inside complete() (`busy`), and complete, finish and close also
  * that none is inside info() (`readers`), complete and finish that none is
- * inside wait_ready() (`waiters`); otherwise it raises RuntimeError naming the
- * call in progress.
+ * inside wait_ready() or a slot wait (`waiters`); otherwise it raises
+ * RuntimeError naming the call in progress.
  *
- * close() does not refuse a waiter, it ends it: wait_ready() waits in slices
+ * close() does not refuse a waiter, it ends it: every wait (wait_ready(),
+ * wait_slot(), read_begin(): wait_in_slices()) waits in slices
  * of WAIT_SLICE_MS and looks at `closing` between them, and close() destroys
  * the segment only once every waiter has left the library (each one counts
  * itself out without the GIL, right after its last call into the library, so
@@ -53,16 +55,26 @@ SegmentObject *check_open(SegmentObject *self)
  * The segment, if this call may touch it now: open, no other thread inside
  * complete(), and for a call that changes it (@exclusive) none inside info().
  */
-/* How many threads of this process are inside wait_ready() now.  A fork()
- * child inherits the parent's count but none of its threads: it starts again
- * from 0.  With the GIL held. */
+/* How many threads of this process are inside a wait now.  A fork() child
+ * inherits the parent's counts but none of its threads: it starts again from
+ * 0.  With the GIL held. */
 static int live_waiters(SegmentObject *self)
 {
 	if (self->waiters_pid != getpid()) {
 		__atomic_store_n(&self->waiters, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&self->slot_waiters, 0, __ATOMIC_RELAXED);
 		self->waiters_pid = getpid();
 	}
 	return __atomic_load_n(&self->waiters, __ATOMIC_ACQUIRE);
+}
+
+/* The wait a thread is inside, for messages: wait_ready unless every waiter waits on a slot. */
+static const char *waiting_call(SegmentObject *self)
+{
+	int all = live_waiters(self);
+
+	return all > 0 && __atomic_load_n(&self->slot_waiters, __ATOMIC_ACQUIRE) >= all ? "a slot wait"
+											: "wait_ready()";
 }
 
 SegmentObject *check_usable(SegmentObject *self, const char *call, enum segment_use use)
@@ -85,9 +97,8 @@ SegmentObject *check_usable(SegmentObject *self, const char *call, enum segment_
 	}
 	if (use == SEGMENT_CHANGES && live_waiters(self) > 0) {
 		PyErr_Format(PyExc_RuntimeError,
-			     "%s: another thread is inside wait_ready() on this shared segment; wait for "
-			     "it to return",
-			     call);
+			     "%s: another thread is inside %s on this shared segment; wait for it to return",
+			     call, waiting_call(self));
 		return NULL;
 	}
 	return self;
@@ -112,13 +123,14 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 						"register_offset",
 						"register_length",
 						"register_pause_us",
+						"slot_count",
 						NULL };
 	const char *name;
 	PyObject *size_obj, *world_obj, *rank_obj,
 		*owner_obj = NULL, *device_obj = NULL, *numa_obj = NULL, *threads_obj = NULL,
 		*huge_size_obj = NULL, *mmap_obj = NULL, *host_register_obj = NULL, *hugetlb_obj = NULL,
 		*populate_obj = NULL, *background_obj = NULL, *register_offset_obj = NULL,
-		*register_length_obj = NULL, *register_pause_obj = NULL;
+		*register_length_obj = NULL, *register_pause_obj = NULL, *slot_count_obj = NULL;
 	int use_mmap = 1, host_register = 0, hugetlb = 0, populate = 0, background = 0;
 	struct mooncake_segment_options opt;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
@@ -130,11 +142,11 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	int ret;
 
 	(void)cls;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOOOO$OOOOOOOO:create", (char **)keywords, &name,
-					 &size_obj, &world_obj, &rank_obj, &owner_obj, &device_obj, &mmap_obj,
-					 &host_register_obj, &hugetlb_obj, &numa_obj, &threads_obj,
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOOOO$OOOOOOOOO:create", (char **)keywords,
+					 &name, &size_obj, &world_obj, &rank_obj, &owner_obj, &device_obj,
+					 &mmap_obj, &host_register_obj, &hugetlb_obj, &numa_obj, &threads_obj,
 					 &populate_obj, &huge_size_obj, &background_obj, &register_offset_obj,
-					 &register_length_obj, &register_pause_obj) ||
+					 &register_length_obj, &register_pause_obj, &slot_count_obj) ||
 	    bool_argument(mmap_obj, "mmap", &use_mmap) < 0 ||
 	    bool_argument(host_register_obj, "host_register", &host_register) < 0 ||
 	    bool_argument(hugetlb_obj, "hugetlb", &hugetlb) < 0 ||
@@ -193,6 +205,11 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 			return NULL;
 		opt.register_pause_us = (uint32_t)u;
 	}
+	if (slot_count_obj) {
+		if (int_argument(slot_count_obj, "slot_count", 0, MOONCAKE_SEGMENT_MAX_SLOTS, &u, NULL) < 0)
+			return NULL;
+		opt.slot_count = (uint32_t)u;
+	}
 	opt.background_commit = background;
 	opt.mmap = use_mmap;
 	opt.host_register = host_register;
@@ -214,6 +231,8 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	obj->busy = NULL;
 	obj->readers = 0;
 	obj->waiters = 0;
+	obj->slot_waiters = 0;
+	obj->slot_count = opt.slot_count;
 	obj->waiters_pid = getpid();
 	obj->closing = 0;
 	obj->has_facts = 0;
@@ -380,7 +399,7 @@ static int64_t monotonic_ns(void)
 }
 
 /* A timeout argument: None (no limit: -1) or a finite number of seconds >= 0. */
-static int timeout_argument(PyObject *obj, double *seconds)
+int timeout_argument(PyObject *obj, double *seconds)
 {
 	if (!obj || obj == Py_None) {
 		*seconds = -1;
@@ -403,45 +422,20 @@ static int timeout_argument(PyObject *obj, double *seconds)
 	return 0;
 }
 
-/*
- * mooncake_segment_wait_ready() without the GIL, in slices of WAIT_SLICE_MS
- * so that close() can end it (see the top of this file).  True once the range
- * is ready; TimeoutError (errno ETIMEDOUT) when @timeout passes first;
- * ValueError when close() ended the wait; SegmentError with the library's
- * message when the commit, the owner or this rank's registration failed.
- */
-static PyObject *segment_wait_ready(SegmentObject *self, PyObject *args, PyObject *kwargs)
+int64_t wait_in_slices(SegmentObject *self, sliced_call call, void *arg, double timeout, int slot_wait,
+		       int *closed)
 {
-	static const char *const keywords[] = { "offset", "length", "timeout", NULL };
-	PyObject *offset_obj = NULL, *length_obj = NULL, *timeout_obj = NULL;
-	unsigned long long offset = 0, length, size, ready = 0;
-	struct mooncake_segment *seg;
-	int64_t deadline = 0;
-	double timeout;
-	int ret, closed = 0;
+	struct mooncake_segment *seg = self->seg;
+	int64_t deadline = 0, ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOO:wait_ready", (char **)keywords, &offset_obj,
-					 &length_obj, &timeout_obj))
-		return NULL;
-	if (!check_usable(self, "wait_ready", SEGMENT_READS))
-		return NULL;
-	seg = self->seg;
-	size = mooncake_segment_size(seg);
-	if (offset_obj && int_argument(offset_obj, "offset", 0, size, &offset, NULL) < 0)
-		return NULL;
-	length = size - offset;
-	if (length_obj && length_obj != Py_None &&
-	    int_argument(length_obj, "length", 0, size - offset, &length, NULL) < 0)
-		return NULL;
-	if (timeout_argument(timeout_obj, &timeout) < 0)
-		return NULL;
-	if (length == 0)
-		Py_RETURN_TRUE; /* an empty range is ready (the library reads 0 as "to the end") */
 	/* Beyond about 146 years: as good as no limit, and no overflow. */
 	if (timeout >= 0)
 		deadline = monotonic_ns() + (timeout < 4.6e9 ? (int64_t)(timeout * 1e9) : INT64_MAX / 2);
+	*closed = 0;
 	live_waiters(self);
 	__atomic_add_fetch(&self->waiters, 1, __ATOMIC_ACQ_REL);
+	if (slot_wait)
+		__atomic_add_fetch(&self->slot_waiters, 1, __ATOMIC_ACQ_REL);
 	Py_BEGIN_ALLOW_THREADS
 	for (;;) {
 		int slice = WAIT_SLICE_MS;
@@ -454,21 +448,76 @@ static PyObject *segment_wait_ready(SegmentObject *self, PyObject *args, PyObjec
 			else if (left < WAIT_SLICE_MS * INT64_C(1000000))
 				slice = (int)((left + 999999) / 1000000);
 		}
-		ret = mooncake_segment_wait_ready(seg, offset, length, slice);
+		ret = call(seg, arg, slice);
 		if (ret != -ETIMEDOUT)
 			break;
 		if (__atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)) {
-			closed = 1;
+			*closed = 1;
 			break;
 		}
 		if (timeout >= 0 && slice == 0)
 			break;
 	}
-	if (ret == -ETIMEDOUT)
-		ready = mooncake_segment_ready_bytes(seg);
 	/* The last use of @seg: from here on close() may destroy it. */
+	if (slot_wait)
+		__atomic_sub_fetch(&self->slot_waiters, 1, __ATOMIC_RELEASE);
 	__atomic_sub_fetch(&self->waiters, 1, __ATOMIC_RELEASE);
 	Py_END_ALLOW_THREADS
+	return ret;
+}
+
+struct ready_wait {
+	uint64_t offset, length;
+	uint64_t ready; /* the front when the wait timed out */
+};
+
+static int64_t ready_wait_call(struct mooncake_segment *seg, void *arg, int slice_ms)
+{
+	struct ready_wait *w = arg;
+	int ret = mooncake_segment_wait_ready(seg, w->offset, w->length, slice_ms);
+
+	if (ret == -ETIMEDOUT)
+		w->ready = mooncake_segment_ready_bytes(seg);
+	return ret;
+}
+
+/*
+ * mooncake_segment_wait_ready() without the GIL, in slices of WAIT_SLICE_MS
+ * so that close() can end it (see the top of this file).  True once the range
+ * is ready; TimeoutError (errno ETIMEDOUT) when @timeout passes first;
+ * ValueError when close() ended the wait; SegmentError with the library's
+ * message when the commit, the owner or this rank's registration failed.
+ */
+static PyObject *segment_wait_ready(SegmentObject *self, PyObject *args, PyObject *kwargs)
+{
+	static const char *const keywords[] = { "offset", "length", "timeout", NULL };
+	PyObject *offset_obj = NULL, *length_obj = NULL, *timeout_obj = NULL;
+	unsigned long long offset = 0, length, size;
+	struct ready_wait w;
+	double timeout;
+	int64_t ret;
+	int closed;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOO:wait_ready", (char **)keywords, &offset_obj,
+					 &length_obj, &timeout_obj))
+		return NULL;
+	if (!check_usable(self, "wait_ready", SEGMENT_READS))
+		return NULL;
+	size = mooncake_segment_size(self->seg);
+	if (offset_obj && int_argument(offset_obj, "offset", 0, size, &offset, NULL) < 0)
+		return NULL;
+	length = size - offset;
+	if (length_obj && length_obj != Py_None &&
+	    int_argument(length_obj, "length", 0, size - offset, &length, NULL) < 0)
+		return NULL;
+	if (timeout_argument(timeout_obj, &timeout) < 0)
+		return NULL;
+	if (length == 0)
+		Py_RETURN_TRUE; /* an empty range is ready (the library reads 0 as "to the end") */
+	w.offset = offset;
+	w.length = length;
+	w.ready = 0;
+	ret = wait_in_slices(self, ready_wait_call, &w, timeout, 0, &closed);
 	if (closed) {
 		PyErr_SetString(PyExc_ValueError,
 				"wait_ready: the shared segment was closed while this thread waited for it");
@@ -480,12 +529,12 @@ static PyObject *segment_wait_ready(SegmentObject *self, PyObject *args, PyObjec
 		snprintf(message, sizeof(message),
 			 "Shared segment bytes [%llu, %llu) not ready within %g s: %llu of %llu bytes are "
 			 "ready",
-			 offset, offset + length, timeout, ready, size);
+			 offset, offset + length, timeout, (unsigned long long)w.ready, size);
 		PyErr_SetObject(PyExc_TimeoutError, Py_BuildValue("(is)", ETIMEDOUT, message));
 		return NULL;
 	}
 	if (ret < 0)
-		return raise_library_error(ret);
+		return raise_library_error((int)ret);
 	Py_RETURN_TRUE;
 }
 
@@ -695,7 +744,10 @@ static PyObject *segment_busy(SegmentObject *self, void *closure)
 	if (self->readers > 0)
 		return PyUnicode_FromString("info");
 	if (live_waiters(self) > 0)
-		return PyUnicode_FromString("wait_ready");
+		return PyUnicode_FromString(__atomic_load_n(&self->slot_waiters, __ATOMIC_ACQUIRE) >=
+							    live_waiters(self)
+						    ? "wait_slot"
+						    : "wait_ready");
 	Py_RETURN_NONE;
 }
 
@@ -704,7 +756,7 @@ static PyMethodDef segment_methods[] = {
 	  "create(name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=True, host_register=False,\n"
 	  "       hugetlb=False, *, numa_node=-1, commit_threads=0, populate_on_import=False,\n"
 	  "       hugetlb_page_size=0, background_commit=False, register_offset=0, register_length=0,\n"
-	  "       register_pause_us=0) -> (SharedSegment, bytes)\n\n"
+	  "       register_pause_us=0, slot_count=0) -> (SharedSegment, bytes)\n\n"
 	  "Phase one; returns (segment, blob).  background_commit: the owner returns after the first\n"
 	  "chunk and commits the rest behind the readiness front (see wait_ready())." },
 	{ "supported", (PyCFunction)(void (*)(void))segment_supported,
@@ -743,6 +795,30 @@ static PyMethodDef segment_methods[] = {
 	  "hugetlb, registered, as complete() found them; costs nothing" },
 	{ "view", (PyCFunction)(void (*)(void))segment_view, METH_VARARGS | METH_KEYWORDS,
 	  "view(offset=0, nbytes=None) -> memoryview over [offset, offset+nbytes)" },
+	{ "publish", (PyCFunction)segment_publish, METH_VARARGS,
+	  "publish(slot) -> int\n\nPublish a slot: its sequence grows by 2 and its waiters wake; the new sequence." },
+	{ "wait_slot", (PyCFunction)(void (*)(void))segment_wait_slot, METH_VARARGS | METH_KEYWORDS,
+	  "wait_slot(slot, seen, timeout=None) -> int\n\n"
+	  "Wait, without the GIL, until the slot's sequence is even and not seen; returns it.\n"
+	  "TimeoutError when timeout (seconds; None: no limit) passes, ValueError when close() ended it." },
+	{ "write_begin", (PyCFunction)segment_write_begin, METH_VARARGS,
+	  "write_begin(slot) -> int: the seqlock writer makes the sequence odd (SegmentError EBUSY while\n"
+	  "another write runs)" },
+	{ "write_end", (PyCFunction)segment_write_end, METH_VARARGS,
+	  "write_end(slot) -> int: the sequence even again, waiters woken" },
+	{ "read_begin", (PyCFunction)(void (*)(void))segment_read_begin, METH_VARARGS | METH_KEYWORDS,
+	  "read_begin(slot, timeout=None) -> int\n\n"
+	  "Wait, without the GIL, until no write is in progress; the (even) sequence to pass to read_retry()." },
+	{ "read_retry", (PyCFunction)segment_read_retry, METH_VARARGS,
+	  "read_retry(slot, seq) -> bool: True when the block may have changed since seq (copy again)" },
+	{ "try_claim", (PyCFunction)segment_try_claim, METH_VARARGS,
+	  "try_claim(slot) -> int: 1 held by this rank now, 2 taken over from a gone rank, 0 a live rank\n"
+	  "holds it" },
+	{ "release_claim", (PyCFunction)segment_release_claim, METH_VARARGS,
+	  "release_claim(slot): let go of this rank's claim (SegmentError EPERM when it holds none)" },
+	{ "slot_words", (PyCFunction)segment_slot_words, METH_NOARGS,
+	  "slot_words() -> (memoryview, stride)\n\n"
+	  "The slots' sequences, read-only int64 items: slot i's is item i * stride.  It holds an export." },
 	{ "__enter__", (PyCFunction)segment_enter, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)segment_exit, METH_VARARGS, NULL },
 	{ NULL, NULL, 0, NULL },

@@ -189,7 +189,7 @@ class _HostGroup:
 
 # What ranks on different hosts must agree on besides the declaration (within
 # a host the C library's fingerprint compares them).
-_SETTING_NAMES = ("owner_rank", "mmap", "host_register", "hugetlb")
+_SETTING_NAMES = ("owner_rank", "mmap", "host_register", "hugetlb", "slots")
 
 
 def _host_group(host_ids: List[str], rank_id: int, owner_rank: int) -> _HostGroup:

@@ -30,6 +30,11 @@ and :meth:`SharedSegment.ready_future` wait for it or report it, and a
 failure of the commit (the owner killed, out of memory) reaches every rank
 there.
 
+With ``slots=N`` (ours too) the segment gets N publish slots beside it:
+:attr:`SharedSegment.slots` lets one writer publish a block and many readers
+wait for it without ever seeing it half written, rewrite in place under a
+seqlock, and claim blocks (a dead claimer's claim is taken over).
+
 A ``comm_group`` may span hosts: each host's ranks then share one copy of
 their own (owner_rank on its host, the lowest rank elsewhere), with the same
 layout everywhere; :func:`shared_segment_room` sizes that layout from what
@@ -76,6 +81,9 @@ from ._shared_segment_group import (
 from ._shared_segment_layout import _DTYPE_SIZES  # noqa: F401  # element sizes by torch's dtype name
 from ._shared_segment_layout import _BlockSpec, _build_layout, _Declaration, _declaration
 from ._shared_segment_layout import alignment  # noqa: F401  # public, as upstream's module constant
+from ._shared_segment_slots import SegmentSlots, SlotClaim, _slot_count
+
+SlotClaim.__module__ = SegmentSlots.__module__ = __name__  # ours, not upstream's: outside __all__
 
 __all__ = [
     "SharedSegment",
@@ -298,7 +306,8 @@ class SharedSegment:
     readiness calls are the exception: :meth:`wait_ready`, :attr:`ready_bytes`
     and :meth:`ready_future` may run from any thread beside each other and the
     getters, and :meth:`close` ends the waits within about 0.1 s instead of
-    refusing them.
+    refusing them; so are the publish slots' calls (:attr:`slots`), whose
+    waits release the GIL and end at :meth:`close` the same way.
     """
 
     def __init__(
@@ -309,8 +318,10 @@ class SharedSegment:
         stride: int,
         device_id: int,
         host_group: Optional[_HostGroup] = None,
+        slot_count: int = 0,
     ) -> None:
         self._native = native
+        self._slots = SegmentSlots(native, slot_count) if slot_count else None
         self._host_group = host_group
         self._specs = dict(specs)
         self._offsets = dict(offsets)
@@ -511,6 +522,21 @@ class SharedSegment:
             raise _public_error(exc) from exc
 
     @property
+    def slots(self) -> SegmentSlots:
+        """The publish slots declared with ``create_shared_segment(..., slots=N)``: a :class:`SegmentSlots`.
+
+        ``len(seg.slots)`` is N; ``publish``/``wait``, the seqlock
+        (``writing``, ``read_begin``, ``read_retry``), claims (``try_claim``,
+        ``release_claim``) and ``sequences()``.  SharedSegmentError when the
+        segment was created without slots.
+        """
+        if self._slots is None:
+            raise SharedSegmentError(
+                "This shared segment has no publish slots: pass slots=N to create_shared_segment on every rank"
+            )
+        return self._slots
+
+    @property
     def ready_bytes(self) -> int:
         """How many bytes from offset 0 are ready now: :meth:`total_size` once all of them are."""
         ready_bytes = getattr(self._native, "ready_bytes", None)
@@ -539,10 +565,10 @@ class SharedSegment:
             return future
 
     def close(self) -> None:
-        """Unmap this rank's view now; BufferError while tensors or buffers are alive.
+        """Unmap this rank's view now; BufferError while tensors, buffers or slot sequences are alive.
 
-        Waits of other threads in :meth:`wait_ready` end with ValueError, a
-        pending :meth:`ready_future` is cancelled.
+        Waits of other threads in :meth:`wait_ready` and in the slots' waits
+        end with ValueError, a pending :meth:`ready_future` is cancelled.
         """
         self._native.close()
         _LIVE_SEGMENTS.discard(self)  # its range may hold other memory from now on
@@ -584,6 +610,7 @@ def create_shared_segment(
     register_offset: int = 0,
     register_length: Optional[int] = None,
     register_pause_us: Optional[int] = None,
+    slots: int = 0,
 ) -> SharedSegment:
     """Create one segment shared by ``world_size`` ranks; collective over ``comm_group``.
 
@@ -615,6 +642,10 @@ def create_shared_segment(
     thread of its own, pausing ``register_pause_us`` microseconds (None: the
     library's 1000) between chunks.
 
+    ``slots``: publish slots beside the segment (0 to 65536; 0: none), part
+    of the declaration, so every rank passes the same number; see
+    :attr:`SharedSegment.slots`.
+
     Raises SharedSegmentError on every rank when any rank fails.  A failure
     of a background commit after create returned is every rank's too, at
     :meth:`SharedSegment.wait_ready`.
@@ -637,6 +668,7 @@ def create_shared_segment(
     offsets: Dict[str, int] = {}
     stride = 0
     device = 0
+    slot_count = 0
     error: Optional[BaseException] = None
     try:
         if alias_error:
@@ -660,12 +692,13 @@ def create_shared_segment(
         front = _front_options(
             background, host_register, commit_threads, register_offset, register_length, register_pause_us, total
         )
+        slot_count = _slot_count(slots, int(getattr(_native, "MAX_SLOTS", 0)) or 65536)
         declaration = _declaration(name, specs)
         device = _default_device_id() if device_id is None else device_id
     except Exception as exc:  # every local failure joins the consensus
         error = exc
     # Every rank joins the hosts' all-gather, failed or not; each host gets its own copy.
-    hosts, hosts_error = _plan_hosts(group, error, owner_rank, (owner_rank, mmap, host_register, hugetlb))
+    hosts, hosts_error = _plan_hosts(group, error, owner_rank, (owner_rank, mmap, host_register, hugetlb, slots))
     try:
         if hosts_error:
             raise SharedSegmentError(hosts_error)
@@ -684,6 +717,8 @@ def create_shared_segment(
             # Upstream's eight arguments; ours only where the caller asked for them.
             extra: Dict[str, Any] = {"numa_node": numa_node} if numa_node != -1 else {}
             extra.update(front)
+            if slot_count:
+                extra["slot_count"] = slot_count
             if hugetlb:
                 args.append(hugetlb)
             native, blob = _native.SharedSegment.create(*args, **extra)
@@ -706,4 +741,4 @@ def create_shared_segment(
     finish = getattr(native, "finish", None)  # a native module of upstream's shape has none
     if finish is not None:
         finish()
-    return SharedSegment(native, specs, offsets, stride, device, hosts)
+    return SharedSegment(native, specs, offsets, stride, device, hosts, slot_count)

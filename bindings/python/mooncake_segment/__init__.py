@@ -3,7 +3,8 @@
 
 ``import mooncake_segment`` gives the same names as ``mooncake.shared_segment``
 (create_shared_segment, shared_segment_supported, SharedSegment,
-SharedSegmentError, alignment, and our shared_segment_room), whatever else is installed.  Where Mooncake's
+SharedSegmentError, alignment, and our shared_segment_room, SegmentSlots and
+SlotClaim), whatever else is installed.  Where Mooncake's
 own wheel makes `mooncake` a regular package, which hides ours, this module
 uses its own copy (the wheel's) or loads mooncake-segment's files from the
 namespace directory itself, under its own name, and leaves `mooncake` alone.
@@ -77,10 +78,14 @@ create_shared_segment = _impl.create_shared_segment
 shared_segment_supported = _impl.shared_segment_supported
 shared_segment_room = _impl.shared_segment_room  # ours, not upstream's: outside mooncake.shared_segment.__all__
 alignment = _impl.alignment
+SegmentSlots = _impl.SegmentSlots  # ours: the publish slots (create_shared_segment(..., slots=N))
+SlotClaim = _impl.SlotClaim
 
 __all__ = list(_impl.__all__) + [
     "alignment",
     "shared_segment_room",
+    "SegmentSlots",
+    "SlotClaim",
     "which_shared_segment",
     "SharedSegmentResolution",
 ]

@@ -27,7 +27,13 @@ from typing import List, Optional
 PUBLIC_MODULE = "mooncake.shared_segment"
 # shared_segment.py's private parts, beside it and imported relatively, in the
 # order they import one another: wherever the module is loaded from, they are.
-PRIVATE_PARTS = ("_shared_segment_base", "_shared_segment_layout", "_shared_segment_group", "_shared_segment_front")
+PRIVATE_PARTS = (
+    "_shared_segment_base",
+    "_shared_segment_layout",
+    "_shared_segment_group",
+    "_shared_segment_front",
+    "_shared_segment_slots",
+)
 
 
 def namespace_portions() -> List[str]:
