@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,9 +123,13 @@ static int seqlock_rank(struct group_rank *self, void *arg)
 		}
 		RANK_CHECK(mooncake_segment_publish(seg, 1) > 0); /* done */
 	} else {
-		while (mooncake_segment_wait_slot(seg, 1, 0, 0) == -ETIMEDOUT) {
+		/* Until the writer is done, and once more after: a reader that
+		 * starts late (few rounds) still reads the last block. */
+		for (bool done = false, last = false; !last;) {
 			int64_t seq = mooncake_segment_read_begin(seg, SLOT_DATA, WAIT_MS);
 
+			last = done;
+			done = mooncake_segment_wait_slot(seg, 1, 0, 0) != -ETIMEDOUT;
 			RANK_CHECK(seq >= 0 && seq % 2 == 0);
 			for (size_t i = 0; i < BLOCK / 8; i++)
 				copy[i] = block[i];
