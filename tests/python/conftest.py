@@ -3,6 +3,7 @@
 
 import contextlib
 import gc
+import importlib.util
 import json
 import os
 import socket
@@ -79,3 +80,57 @@ def leak_check():
 def no_leaks():
     with leak_check():
         yield
+
+
+def launch_gloo_ranks(worker, scenario, world, timeout, stopped_ranks=(), **params):
+    """Run @world ranks of the gloo worker script @worker (its SCENARIO); each rank's JSON result.
+
+    Ranks in @stopped_ranks stop themselves: they are SIGKILLed once every
+    other rank has reported.  A hang is a failure: everything is killed
+    after @timeout seconds.
+    """
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("python3-torch is not installed: the ranks are a torch.distributed gloo group")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), scenario, str(rank), str(world), json.dumps(params)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(world)
+    ]
+    deadline = time.monotonic() + timeout
+    outputs = {}
+    try:
+        for rank in [r for r in range(world) if r not in stopped_ranks] + list(stopped_ranks):
+            if rank in stopped_ranks:
+                procs[rank].kill()
+            try:
+                outputs[rank] = procs[rank].communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"rank {rank} of scenario {scenario!r} hung for {timeout}s")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    results = []
+    for rank in range(world):
+        out, err = outputs[rank]
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        result = json.loads(lines[-1]) if lines else {}
+        result["returncode"] = procs[rank].returncode
+        result["stderr"] = err[-3000:]
+        results.append(result)
+    return results
+
+
+def report(capsys, title, rows):
+    """Measured times into the test's log (make check keeps it), never asserted."""
+    with capsys.disabled():
+        print(f"\n{title}")
+        for row in rows:
+            print("  " + row)

@@ -14,7 +14,6 @@ liveness bound of a dead owner's discovery (2 s: the library looks every
 """
 
 import errno
-import importlib.util
 import json
 import os
 import signal
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, leak_check
+from conftest import launch_gloo_ranks, leak_check, report
 from mooncake import _segment
 from mooncake.shared_segment import SharedSegmentError, create_shared_segment
 
@@ -36,57 +35,8 @@ ENTRY = 512 << 10
 
 
 def launch(scenario, world, timeout=120, stopped_ranks=(), **params):
-    """Run @world ranks of front_worker.py SCENARIO; each rank's JSON result.
-
-    Ranks in @stopped_ranks stop themselves: they are SIGKILLed once every
-    other rank has reported.  A hang is a failure: everything is killed
-    after @timeout seconds.
-    """
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("python3-torch is not installed: the ranks are a torch.distributed gloo group")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "front_worker.py"), scenario, str(rank), str(world), json.dumps(params)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(world)
-    ]
-    deadline = time.monotonic() + timeout
-    outputs = {}
-    try:
-        for rank in [r for r in range(world) if r not in stopped_ranks] + list(stopped_ranks):
-            if rank in stopped_ranks:
-                procs[rank].kill()
-            try:
-                outputs[rank] = procs[rank].communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"rank {rank} of scenario {scenario!r} hung for {timeout}s")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    results = []
-    for rank in range(world):
-        out, err = outputs[rank]
-        lines = [line for line in out.splitlines() if line.startswith("{")]
-        result = json.loads(lines[-1]) if lines else {}
-        result["returncode"] = procs[rank].returncode
-        result["stderr"] = err[-3000:]
-        results.append(result)
-    return results
-
-
-def report(capsys, title, rows):
-    """Measured times into the test's log (make check keeps it), never asserted."""
-    with capsys.disabled():
-        print(f"\n{title}")
-        for row in rows:
-            print("  " + row)
+    """Run @world ranks of front_worker.py SCENARIO (conftest.launch_gloo_ranks)."""
+    return launch_gloo_ranks(HERE / "front_worker.py", scenario, world, timeout, stopped_ranks, **params)
 
 
 # --- 4 ranks of a gloo group, 4 GiB ------------------------------------------

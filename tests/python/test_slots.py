@@ -15,18 +15,14 @@ close() within a slice).
 """
 
 import errno
-import importlib.util
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import free_port, leak_check
+from conftest import launch_gloo_ranks, leak_check, report
 from mooncake import _segment, _shared_segment_slots
 from mooncake.shared_segment import SegmentSlots, SharedSegmentError, SlotClaim, create_shared_segment
 
@@ -35,50 +31,8 @@ ROUNDS = int(os.environ.get("MOONCAKE_SEGMENT_LITMUS_ROUNDS", "10000"))
 
 
 def launch(scenario, world, timeout=180, **params):
-    """Run @world ranks of slots_worker.py SCENARIO; each rank's JSON result. A hang is a failure."""
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("python3-torch is not installed: the ranks are a torch.distributed gloo group")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "slots_worker.py"), scenario, str(rank), str(world), json.dumps(params)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(world)
-    ]
-    deadline = time.monotonic() + timeout
-    outputs = {}
-    try:
-        for rank, proc in enumerate(procs):
-            try:
-                outputs[rank] = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"rank {rank} of scenario {scenario!r} hung for {timeout}s")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    results = []
-    for rank in range(world):
-        out, err = outputs[rank]
-        lines = [line for line in out.splitlines() if line.startswith("{")]
-        result = json.loads(lines[-1]) if lines else {}
-        result["returncode"] = procs[rank].returncode
-        result["stderr"] = err[-3000:]
-        results.append(result)
-    return results
-
-
-def report(capsys, title, rows):
-    """Measured times into the test's log (make check keeps it), never asserted."""
-    with capsys.disabled():
-        print(f"\n{title}")
-        for row in rows:
-            print("  " + row)
+    """Run @world ranks of slots_worker.py SCENARIO (conftest.launch_gloo_ranks)."""
+    return launch_gloo_ranks(HERE / "slots_worker.py", scenario, world, timeout, **params)
 
 
 # --- 4 ranks of a gloo group -------------------------------------------------------
