@@ -6,7 +6,8 @@
  * calls, released at unregister), so no context is created on a device the
  * caller did not name, and goes in chunks (64 GiB by default) because
  * drivers cap one call; a failing chunk rolls back the ones before it in
- * reverse.
+ * reverse.  The publish slots' stream operations (cuStreamWriteValue64,
+ * cuStreamWaitValue64, cuLaunchHostFunc) run with the same context pushed.
  */
 #include "config.h"
 
@@ -112,6 +113,67 @@ static void cuda_unregister(struct mc_registration *reg)
 	reg->device_addr = 0;
 }
 
+static int cuda_stream_result(CUresult r, char *why, size_t why_size)
+{
+	if (r == CUDA_SUCCESS)
+		return 0;
+	mc_cu_describe(r, why, why_size);
+	return -mc_cu_errno(r);
+}
+
+/* The context of @reg current for one call on a stream: false (and @why) when refused. */
+static bool cuda_stream_enter(const struct mc_registration *reg, char *why, size_t why_size)
+{
+	const char *missing = "";
+
+	if (!mc_cu_stream_ready(&missing)) {
+		snprintf(why, why_size, "%s", missing);
+		return false;
+	}
+	if (!reg->context || !mc_cu_push(reg->context)) {
+		snprintf(why, why_size, "cannot make device %d's context current", reg->device);
+		return false;
+	}
+	return true;
+}
+
+static int cuda_stream_write(const struct mc_registration *reg, void *stream, uint64_t device_addr,
+			     uint64_t value, void (*after)(void *), void *arg, char *why, size_t why_size)
+{
+	CUresult r;
+
+	if (!cuda_stream_enter(reg, why, why_size))
+		return -ENOTSUP;
+	/* The default flags: a fence before the store, so that the stream's
+	 * copies before it are visible to whoever sees the value. */
+	r = mc_cu.cuStreamWriteValue64((CUstream)stream, (CUdeviceptr)device_addr, value,
+				       CU_STREAM_WRITE_VALUE_DEFAULT);
+	if (r == CUDA_SUCCESS && after)
+		r = mc_cu.cuLaunchHostFunc((CUstream)stream, after, arg);
+	mc_cu_pop();
+	return cuda_stream_result(r, why, why_size);
+}
+
+static int cuda_stream_wait(const struct mc_registration *reg, void *stream, uint64_t device_addr,
+			    uint64_t value, char *why, size_t why_size)
+{
+	CUresult r;
+
+	if (!cuda_stream_enter(reg, why, why_size))
+		return -ENOTSUP;
+	r = mc_cu.cuStreamWaitValue64((CUstream)stream, (CUdeviceptr)device_addr, value,
+				      CU_STREAM_WAIT_VALUE_GEQ);
+	mc_cu_pop();
+	return cuda_stream_result(r, why, why_size);
+}
+
+static const char *cuda_stream_why_unavailable(void)
+{
+	const char *why = "";
+
+	return mc_cu_stream_ready(&why) ? "" : why;
+}
+
 static bool cuda_pci_bus_id(int device, char *buf, size_t size)
 {
 	CUdevice dev;
@@ -138,6 +200,9 @@ const struct mc_accel_ops mc_accel_cuda = {
 	.register_begin = cuda_register_begin,
 	.register_next = cuda_register_next,
 	.unregister_host = cuda_unregister,
+	.stream_write = cuda_stream_write,
+	.stream_wait = cuda_stream_wait,
+	.stream_why_unavailable = cuda_stream_why_unavailable,
 	.pci_bus_id = cuda_pci_bus_id,
 	.why_unavailable = cuda_why_unavailable,
 };

@@ -48,6 +48,20 @@ struct mc_accel_ops {
 	int (*register_next)(struct mc_registration *reg);
 	/* Undo a successful register_host, or the chunks a begin and nexts did. */
 	void (*unregister_host)(struct mc_registration *reg);
+	/* Publish slots in stream order (segment/slots-stream.c), with the
+	 * runtime state of @reg (a registration of the slot words): on @stream,
+	 * once the work queued before it is done, store @value at @device_addr
+	 * behind a system-scope fence, then run @after(@arg) on a host thread
+	 * (@after NULL: nothing); and make @stream wait until the 64-bit word at
+	 * @device_addr is at least @value, wrap-aware ((int64_t)(word - value)
+	 * >= 0).  0, or a negative errno with the runtime's words in @why.  NULL
+	 * where the runtime has no such calls; stream_why_unavailable says why a
+	 * loaded runtime lacks them ("" when it has them). */
+	int (*stream_write)(const struct mc_registration *reg, void *stream, uint64_t device_addr,
+			    uint64_t value, void (*after)(void *), void *arg, char *why, size_t why_size);
+	int (*stream_wait)(const struct mc_registration *reg, void *stream, uint64_t device_addr,
+			   uint64_t value, char *why, size_t why_size);
+	const char *(*stream_why_unavailable)(void);
 	/* The PCI bus id of @device as the runtime spells it ("0000:3B:00.0");
 	 * false when unknown. */
 	bool (*pci_bus_id)(int device, char *buf, size_t size);

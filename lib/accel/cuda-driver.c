@@ -22,8 +22,8 @@ struct mc_cu mc_cu;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int device_count; /* 0 when the driver is missing or has no device */
-static bool have_vmm;
-static char load_failure[256], vmm_failure[256];
+static bool have_vmm, have_stream;
+static char load_failure[256], vmm_failure[256], stream_failure[256];
 
 #define STRINGIFY_EXPANDED(name) STRINGIFY(name)
 #define STRINGIFY(name)		 #name
@@ -34,6 +34,7 @@ static const struct mc_runtime_symbol base_symbols[] = { MC_CU_BASE_FUNCTIONS(SY
 #if HAVE_CUDA_VMM
 static const struct mc_runtime_symbol vmm_symbols[] = { MC_CU_VMM_FUNCTIONS(SYMBOL) };
 #endif
+static const struct mc_runtime_symbol stream_symbols[] = { MC_CU_STREAM_FUNCTIONS(SYMBOL) };
 #undef SYMBOL
 
 static void load_driver(void)
@@ -42,6 +43,7 @@ static void load_driver(void)
 	void *lib;
 
 	snprintf(vmm_failure, sizeof(vmm_failure), "no CUDA driver");
+	snprintf(stream_failure, sizeof(stream_failure), "no CUDA driver");
 	lib = mc_runtime_open("MOONCAKE_SEGMENT_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver", base_symbols,
 			      MC_ARRAY_SIZE(base_symbols), load_failure, sizeof(load_failure));
 	if (!lib)
@@ -49,9 +51,12 @@ static void load_driver(void)
 	if (mc_cu.cuInit(0) != CUDA_SUCCESS || mc_cu.cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= 0) {
 		snprintf(load_failure, sizeof(load_failure), "the CUDA driver reports no usable device");
 		snprintf(vmm_failure, sizeof(vmm_failure), "%s", load_failure);
+		snprintf(stream_failure, sizeof(stream_failure), "%s", load_failure);
 		return;
 	}
 	device_count = count;
+	have_stream = mc_runtime_resolve(lib, "CUDA driver", stream_symbols, MC_ARRAY_SIZE(stream_symbols),
+					 stream_failure, sizeof(stream_failure));
 #if HAVE_CUDA_VMM
 	have_vmm = mc_runtime_resolve(lib, "CUDA driver", vmm_symbols, MC_ARRAY_SIZE(vmm_symbols),
 				      vmm_failure, sizeof(vmm_failure));
@@ -76,6 +81,15 @@ bool mc_cu_vmm_ready(const char **why)
 	if (!have_vmm && why)
 		*why = vmm_failure;
 	return have_vmm;
+}
+
+bool mc_cu_stream_ready(const char **why)
+{
+	if (!mc_cu_ready(why))
+		return false;
+	if (!have_stream && why)
+		*why = stream_failure;
+	return have_stream;
 }
 
 int mc_cu_device_count(void)

@@ -48,11 +48,19 @@
 #define MC_CU_VMM_FUNCTIONS(X)
 #endif
 
+/* The publish slots in stream order (slots-stream.c): optional too, so that a
+ * driver without them still registers hosts. */
+#define MC_CU_STREAM_FUNCTIONS(X) \
+	X(cuStreamWriteValue64)   \
+	X(cuStreamWaitValue64)    \
+	X(cuLaunchHostFunc)
+
 struct mc_cu {
 /* NOLINTNEXTLINE(bugprone-macro-parentheses): @name is a declarator */
 #define MC_CU_DECLARE_POINTER(name) __typeof__(&name) name;
 	MC_CU_BASE_FUNCTIONS(MC_CU_DECLARE_POINTER)
 	MC_CU_VMM_FUNCTIONS(MC_CU_DECLARE_POINTER)
+	MC_CU_STREAM_FUNCTIONS(MC_CU_DECLARE_POINTER)
 #undef MC_CU_DECLARE_POINTER
 };
 
@@ -63,6 +71,8 @@ extern struct mc_cu mc_cu;
 bool mc_cu_ready(const char **why);
 /* Also the VMM entry points are there. */
 bool mc_cu_vmm_ready(const char **why);
+/* Also the stream memory operations are there. */
+bool mc_cu_stream_ready(const char **why);
 /* Devices the driver reports (0 when it is not ready). */
 int mc_cu_device_count(void);
 /* "CUDA_ERROR_OUT_OF_MEMORY: out of memory" for messages; returns @buf. */

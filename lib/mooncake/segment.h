@@ -355,6 +355,50 @@ int mooncake_segment_release_claim(struct mooncake_segment *seg, uint32_t slot);
  */
 const uint64_t *mooncake_segment_slot_words(const struct mooncake_segment *seg, size_t *stride);
 
+/*
+ * Publish slots in accelerator stream order (host_register=true: every rank
+ * registers the slot words with its device_id, as it does the pages).
+ * @stream is the runtime's stream handle (CUDA: a CUstream or cudaStream_t,
+ * NULL the legacy default stream; Ascend: an aclrtStream) of this rank's
+ * device.  Nothing blocks the host: the calls queue work on @stream.
+ *
+ * publish_on_stream(): once the work queued on @stream before it is done (a
+ * device-to-host copy into the block, say), the slot's sequence becomes the
+ * returned value, behind a system-scope fence: a rank that sees that
+ * sequence (wait_slot(), read_begin(), a stream wait) sees the bytes those
+ * copies wrote.  Then, unless @flags has MOONCAKE_SEGMENT_STREAM_NO_HOST_WAKE,
+ * a host function of the runtime wakes the slot's CPU waiters (without it
+ * they notice within 100 ms).  The value is 2 past the larger of the
+ * sequence now and the last value this rank queued for the slot, so a slot
+ * published in stream order has one writer: do not also publish it from the
+ * CPU or write_begin() it while stream publishes are queued.  Returns the
+ * value, or a negative errno.
+ *
+ * wait_slot_on_stream(): the work queued on @stream after it starts once the
+ * slot's sequence is published past @seen (at least the next even value
+ * above @seen, wrap-aware; a write in progress does not count), on the
+ * device.  Returns that value, or a negative errno.  A wait for a publish
+ * that never comes holds the stream for ever: pass a @seen the writer will
+ * pass.
+ *
+ * Both return -ENOTSUP (the message says why) without host_register, or
+ * where the runtime has no stream memory operations (CUDA:
+ * cuStreamWriteValue64, cuStreamWaitValue64, cuLaunchHostFunc; Ascend:
+ * aclrtValueWrite, aclrtValueWait), and -EINVAL as the slot functions do.
+ */
+#define MOONCAKE_SEGMENT_STREAM_NO_HOST_WAKE 0x1u
+int64_t mooncake_segment_publish_on_stream(struct mooncake_segment *seg, uint32_t slot, void *stream,
+					   unsigned int flags);
+int64_t mooncake_segment_wait_slot_on_stream(struct mooncake_segment *seg, uint32_t slot, uint64_t seen,
+					     void *stream);
+/**
+ * The device address of slot 0's sequence in this rank's registration
+ * (slot i's at that + i * *@stride), for kernels that poll or batch their own
+ * checks: 0, or -ENOTSUP without host_register, -EINVAL as slot_words().
+ */
+int mooncake_segment_slot_device_words(const struct mooncake_segment *seg, uint64_t *device_addr,
+				       size_t *stride);
+
 /* --- What a segment actually got ---------------------------------------- */
 
 /** info.flags: THP was advised on the mapping before the first touch. */

@@ -46,6 +46,12 @@ struct mooncake_segment {
 	int register_error;		       /* its positive errno */
 	uint32_t create_info_flags;	       /* memory.info_flags when create returned */
 
+	/* Publish slots in stream order (slots-stream.c): the slot words'
+	 * registration with this rank's device, and per slot the last value
+	 * this rank queued on a stream (atomic). */
+	struct mc_registration slot_registration;
+	uint64_t *stream_next;
+
 	/* Publish slots (slots.c): the thread that holds this rank's liveness mutex. */
 	pthread_t life;
 	pthread_mutex_t life_lock;
@@ -68,6 +74,13 @@ int mc_segment_start_thread(pthread_t *thread, void *(*run)(void *), void *arg);
  * the control area (owner: create, peer: complete); stop it (destroy). */
 int mc_slots_start(struct mooncake_segment *seg);
 void mc_slots_stop(struct mooncake_segment *seg);
+/* Slot @slot of @seg, or NULL with *@err set (and the message): no slots, a
+ * peer before complete(), a slot out of range. */
+struct mc_control_slot *mc_slot_get(const struct mooncake_segment *seg, uint32_t slot, int *err);
+/* slots-stream.c: with host_register, register the control area's mapping
+ * with this rank's device (mc_slots_start does), and undo it (mc_slots_stop). */
+int mc_slots_register_words(struct mooncake_segment *seg);
+void mc_slots_unregister_words(struct mooncake_segment *seg);
 
 /* The background work of a segment (background.c). */
 /* Point seg->progress at the control area's front. */

@@ -36,8 +36,7 @@
 /* How long a slot waiter sleeps at most before it looks again. */
 #define SLOT_SLEEP_MS 100
 
-/* Slot @slot of @seg, or NULL with *@err set (and the message). */
-static struct mc_control_slot *get_slot(const struct mooncake_segment *seg, uint32_t slot, int *err)
+struct mc_control_slot *mc_slot_get(const struct mooncake_segment *seg, uint32_t slot, int *err)
 {
 	if (!seg) {
 		*err = mc_error(EINVAL, "Shared segment slots need a segment");
@@ -88,7 +87,7 @@ static int64_t deadline_of(int timeout_ms)
 MC_EXPORT int64_t mooncake_segment_publish(struct mooncake_segment *seg, uint32_t slot)
 {
 	int err;
-	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	struct mc_control_slot *s = mc_slot_get(seg, slot, &err);
 	uint64_t seq;
 
 	if (!s)
@@ -103,7 +102,7 @@ MC_EXPORT int64_t mooncake_segment_wait_slot(struct mooncake_segment *seg, uint3
 {
 	int64_t deadline = deadline_of(timeout_ms);
 	int err;
-	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	struct mc_control_slot *s = mc_slot_get(seg, slot, &err);
 
 	while (s && !err) {
 		uint64_t seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
@@ -118,7 +117,7 @@ MC_EXPORT int64_t mooncake_segment_wait_slot(struct mooncake_segment *seg, uint3
 MC_EXPORT int64_t mooncake_segment_write_begin(struct mooncake_segment *seg, uint32_t slot)
 {
 	int err;
-	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	struct mc_control_slot *s = mc_slot_get(seg, slot, &err);
 	uint64_t seq;
 
 	if (!s)
@@ -141,7 +140,7 @@ MC_EXPORT int64_t mooncake_segment_write_begin(struct mooncake_segment *seg, uin
 MC_EXPORT int64_t mooncake_segment_write_end(struct mooncake_segment *seg, uint32_t slot)
 {
 	int err;
-	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	struct mc_control_slot *s = mc_slot_get(seg, slot, &err);
 	uint64_t seq;
 
 	if (!s)
@@ -158,7 +157,7 @@ MC_EXPORT int64_t mooncake_segment_read_begin(struct mooncake_segment *seg, uint
 {
 	int64_t deadline = deadline_of(timeout_ms);
 	int err;
-	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	struct mc_control_slot *s = mc_slot_get(seg, slot, &err);
 
 	while (s && !err) {
 		uint64_t seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
@@ -173,7 +172,7 @@ MC_EXPORT int64_t mooncake_segment_read_begin(struct mooncake_segment *seg, uint
 MC_EXPORT int mooncake_segment_read_retry(const struct mooncake_segment *seg, uint32_t slot, uint64_t seq)
 {
 	int err;
-	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	struct mc_control_slot *s = mc_slot_get(seg, slot, &err);
 
 	if (!s)
 		return err;
@@ -200,7 +199,7 @@ static bool rank_alive(struct mc_control *c, uint32_t rank)
 MC_EXPORT int mooncake_segment_try_claim(struct mooncake_segment *seg, uint32_t slot)
 {
 	int err;
-	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	struct mc_control_slot *s = mc_slot_get(seg, slot, &err);
 	uint64_t mine, holder;
 
 	if (!s)
@@ -231,7 +230,7 @@ MC_EXPORT int mooncake_segment_try_claim(struct mooncake_segment *seg, uint32_t 
 MC_EXPORT int mooncake_segment_release_claim(struct mooncake_segment *seg, uint32_t slot)
 {
 	int err;
-	struct mc_control_slot *s = get_slot(seg, slot, &err);
+	struct mc_control_slot *s = mc_slot_get(seg, slot, &err);
 	uint64_t mine;
 
 	if (!s)
@@ -252,7 +251,7 @@ MC_EXPORT const uint64_t *mooncake_segment_slot_words(const struct mooncake_segm
 		mc_error(EINVAL, "Shared segment slot words need somewhere to put the stride");
 		return NULL;
 	}
-	s = get_slot(seg, 0, &err);
+	s = mc_slot_get(seg, 0, &err);
 	if (!s)
 		return NULL;
 	*stride = sizeof(*s);
@@ -306,12 +305,17 @@ int mc_slots_start(struct mooncake_segment *seg)
 	if (err) {
 		pthread_cond_destroy(&seg->life_cond);
 		pthread_mutex_destroy(&seg->life_lock);
+		return err;
 	}
+	err = mc_slots_register_words(seg);
+	if (err)
+		mc_slots_stop(seg);
 	return err;
 }
 
 void mc_slots_stop(struct mooncake_segment *seg)
 {
+	mc_slots_unregister_words(seg);
 	if (!seg->life_running)
 		return;
 	pthread_mutex_lock(&seg->life_lock);

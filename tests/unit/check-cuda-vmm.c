@@ -36,15 +36,7 @@ static char log_text[32768];
 /* The fake driver, with @devices devices; no Ascend runtime, so CUDA serves mmap=false. */
 static void use_fake_driver(const char *devices)
 {
-	const char *fake = getenv("FAKE_CUDA_LIBRARY");
-
-	ck_assert_msg(fake && *fake, "FAKE_CUDA_LIBRARY is not set (run through make check)");
-	snprintf(log_path, sizeof(log_path), "/tmp/fake-cuda-vmm-%d.log", (int)getpid());
-	unlink(log_path);
-	setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", fake, 1);
-	setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "/nonexistent/libascendcl.so", 1);
-	setenv("FAKE_CUDA_LOG", log_path, 1);
-	setenv("FAKE_CUDA_DEVICES", devices, 1);
+	use_fake_cuda_driver(devices, "cuda-vmm", log_path, sizeof(log_path));
 	/* The real driver's descriptor cannot be reopened through /proc: peers must get a duplicate. */
 	setenv("FAKE_CUDA_REFUSE_REOPEN", "1", 1);
 }
@@ -154,13 +146,7 @@ static const struct missing_case missing[] = {
 /* The fake driver built without its VMM part, beside the whole one. */
 static const char *driver_without_vmm(void)
 {
-	static char path[4096];
-	const char *fake = getenv("FAKE_CUDA_LIBRARY");
-	const char *name = fake ? strrchr(fake, '/') : NULL;
-
-	ck_assert_msg(name, "FAKE_CUDA_LIBRARY is not a path (run through make check)");
-	snprintf(path, sizeof(path), "%.*s/libfake-cuda-novmm.so", (int)(name - fake), fake);
-	return path;
+	return fake_cuda_sibling("libfake-cuda-novmm.so");
 }
 
 START_TEST(test_supported_tells_what_is_missing)

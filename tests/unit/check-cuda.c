@@ -33,14 +33,7 @@ static char log_path[64];
 /* Point the library at the fake driver (before its first use in this test process). */
 static void use_fake_driver(const char *devices)
 {
-	const char *fake = getenv("FAKE_CUDA_LIBRARY");
-
-	ck_assert_msg(fake && *fake, "FAKE_CUDA_LIBRARY is not set (run through make check)");
-	snprintf(log_path, sizeof(log_path), "/tmp/fake-cuda-%d.log", (int)getpid());
-	unlink(log_path);
-	setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", fake, 1);
-	setenv("FAKE_CUDA_LOG", log_path, 1);
-	setenv("FAKE_CUDA_DEVICES", devices, 1);
+	use_fake_cuda_driver(devices, "cuda", log_path, sizeof(log_path));
 }
 
 /* The fake's call log, one call per line. */

@@ -260,6 +260,30 @@ struct mooncake_segment_options host_register_options(uint32_t world, uint32_t r
 	return opt;
 }
 
+void use_fake_cuda_driver(const char *devices, const char *tag, char *log_path, size_t size)
+{
+	const char *fake = getenv("FAKE_CUDA_LIBRARY");
+
+	ck_assert_msg(fake && *fake, "FAKE_CUDA_LIBRARY is not set (run through make check)");
+	snprintf(log_path, size, "/tmp/fake-%s-%d.log", tag, (int)getpid());
+	unlink(log_path);
+	setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", fake, 1);
+	setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "/nonexistent/libascendcl.so", 1);
+	setenv("FAKE_CUDA_LOG", log_path, 1);
+	setenv("FAKE_CUDA_DEVICES", devices, 1);
+}
+
+const char *fake_cuda_sibling(const char *file)
+{
+	static char path[4096];
+	const char *fake = getenv("FAKE_CUDA_LIBRARY");
+	const char *name = fake ? strrchr(fake, '/') : NULL;
+
+	ck_assert_msg(name, "FAKE_CUDA_LIBRARY is not a path (run through make check)");
+	snprintf(path, sizeof(path), "%.*s/%s", (int)(name - fake), fake, file);
+	return path;
+}
+
 void use_fake_ascend_runtime(const char *devices, const char *current, char *log_path, size_t size)
 {
 	const char *fake = getenv("FAKE_ASCEND_LIBRARY");

@@ -68,6 +68,14 @@ void fixture_tree_remove(const char *root);
 /* Options for a host_register segment of rank @rank on accelerator @device. */
 struct mooncake_segment_options host_register_options(uint32_t world, uint32_t rank, int device);
 
+/* Point the library at the fake CUDA driver (FAKE_CUDA_LIBRARY, set by make
+ * check) with @devices devices, its call log at a fresh per-process path
+ * named after @tag and written into @log_path; no Ascend runtime. */
+void use_fake_cuda_driver(const char *devices, const char *tag, char *log_path, size_t size);
+
+/* The path of @file beside the fake CUDA driver (an older build of it). */
+const char *fake_cuda_sibling(const char *file);
+
 /* Point the library at the fake AscendCL runtime (FAKE_ASCEND_LIBRARY, set by
  * make check) with @devices devices and @current as this thread's device, its
  * call log at a fresh per-process path written into @log_path; no CUDA, so

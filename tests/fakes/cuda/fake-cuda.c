@@ -256,6 +256,27 @@ CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *dptr, void *p, unsigned 
 	return r;
 }
 
+void *fake_cuda_host_of(CUdeviceptr device)
+{
+	void *host = NULL;
+
+	pthread_mutex_lock(&table_lock);
+	for (int i = 0; i < nregistered && !host; i++) {
+		uintptr_t shift = fake_env_int("FAKE_CUDA_NO_UVA", 0) ? (uintptr_t)(i + 1) << 20 : 0;
+		uintptr_t start = registered[i].addr + shift;
+
+		if (device >= start && device < start + registered[i].len)
+			host = (void *)(registered[i].addr + (device - start));
+	}
+	pthread_mutex_unlock(&table_lock);
+	return host;
+}
+
+int fake_cuda_context_pushed(void)
+{
+	return pushed;
+}
+
 /* The names and texts of the errors this fake returns, as the driver words them. */
 static const struct {
 	CUresult error;

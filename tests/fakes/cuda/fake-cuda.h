@@ -15,4 +15,9 @@ int fake_cuda_retained_contexts(void);
 /* Whether the call FAKE_CUDA_FAIL_<@call>=N names fails now (its Nth call); logs it. */
 int fake_cuda_failing(const char *call);
 
+/* The host address registered memory's device address @device stands for, or NULL. */
+void *fake_cuda_host_of(CUdeviceptr device);
+/* Contexts the calling thread has pushed and not popped. */
+int fake_cuda_context_pushed(void);
+
 #endif
