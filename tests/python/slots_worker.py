@@ -203,7 +203,54 @@ def mismatch(rank, world, group, params):
     return {"error": None}
 
 
-SCENARIOS = {f.__name__: f for f in (publish, claims, mismatch)}
+def stream(rank, world, group, params):
+    """Publish in stream order (on the fake CUDA driver; tests/gpu/ does it on a GPU).
+
+    Rank 0 writes the block and publishes on a stream; rank 1 waits on the
+    CPU (the stream's host function wakes it); rank 2 queues its wait on a
+    stream (the fake's stream waits in the call, as the device would); each
+    reader checks every word and acknowledges on its own slot.
+    """
+    rounds = params["rounds"]
+    seg = create_shared_segment(
+        "stream-slots", blocks(), world, rank, comm_group=group, slots=world, host_register=True, device_id=rank % 2
+    )
+    slots = seg.slots
+    block = numpy.frombuffer(seg.buffers("block")[0], dtype=numpy.int64)
+    pattern = base()
+    torn = wrong_sequence = 0
+    for r in range(1, rounds + 1):
+        if rank == 0:
+            numpy.add(pattern, r, out=block)
+            wrong_sequence += slots.publish(DATA, stream=0x77) != 2 * r
+            for k in range(1, world):
+                wrong_sequence += slots.wait(k, 2 * r - 2, timeout=WAIT) != 2 * r
+            continue
+        if rank == 1:
+            seq = slots.wait(DATA, 2 * r - 2, timeout=WAIT)
+        else:
+            seq = slots.wait(DATA, 2 * r - 2, stream=0x88)
+        wrong_sequence += seq != 2 * r
+        torn += not numpy.array_equal(block, pattern + r)
+        slots.publish(rank)
+    errors = {}
+    for name, call in (
+        ("timeout", lambda: slots.wait(DATA, 0, timeout=1, stream=0)),
+        ("stream", lambda: slots.publish(DATA, stream="default")),
+        ("device", slots.device_sequences),
+    ):
+        try:
+            call()
+        except SharedSegmentError as exc:
+            errors[name] = str(exc)
+    address = seg._native.slot_device_words()[0]
+    del block
+    dist.barrier(group)
+    seg.close()
+    return {"torn": torn, "wrong_sequence": wrong_sequence, "errors": errors, "device_words": address}
+
+
+SCENARIOS = {f.__name__: f for f in (publish, claims, mismatch, stream)}
 # Scenarios after which some rank is dead: no closing barrier.
 NO_BARRIER = {"claims"}
 

@@ -60,6 +60,47 @@ def test_four_ranks_never_see_a_torn_block(capsys):
     )
 
 
+FAKE_CUDA = os.environ.get("FAKE_CUDA_LIBRARY", "")
+
+
+@pytest.mark.skipif(
+    not os.path.exists(FAKE_CUDA), reason="this build has no CUDA support (no cuda.h at configure time)"
+)
+def test_publish_in_stream_order_reaches_cpu_and_stream_waiters(tmp_path, monkeypatch):
+    pytest.importorskip("torch", reason="python3-torch is not installed; the gloo ranks need it")
+    log = tmp_path / "cuda.log"
+    monkeypatch.setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", FAKE_CUDA)
+    monkeypatch.setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "/nonexistent/libascendcl.so")
+    monkeypatch.setenv("FAKE_CUDA_LOG", str(log))
+    monkeypatch.setenv("FAKE_CUDA_DEVICES", "2")
+    rounds = 200
+    results = launch("stream", 3, rounds=rounds)
+    for rank, r in enumerate(results):
+        assert r["returncode"] == 0, r["stderr"]
+        assert (r["torn"], r["wrong_sequence"]) == (0, 0), f"rank {rank}: {r}"
+        assert r["device_words"] > 0
+        assert "takes no timeout" in r["errors"]["timeout"]
+        assert "takes a torch.cuda.Stream" in r["errors"]["stream"]
+        assert "needs a torch built with CUDA" in r["errors"]["device"]
+    text = log.read_text()
+    # Every publish of the writer went through its stream, then woke the CPU waiters.
+    assert text.count("stream-write stream 0x77") == rounds
+    assert text.count("host-func stream 0x77") == rounds
+    assert text.count("stream-waited stream 0x88") == rounds
+    assert "ERROR" not in text
+
+
+def test_stream_order_without_host_register_says_so():
+    seg = create_shared_segment("no-stream", {"b": {"count": 1, "shape": (64,), "dtype": "uint8"}}, 1, 0, slots=2)
+    with pytest.raises(SharedSegmentError, match="need host_register=true") as raised:
+        seg.slots.publish(0, stream=0)
+    assert raised.value.errno == errno.ENOTSUP
+    with pytest.raises(SharedSegmentError, match="need host_register=true"):
+        seg.slots.wait(0, 0, stream=0)
+    assert seg.slots.publish(0) == 2  # the CPU's publish is unaffected
+    seg.close()
+
+
 def test_a_claimer_killed_half_way_is_taken_over(capsys):
     results = launch("claims", 4, timeout=120)
     owner, victim, heir, closer = results

@@ -76,6 +76,9 @@ PyObject *segment_read_retry(SegmentObject *self, PyObject *args);
 PyObject *segment_try_claim(SegmentObject *self, PyObject *args);
 PyObject *segment_release_claim(SegmentObject *self, PyObject *args);
 PyObject *segment_slot_words(SegmentObject *self, PyObject *unused);
+PyObject *segment_publish_on_stream(SegmentObject *self, PyObject *args);
+PyObject *segment_wait_slot_on_stream(SegmentObject *self, PyObject *args);
+PyObject *segment_slot_device_words(SegmentObject *self, PyObject *unused);
 extern PyTypeObject SlotWordsType;
 
 /* _segment_buffer.c: SharedSegment.view(), a memoryview that holds an export. */

@@ -819,6 +819,17 @@ static PyMethodDef segment_methods[] = {
 	{ "slot_words", (PyCFunction)segment_slot_words, METH_NOARGS,
 	  "slot_words() -> (memoryview, stride)\n\n"
 	  "The slots' sequences, read-only int64 items: slot i's is item i * stride.  It holds an export." },
+	{ "publish_on_stream", (PyCFunction)segment_publish_on_stream, METH_VARARGS,
+	  "publish_on_stream(slot, stream, wake_host=True) -> int\n\n"
+	  "Queue on the stream (a handle, 0: the default stream): once its work before is done, the\n"
+	  "sequence becomes the returned value, then (wake_host) the CPU waiters wake.  host_register only." },
+	{ "wait_slot_on_stream", (PyCFunction)segment_wait_slot_on_stream, METH_VARARGS,
+	  "wait_slot_on_stream(slot, seen, stream) -> int\n\n"
+	  "Queue on the stream a wait, on the device, until the sequence passes seen; returns the value\n"
+	  "waited for (the next even one past seen).  host_register only." },
+	{ "slot_device_words", (PyCFunction)segment_slot_device_words, METH_NOARGS,
+	  "slot_device_words() -> (device address, stride)\n\n"
+	  "Slot i's sequence is the int64 at the address + i * stride * 8 on this rank's device." },
 	{ "__enter__", (PyCFunction)segment_enter, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)segment_exit, METH_VARARGS, NULL },
 	{ NULL, NULL, 0, NULL },

@@ -222,6 +222,64 @@ PyObject *segment_read_begin(SegmentObject *self, PyObject *args, PyObject *kwar
 	return slot_wait(self, "read_begin", slot_obj, timeout_obj, &w);
 }
 
+/* --- in accelerator stream order -------------------------------------------- */
+
+/* A stream handle: the runtime's stream as an int (0: the default stream). */
+static int stream_argument(PyObject *obj, void **stream)
+{
+	unsigned long long handle;
+
+	if (int_argument(obj, "stream", 0, UINTPTR_MAX, &handle, NULL) < 0)
+		return -1;
+	*stream = (void *)(uintptr_t)handle;
+	return 0;
+}
+
+PyObject *segment_publish_on_stream(SegmentObject *self, PyObject *args)
+{
+	struct mooncake_segment *seg;
+	PyObject *slot_obj, *stream_obj;
+	int wake_host = 1;
+	uint32_t slot;
+	void *stream;
+
+	if (!PyArg_ParseTuple(args, "OO|p:publish_on_stream", &slot_obj, &stream_obj, &wake_host) ||
+	    !(seg = slot_call(self, "publish_on_stream", slot_obj, &slot)) || stream_argument(stream_obj, &stream) < 0)
+		return NULL;
+	return sequence_result(mooncake_segment_publish_on_stream(
+		seg, slot, stream, wake_host ? 0 : MOONCAKE_SEGMENT_STREAM_NO_HOST_WAKE));
+}
+
+PyObject *segment_wait_slot_on_stream(SegmentObject *self, PyObject *args)
+{
+	struct mooncake_segment *seg;
+	PyObject *slot_obj, *seen_obj, *stream_obj;
+	unsigned long long seen;
+	uint32_t slot;
+	void *stream;
+
+	if (!PyArg_ParseTuple(args, "OOO:wait_slot_on_stream", &slot_obj, &seen_obj, &stream_obj) ||
+	    !(seg = slot_call(self, "wait_slot_on_stream", slot_obj, &slot)) ||
+	    int_argument(seen_obj, "seen", 0, INT64_MAX, &seen, NULL) < 0 || stream_argument(stream_obj, &stream) < 0)
+		return NULL;
+	return sequence_result(mooncake_segment_wait_slot_on_stream(seg, slot, seen, stream));
+}
+
+PyObject *segment_slot_device_words(SegmentObject *self, PyObject *unused)
+{
+	uint64_t device_addr;
+	size_t stride;
+	int ret;
+
+	(void)unused;
+	if (!check_usable(self, "slot_device_words", SEGMENT_READS))
+		return NULL;
+	ret = mooncake_segment_slot_device_words(self->seg, &device_addr, &stride);
+	if (ret < 0)
+		return raise_library_error(ret);
+	return Py_BuildValue("(Kn)", (unsigned long long)device_addr, (Py_ssize_t)(stride / sizeof(uint64_t)));
+}
+
 /* --- the sequences as words --------------------------------------------------- */
 
 /* Exports the slot words of one segment, holding it (and one of its exports) while viewed. */

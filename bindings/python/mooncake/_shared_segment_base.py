@@ -46,3 +46,17 @@ def _an_int(value: Any) -> Optional[int]:
         return operator.index(value)
     except TypeError:
         return None
+
+
+class _CudaArray:
+    """A byte range of registered pages at their device address (__cuda_array_interface__ v3)."""
+
+    def __init__(self, holder: memoryview, device_ptr: int, nbytes: int) -> None:
+        self._holder = holder
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (device_ptr, False),
+            "strides": None,
+            "version": 3,
+        }

@@ -22,7 +22,7 @@ import math
 import warnings
 from typing import Any, Iterator, Optional, Union
 
-from ._shared_segment_base import SharedSegmentError, _an_int, torch
+from ._shared_segment_base import SharedSegmentError, _an_int, _CudaArray, torch
 from ._shared_segment_front import _public_error
 
 #: The C library's MOONCAKE_SEGMENT_MAX_SLOTS.
@@ -66,6 +66,19 @@ def _sequence(call: str, name: str, value: Any) -> int:
     return int(value)
 
 
+def _stream_handle(call: str, stream: Any) -> int:
+    """The runtime's handle of @stream: a torch.cuda.Stream's cuda_stream, a torch_npu stream's npu_stream, an int."""
+    for attribute in ("cuda_stream", "npu_stream"):
+        handle = getattr(stream, attribute, None)
+        if handle is not None:
+            return int(handle)
+    if _an_int(stream) is None or stream < 0:
+        raise SharedSegmentError(
+            f"{call}(stream=...) takes a torch.cuda.Stream (or a stream handle as an int >= 0), got {stream!r}"
+        )
+    return int(stream)
+
+
 class SegmentSlots:
     """The publish slots of one rank's segment: ``seg.slots``, ``len(seg.slots)`` of them.
 
@@ -82,9 +95,10 @@ class SegmentSlots:
     TimeoutError (``errno`` ETIMEDOUT).
     """
 
-    def __init__(self, native: Any, count: int) -> None:
+    def __init__(self, native: Any, count: int, device_id: int = 0) -> None:
         self._native = native
         self._count = count
+        self._device_id = device_id
 
     def __len__(self) -> int:
         return self._count
@@ -100,30 +114,53 @@ class SegmentSlots:
             )
         return int(slot)
 
-    def publish(self, slot: int) -> int:
+    def publish(self, slot: int, stream: Any = None, wake_host: bool = True) -> int:
         """Publish @slot: its sequence grows by 2 and every waiter wakes; returns the new sequence.
 
         Call it after writing the block, once: it does not wait for readers
         (acknowledge on slots of their own when the writer must know).
+
+        With ``stream`` (a ``torch.cuda.Stream``, or a stream handle as an int,
+        0 the default stream; the segment needs ``host_register=True``) the
+        publish is queued on that stream instead and nothing waits: once the
+        work queued before it is done (a ``copy_(..., non_blocking=True)``
+        into the block), the sequence becomes the returned value, behind a
+        system-scope fence, and then (``wake_host``) the CPU waiters wake.
+        Such a slot has one writer: do not also publish it from the CPU while
+        stream publishes are queued.  Synchronize the stream before
+        :meth:`SharedSegment.close`.
         """
         slot = self._slot("publish", slot)
         try:
-            return int(self._native.publish(slot))
+            if stream is None:
+                return int(self._native.publish(slot))
+            return int(self._native.publish_on_stream(slot, _stream_handle("publish", stream), bool(wake_host)))
         except RuntimeError as exc:
             raise _public_error(exc) from exc
 
-    def wait(self, slot: int, seen: int, timeout: Optional[float] = None) -> int:
+    def wait(self, slot: int, seen: int, timeout: Optional[float] = None, stream: Any = None) -> int:
         """Wait until @slot's sequence is even and not @seen; returns it.
 
         Pass the sequence this rank last saw (0 at first): the block written
         before that publish is then visible.  ``timeout`` in seconds, None: no
         limit, 0: only look.  The GIL is released while waiting.  TimeoutError
         when it passes, ValueError when :meth:`SharedSegment.close` ended it.
+
+        With ``stream`` (as for :meth:`publish`; ``host_register=True``) the
+        host does not wait: the wait is queued on the stream, on the device,
+        so the work queued after it (a copy out of the block) starts once the
+        sequence is published past @seen.  It returns the sequence waited for
+        (the next even one past @seen); ``timeout`` must be None (a stream
+        waits for as long as it takes: wait for a publish that will come).
         """
         slot = self._slot("wait", slot)
         seen = _sequence("wait", "seen", seen)
+        if stream is not None and timeout is not None:
+            raise SharedSegmentError("wait(stream=...) takes no timeout: the stream waits on the device")
         timeout = _timeout("wait", timeout)
         try:
+            if stream is not None:
+                return int(self._native.wait_slot_on_stream(slot, seen, _stream_handle("wait", stream)))
             return int(self._native.wait_slot(slot, seen, timeout))
         except RuntimeError as exc:
             raise _public_error(exc) from exc
@@ -209,6 +246,25 @@ class SegmentSlots:
             self._native.release_claim(slot)
         except RuntimeError as exc:
             raise _public_error(exc) from exc
+
+    def device_sequences(self) -> "torch.Tensor":
+        """Every slot's sequence as a CUDA int64 tensor on this rank's device: the same words, never a copy.
+
+        For kernels and batched checks on the GPU (``host_register=True``):
+        item i is slot i's sequence.  Read only, and a read orders nothing by
+        itself (as :meth:`sequences`).  SharedSegmentError without CUDA or
+        without host_register.
+        """
+        if torch is None or not torch.cuda.is_available():
+            raise SharedSegmentError("device_sequences() needs a torch built with CUDA and a visible GPU")
+        try:
+            address, stride = self._native.slot_device_words()
+            words, _ = self._native.slot_words()
+        except RuntimeError as exc:
+            raise _public_error(exc) from exc
+        nbytes = words.nbytes
+        array = _CudaArray(words, address, nbytes)
+        return torch.as_tensor(array, device=f"cuda:{self._device_id}").view(torch.int64)[::stride]
 
     def sequences(self, tensor: Optional[bool] = None) -> Union["torch.Tensor", memoryview]:
         """Every slot's sequence now and later: a live, read-only view, for engines that batch their checks.

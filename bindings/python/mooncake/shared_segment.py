@@ -65,7 +65,7 @@ except ImportError as _exc:
 
 # The parts live in private modules beside this one; what callers and tests
 # reach through this module is imported here under its old name.
-from ._shared_segment_base import _TORCH_PACKAGE_HINT, SharedSegmentError, _an_int, torch
+from ._shared_segment_base import _TORCH_PACKAGE_HINT, SharedSegmentError, _an_int, _CudaArray, torch
 from ._shared_segment_base import dist  # noqa: F401  # upstream's module attribute
 from ._shared_segment_front import _front_options, _public_error, _ready_future, _wait_arguments
 from ._shared_segment_group import (
@@ -271,20 +271,6 @@ def _install_pickle_guard() -> None:
     _pickle_guard_installed = True
 
 
-class _CudaArray:
-    """A byte range of registered pages at their device address (__cuda_array_interface__ v3)."""
-
-    def __init__(self, holder: memoryview, device_ptr: int, nbytes: int) -> None:
-        self._holder = holder
-        self.__cuda_array_interface__ = {
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (device_ptr, False),
-            "strides": None,
-            "version": 3,
-        }
-
-
 class SharedSegment:
     """One rank's view of a shared segment, made by :func:`create_shared_segment`.
 
@@ -321,7 +307,7 @@ class SharedSegment:
         slot_count: int = 0,
     ) -> None:
         self._native = native
-        self._slots = SegmentSlots(native, slot_count) if slot_count else None
+        self._slots = SegmentSlots(native, slot_count, device_id) if slot_count else None
         self._host_group = host_group
         self._specs = dict(specs)
         self._offsets = dict(offsets)
