@@ -244,7 +244,8 @@ PyObject *segment_publish_on_stream(SegmentObject *self, PyObject *args)
 	void *stream;
 
 	if (!PyArg_ParseTuple(args, "OO|p:publish_on_stream", &slot_obj, &stream_obj, &wake_host) ||
-	    !(seg = slot_call(self, "publish_on_stream", slot_obj, &slot)) || stream_argument(stream_obj, &stream) < 0)
+	    !(seg = slot_call(self, "publish_on_stream", slot_obj, &slot)) ||
+	    stream_argument(stream_obj, &stream) < 0)
 		return NULL;
 	return sequence_result(mooncake_segment_publish_on_stream(
 		seg, slot, stream, wake_host ? 0 : MOONCAKE_SEGMENT_STREAM_NO_HOST_WAKE));
@@ -260,7 +261,8 @@ PyObject *segment_wait_slot_on_stream(SegmentObject *self, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "OOO:wait_slot_on_stream", &slot_obj, &seen_obj, &stream_obj) ||
 	    !(seg = slot_call(self, "wait_slot_on_stream", slot_obj, &slot)) ||
-	    int_argument(seen_obj, "seen", 0, INT64_MAX, &seen, NULL) < 0 || stream_argument(stream_obj, &stream) < 0)
+	    int_argument(seen_obj, "seen", 0, INT64_MAX, &seen, NULL) < 0 ||
+	    stream_argument(stream_obj, &stream) < 0)
 		return NULL;
 	return sequence_result(mooncake_segment_wait_slot_on_stream(seg, slot, seen, stream));
 }
@@ -277,7 +279,8 @@ PyObject *segment_slot_device_words(SegmentObject *self, PyObject *unused)
 	ret = mooncake_segment_slot_device_words(self->seg, &device_addr, &stride);
 	if (ret < 0)
 		return raise_library_error(ret);
-	return Py_BuildValue("(Kn)", (unsigned long long)device_addr, (Py_ssize_t)(stride / sizeof(uint64_t)));
+	return Py_BuildValue("(Kn)", (unsigned long long)device_addr,
+			     (Py_ssize_t)(stride / sizeof(uint64_t)));
 }
 
 /* --- the sequences as words --------------------------------------------------- */
