@@ -7,7 +7,8 @@
  * each figure as the best of its runs with the median and the spread, and
  * the ratios to compare across machines.  --background measures the
  * background commit instead (the first usable byte, fully ready against the
- * blocking commit, the front's curve into --out).  This file is the command:
+ * blocking commit, the front's curve into --out).  --slots measures the
+ * publish slots between two processes instead (bench-slots.c).  This file is the command:
  * its options, the sizes memory allows, and the order of the work.
  */
 #include "config.h"
@@ -39,7 +40,8 @@ static void bench_usage(FILE *out)
 {
 	fprintf(out,
 		"Usage: %s bench [--sizes LIST] [--threads N] [--repeat N] [--hugetlb] [--json]\n"
-		"       %s bench --background [--out DIR] [--sizes LIST] [--threads N] [--repeat N] [--json]\n\n"
+		"       %s bench --background [--out DIR] [--sizes LIST] [--threads N] [--repeat N] [--json]\n"
+		"       %s bench --slots [--rounds N] [--repeat N] [--json]\n\n"
 		"Measure the owner's create+commit, a peer's import and the Python-style baseline\n"
 		"against anonymous memory and memset in the same run.\n\n"
 		"  --sizes LIST   comma-separated sizes, default 256M,1G,4G (each >= 1M)\n"
@@ -51,8 +53,12 @@ static void bench_usage(FILE *out)
 		"                 against the blocking commit of the same size and threads, and the\n"
 		"                 readiness front sampled every millisecond (one copy at a time)\n"
 		"  --out DIR      with --background: write the front as CSV and SVG into DIR\n"
+		"  --slots        the publish slots instead, between two processes: publish-to-wake\n"
+		"                 latency (reader asleep, and polling briefly first), publishes per\n"
+		"                 second on one slot, a seqlock read of 64 KiB against memcpy\n"
+		"  --rounds N     with --slots: ping-pong rounds per run (default %d)\n"
 		"  --json         machine-readable output\n",
-		PROGRAM, PROGRAM);
+		PROGRAM, PROGRAM, PROGRAM, SLOT_ROUNDS_DEFAULT);
 }
 
 /* The defaults: every CPU allowed (at most MAX_THREADS), 256M,1G,4G, and 16G where memory allows. */
@@ -102,6 +108,16 @@ static int apply_option(int c, struct bench_config *cfg)
 		return -1;
 	case 'H':
 		cfg->hugetlb = true;
+		return -1;
+	case 'S':
+		cfg->slots = true;
+		return -1;
+	case 'n':
+		if (!parse_uint(optarg, 1, SLOT_ROUNDS_MAX, &v)) {
+			fprintf(stderr, "%s bench: --rounds must be 1..%d\n", PROGRAM, SLOT_ROUNDS_MAX);
+			return 2;
+		}
+		cfg->slot_rounds = (long)v;
 		return -1;
 	case 'B':
 		cfg->background = true;
@@ -173,6 +189,32 @@ static int write_curves(const struct bench_config *cfg, struct size_report *repo
 	return 0;
 }
 
+/* The long name of the option whose value is @c. */
+static const char *option_name(const struct option *options, int c)
+{
+	for (; options->name; options++)
+		if (options->val == c)
+			return options->name;
+	return "?";
+}
+
+/* --slots alone measures no size: refuse the options of the size runs. */
+static int run_slots(struct bench_config *cfg, const char *size_option)
+{
+	if (!cfg->slots) {
+		fprintf(stderr, "%s bench: --rounds counts --slots' rounds: add --slots\n", PROGRAM);
+		return 2;
+	}
+	if (size_option) {
+		fprintf(stderr, "%s bench: --%s measures the segment's sizes, not --slots: run them apart\n",
+			PROGRAM, size_option);
+		return 2;
+	}
+	if (!cfg->slot_rounds)
+		cfg->slot_rounds = SLOT_ROUNDS_DEFAULT;
+	return bench_slots(cfg);
+}
+
 int cmd_bench(int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -180,20 +222,27 @@ int cmd_bench(int argc, char **argv)
 		{ "repeat", required_argument, NULL, 'r' },   { "hugetlb", no_argument, NULL, 'H' },
 		{ "register", required_argument, NULL, 'R' }, { "json", no_argument, NULL, 'j' },
 		{ "background", no_argument, NULL, 'B' },     { "out", required_argument, NULL, 'o' },
+		{ "slots", no_argument, NULL, 'S' },	      { "rounds", required_argument, NULL, 'n' },
 		{ "help", no_argument, NULL, 'h' },	      { NULL, 0, NULL, 0 },
 	};
-	struct bench_config cfg = { { 0 }, 0, 1, 3, false, false, -1, false, NULL };
+	struct bench_config cfg = { { 0 }, 0, 1, 3, false, false, -1, false, NULL, false, 0 };
+	const char *size_option = NULL; /* the last option of the size runs given, for --slots */
 	struct size_report *reports;
 	uint64_t available = mc_meminfo_field("MemAvailable");
 	int c, status;
 
 	bench_clock_start();
 	set_defaults(&cfg, available);
-	while ((c = getopt_long(argc, argv, "s:t:r:R:Hjho:", options, NULL)) != -1)
+	while ((c = getopt_long(argc, argv, "s:t:r:R:Hjho:", options, NULL)) != -1) {
 		if ((status = apply_option(c, &cfg)) >= 0)
 			return status;
+		if (strchr("stHRBo", c))
+			size_option = option_name(options, c);
+	}
 	if (optind != argc)
 		return refuse_argument(argv[optind]);
+	if (cfg.slots || cfg.slot_rounds)
+		return run_slots(&cfg, size_option);
 	if (cfg.out_dir && !cfg.background) {
 		fprintf(stderr, "%s bench: --out holds --background's curves: add --background\n", PROGRAM);
 		return 2;

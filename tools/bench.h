@@ -66,6 +66,8 @@ struct bench_config {
 	int register_device; /* -1: no registration run */
 	bool background;     /* the background commit against the blocking one (and the limit) */
 	const char *out_dir; /* where --background writes its curves; NULL: nowhere */
+	bool slots;	     /* the publish slots instead (bench-slots.c) */
+	long slot_rounds;    /* --slots: ping-pong rounds per run */
 };
 
 /* bench-methods.c: the clock runs' starts are told from, then every method
@@ -83,6 +85,12 @@ bool front_curve_write_svg(const struct size_report *r, const double *blocking_s
  * the file that could not be written.  @blocking_s: the blocking commit's
  * best time at each background[] entry's thread count. */
 int bench_write_curves(const char *dir, struct size_report *r, const double *blocking_s);
+
+/* bench-slots.c: --slots, measured between two forked processes and
+ * printed; the exit status. */
+#define SLOT_ROUNDS_DEFAULT 10000
+#define SLOT_ROUNDS_MAX	    100000
+int bench_slots(const struct bench_config *cfg);
 
 /* bench-report.c: @runs of @method summarised into @r, and the printers. */
 void bench_record(struct size_report *r, const char *method, unsigned int threads,

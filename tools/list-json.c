@@ -89,6 +89,10 @@ void list_write_json(FILE *out, const struct segment_scan *scan)
 		else
 			fputs("\"owner_pid_in_namespace\": null, ", out);
 		write_json_front(out, s);
+		if (s->has_front)
+			fprintf(out, "\"slots\": %u, ", s->slot_count);
+		else
+			fputs("\"slots\": null, ", out);
 		fprintf(out,
 			"\"mapped_processes\": %u, \"resident_bytes\": %llu, \"resident_bytes_by_node\": ",
 			s->mappers, (unsigned long long)s->resident_bytes);

@@ -3,7 +3,8 @@
  * The list as a table for a person: one line per segment (size, backend,
  * page size, owner, mappers, resident, huge, what private copies would
  * take, how much is ready), then per segment its resident bytes per NUMA
- * node, its readiness front while it commits or once it failed, and a line per
+ * node and the publish slots it declares, its readiness front while it
+ * commits or once it failed, and a line per
  * process that maps it or holds its descriptor; last, how many processes
  * /proc would not show and why.  Labels, command names and cgroups are
  * printed with their control characters shown as \xNN (printable()): they
@@ -114,6 +115,8 @@ void list_write_table(FILE *out, const struct segment_scan *scan)
 			s->dev_major, s->dev_minor, (unsigned long long)s->ino);
 		write_nodes(out, &s->resident);
 		fprintf(out, "; one copy for %u mapping processes", s->mappers);
+		if (s->has_front && s->slot_count)
+			fprintf(out, "; %u publish slot%s", s->slot_count, s->slot_count == 1 ? "" : "s");
 		if (s->named_owner >= 0 && s->owner < 0)
 			fprintf(out, "; owner pid %ld (its namespace) maps it no more", s->named_owner);
 		fputc('\n', out);

@@ -66,6 +66,7 @@ struct segment {
 	uint64_t private_copies_bytes; /* mappers x size */
 	bool has_front;		       /* its control area was found and read */
 	struct mc_front_view front;    /* the readiness front, when has_front */
+	uint32_t slot_count;	       /* publish slots it declares, when has_front */
 };
 
 /* A control area a process holds or maps, found by the scan and matched

@@ -32,6 +32,7 @@ class Options(ctypes.Structure):
         ("register_pause_us", ctypes.c_uint32),
         ("register_offset", ctypes.c_uint64),
         ("register_length", ctypes.c_uint64),
+        ("slot_count", ctypes.c_uint32),
     ]
 
 

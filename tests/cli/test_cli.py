@@ -318,6 +318,78 @@ def test_bench_out_needs_background(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_bench_slots_reports_latency_rate_and_the_seqlock_ratio_of_each_run():
+    """bench --slots between two processes: both latency modes over every round of every run
+    (percentiles in order), publish rates with no waiter and one, and the seqlock read's cost
+    against memcpy as a ratio per run and their median.  Figures only: no goal is asserted."""
+    rounds, repeat = 300, 2
+    result = run("bench", "--slots", "--rounds", str(rounds), "--repeat", str(repeat), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["mode"] == "slots" and report["processes"] == 2 and report["slot_count"] > 0, report
+    assert report["rounds"] == rounds and report["repeat"] == repeat, report
+    latency = {lat["mode"]: lat for lat in report["latency"]}
+    assert sorted(latency) == ["asleep", "spin-then-sleep"], latency
+    for mode, lat in latency.items():
+        assert lat["rounds"] == rounds * repeat, lat
+        assert 0 < lat["min_us"] <= lat["median_us"] <= lat["p99_us"] <= lat["max_us"], lat
+        assert 0 <= lat["published_before_wait"] <= lat["rounds"], lat
+        assert 0 <= lat["seen_while_polling"] <= lat["rounds"], lat
+    assert latency["asleep"]["spin_ns"] == 0 and latency["asleep"]["seen_while_polling"] == 0, latency
+    polled = latency["spin-then-sleep"]
+    assert polled["spin_ns"] > 0, polled
+    if polled["seen_while_polling"]:
+        assert polled["seen_while_polling_median_us"] > 0, polled
+    rates = {r["waiters"]: r for r in report["publish_rate"]}
+    assert sorted(rates) == [0, 1], rates
+    for rate in rates.values():
+        assert len(rate["runs"]) == repeat and all(r > 0 for r in rate["runs"]), rate
+        assert rate["best_per_second"] == pytest.approx(max(rate["runs"]), abs=0.1), rate
+        assert min(rate["runs"]) - 0.1 <= rate["median_per_second"] <= rate["best_per_second"], rate
+    # The waiter saw the last sequence: it woke at least once, at most once per publish.
+    assert all(0 < w <= rates[1]["publishes_per_run"] for w in rates[1]["wakes"]), rates[1]
+    seqlock = report["seqlock"]
+    assert seqlock["block_bytes"] == 64 * 1024 and len(seqlock["runs"]) == repeat, seqlock
+    for r in seqlock["runs"]:
+        assert r["seqlock_ns"] > 0 and r["memcpy_ns"] > 0, r
+        assert r["ratio"] == pytest.approx(r["seqlock_ns"] / r["memcpy_ns"], rel=1e-3, abs=1e-3), r
+    ratios = sorted(r["ratio"] for r in seqlock["runs"])
+    assert seqlock["ratio"] > 0 and seqlock["ratio"] == pytest.approx(sum(ratios) / 2, rel=1e-3, abs=1e-3), seqlock
+
+
+def test_bench_slots_text_names_each_figure_and_its_goal():
+    result = run("bench", "--slots", "--rounds", "200", "--repeat", "1")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    number = r"([0-9.]+)"
+    asleep = re.search(
+        rf"^  reader asleep in wait_slot +median +{number} us +p99 +{number} us +\(200 rounds", out, re.M
+    )
+    polled = re.search(rf"^  reader polls 50 us, then wait_slot +median +{number} us +p99 +{number} us", out, re.M)
+    for line in (asleep, polled):
+        assert line and 0 < float(line[1]) <= float(line[2]), out
+    assert re.search(r"^  polling reader: goal a few microseconds \(median < 5 us\): (met|MISSED)$", out, re.M), out
+    for name in ("no waiter", "one waiter in wait_slot"):
+        rate = re.search(rf"^  {name} +{number} M/s +median +{number} M/s$", out, re.M)
+        assert rate and float(rate[1]) > 0, out
+    ratio = re.search(rf"per copy: ratio {number} \(median of 1 run; goal <= 1.05: (met|MISSED)\)$", out, re.M)
+    assert ratio and float(ratio[1]) > 0, out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--slots", "--sizes", "1G"], "--sizes measures the segment's sizes, not --slots"),
+        (["--slots", "--background"], "--background measures the segment's sizes, not --slots"),
+        (["--rounds", "10"], "add --slots"),
+        (["--slots", "--rounds", "0"], "--rounds must be 1.."),
+    ],
+)
+def test_bench_slots_refuses_the_options_of_the_size_runs(args, message):
+    result = run("bench", *args, timeout=20)
+    assert result.returncode == 2 and message in result.stderr, result
+
+
 LIBRARY = BUILDDIR / "lib/.libs/libmooncake-segment.so"
 HOLDER = Path(__file__).resolve().parent / "front_holder.py"
 
@@ -422,6 +494,43 @@ def test_list_shows_a_failed_commit_with_its_errno(held_front):
     assert row and row[0].endswith(" failed"), table
     failed = rf"^  failed: errno {errno.ESRCH} \(No such process\), .* committed: the owner"
     assert re.search(failed, table, re.M), table
+
+
+SLOTS_HOLDER = Path(__file__).resolve().parent / "slots_holder.py"
+
+
+def test_list_shows_the_slots_each_live_segment_declares():
+    """Two live segments, one declaring 7 publish slots and one none: the JSON's "slots" and the
+    table's per-segment line give what each declared (read from its control area)."""
+    if not LIBRARY.exists():
+        pytest.skip("needs the shared library build (lib/.libs)")
+    holders = {}
+    try:
+        for slots in (7, 0):
+            label = f"slots-{os.getpid()}-{slots}"
+            proc = subprocess.Popen(
+                ["/usr/bin/python3", str(SLOTS_HOLDER), str(LIBRARY), label, str(slots)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            holders[slots] = (label, proc)
+            line = proc.stdout.readline().split()
+            assert len(line) == 1 and int(line[0]) == proc.pid, line
+        for slots, (label, proc) in holders.items():
+            seg = list_front(label)
+            assert seg["front"] is not None and seg["owner_pid"] == proc.pid, seg
+            assert seg["slots"] == slots, seg
+        table = run("list", timeout=60).stdout
+        titles = {
+            slots: [line for line in table.splitlines() if line.startswith(f"{label} (")]
+            for slots, (label, proc) in holders.items()
+        }
+        assert len(titles[7]) == 1 and titles[7][0].endswith("; 7 publish slots"), table
+        assert len(titles[0]) == 1 and "publish slot" not in titles[0][0], table
+    finally:
+        for label, proc in holders.values():
+            proc.kill()
+            proc.wait()
 
 
 def test_demo_background_uses_the_first_chunk_at_once_then_checks_every_byte():
