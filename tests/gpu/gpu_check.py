@@ -8,7 +8,10 @@ create one segment of --size-gib GiB:
 - ``register``: mmap=True, host_register=True: one memfd, and every rank
   registers (pins) the same pages again with its GPU;
 - ``vmm``: mmap=False: the owner allocates pinned host memory once with the
-  CUDA VMM API and every rank imports and maps it (no per-rank registration).
+  CUDA VMM API and every rank imports and maps it (no per-rank registration);
+- ``background``: as ``register`` with background=True: create returns after
+  the first chunk and every rank registers behind the owner's commit front
+  (seconds_until_all_created against seconds_until_all_ready).
 
 Each rank then proves it can use the whole segment from its GPU and its CPU:
 the owner writes a ramp through the CPU, every GPU reads all of it back; each
@@ -36,7 +39,12 @@ import torch.multiprocessing as mp
 from mooncake.shared_segment import create_shared_segment
 
 GIB = 1 << 30
-MODES = {"register": {"mmap": True, "host_register": True}, "vmm": {"mmap": False}}
+MODES = {
+    "register": {"mmap": True, "host_register": True},
+    "vmm": {"mmap": False},
+    # create returns after the first chunk; each rank registers behind the commit front.
+    "background": {"mmap": True, "host_register": True, "background": True},
+}
 
 
 def bandwidth(src, dst, repeat=5):
@@ -99,6 +107,8 @@ def rank_main(rank, world, store, mode, size_bytes, smoke, results):
         comm_group=dist.group.WORLD,
         **MODES[mode],
     )
+    created = time.monotonic()  # background: the first bytes are usable from here
+    seg.wait_ready()  # every byte committed and registered by this rank (at once without background)
     cpu, gpu = views(seg, smoke, device)
     if not smoke:
         gpu[:1].clone()  # a first read by this rank's GPU: now it can use the segment
@@ -109,6 +119,7 @@ def rank_main(rank, world, store, mode, size_bytes, smoke, results):
         "rank": rank,
         "device": device,
         "start": start,
+        "created": created,
         "ready": ready,
         "backend": info.get("backend"),
         "register_seconds": info.get("register_seconds", 0.0),
@@ -152,6 +163,8 @@ def run_mode(mode, ranks, size_bytes, smoke):
         "all_correct": all(r["correct"] for r in per_rank),
         # From the first rank entering create to the last rank able to use it on its GPU.
         "seconds_until_all_ready": max(r["ready"] for r in per_rank) - min(r["start"] for r in per_rank),
+        # ... and to the last rank's create returning (background: its first bytes usable).
+        "seconds_until_all_created": max(r["created"] for r in per_rank) - min(r["start"] for r in per_rank),
     }
     if not smoke:
         summary["min_h2d_ratio"] = min(r["h2d_gbps"]["shared_over_cudaMallocHost"] for r in per_rank)
@@ -163,7 +176,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--size-gib", type=float, default=4)
-    parser.add_argument("--modes", default="register,vmm", help="comma-separated: register, vmm")
+    parser.add_argument("--modes", default="register,vmm,background", help="comma-separated: " + ", ".join(MODES))
     parser.add_argument("--smoke", action="store_true", help="no GPU: CPU views only (see the docstring)")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]

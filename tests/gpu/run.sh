@@ -11,9 +11,13 @@
 #   tests/gpu/run.sh            (results in $OUT/gpu.json when OUT is set)
 #
 # It builds the dist tarball with --with-cuda against the system Python, then
-# (gpu_check.py) shares a 4 GiB segment between 4 processes twice: mmap with
-# host_register=True (every rank pins the pages again) and the CUDA host VMM
-# backend (mmap=False: pinned once by the owner).  Every rank's GPU and CPU
+# (slots_stream_check.py) hands 256 blocks from one process's GPU to another
+# process's GPU through the publish slots in stream order (copy, publish on
+# the writer's stream, wait on the reader's stream, compare the bytes), and
+# (gpu_check.py) shares a 2 GiB segment between 4 processes three ways: mmap
+# with host_register=True (every rank pins the pages again), the CUDA host
+# VMM backend (mmap=False: pinned once by the owner), and host_register with
+# background=True (registration behind the commit front).  Every rank's GPU and CPU
 # read and write all of it; it measures the time until every rank can use the
 # segment on its GPU, VMM against registration, and H2D/D2H bandwidth of the
 # shared pages against cudaMallocHost and pageable memory in the same run
@@ -48,6 +52,13 @@ if ! printf '#include <numa.h>\n' | gcc -E - >/dev/null 2>&1; then
 	export LD_LIBRARY_PATH="$numa_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
+# Without Python's headers the binding cannot be built: the C checks still run.
+python_configure=
+if ! "$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("include"), "Python.h")))'; then
+	log "no Python.h for $python: building without the binding, the Python checks are skipped"
+	python_configure=--disable-python
+fi
+
 log "build"
 tarball=$(find "$here/dist" -name 'mooncake-segment-*.tar.xz' 2>/dev/null | sort | tail -1)
 if [ -n "$tarball" ]; then
@@ -59,7 +70,7 @@ else
 	(cd "$src" && autoreconf -fi >/dev/null)
 fi
 mkdir -p "$work/build"
-(cd "$work/build" && "$src/configure" -q PYTHON="$python" --with-cuda="$cuda" --disable-dependency-tracking &&
+(cd "$work/build" && "$src/configure" -q PYTHON="$python" --with-cuda="$cuda" --disable-dependency-tracking $python_configure &&
 	make -s -j"$(nproc)") >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; exit 1; }
 build=$work/build
 export LD_LIBRARY_PATH="$build/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -75,10 +86,26 @@ log "bench with registration"
 	log "bench --register failed (exit $?)"
 cat "$out/bench.json" || true
 
-log "4 ranks: host_register=True, then the VMM backend (mmap=False)"
 status=0
 first_failure() { [ "$status" -ne 0 ] || status=$1; }
-"$python" "$here/gpu_check.py" --ranks 4 --size-gib 4 | tee "$out/gpu.json" || first_failure $?
+
+if [ -n "$python_configure" ]; then
+	exit 1
+fi
+
+log "publish slots in stream order: 3 ranks, 256 blocks of 4 MiB"
+# A stream wait that never ends would hold the run: bounded.
+PYTHONUNBUFFERED=1 timeout 180 "$python" "$here/slots_stream_check.py" --blocks 256 --block-mib 4 |
+	tee "$out/slots.json" || first_failure $?
+
+log "bench --slots (publish-to-wake latency, publishes/s, seqlock read against memcpy)"
+timeout 120 "$build/tools/mooncake-segment" bench --slots --json >"$out/bench-slots.json" ||
+	log "bench --slots failed (exit $?)"
+cat "$out/bench-slots.json" || true
+
+log "4 ranks: host_register=True, the VMM backend (mmap=False), background registration"
+PYTHONUNBUFFERED=1 timeout 300 "$python" "$here/gpu_check.py" --ranks 4 --size-gib "${GPU_CHECK_GIB:-2}" |
+	tee "$out/gpu.json" || first_failure $?
 
 log "Python GPU tests"
 "$python" -m pytest -q -p no:cacheprovider -rs "$src/tests/python/test_cuda.py" | tee "$out/pytest.txt" || first_failure $?

@@ -70,3 +70,25 @@ def test_unknown_mode_is_refused_with_the_choices(tmp_path):
     result, _ = smoke(tmp_path, "--modes", "register,zerocopy")
     assert result.returncode == 2
     assert "unknown mode(s) zerocopy: choose from register, vmm" in result.stderr
+
+
+SLOTS_SCRIPT = os.path.join(os.path.dirname(__file__), "..", "gpu", "slots_stream_check.py")
+
+
+def test_slots_stream_script_hands_blocks_over_in_stream_order(tmp_path):
+    log = tmp_path / "cuda.log"
+    env = dict(os.environ, MOONCAKE_SEGMENT_CUDA_LIBRARY=FAKE, FAKE_CUDA_LOG=str(log))
+    result = subprocess.run(
+        [sys.executable, SLOTS_SCRIPT, "--smoke", "--blocks", "8", "--block-mib", "0.0625"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["all_correct"], report
+    assert (report["stream_reader_wrong_blocks"], report["cpu_reader_wrong_blocks"]) == (0, 0)
+    text = log.read_text()
+    assert text.count("stream-write stream") == 8 and text.count("stream-waited stream") == 8
+    assert "ERROR" not in text
