@@ -140,19 +140,6 @@ static bool control_of(const struct segment *s, const struct segment_control *c)
 	return c->named_owner == s->named_owner && !strcmp(c->label, s->label) && has_process(s, c->pid);
 }
 
-/* Where the control area keeps slot_count (doc/wire-format.md, "The control
- * area"): struct mc_front_view does not carry it yet, so it is read here, and
- * only from an area that mc_control_read() has just accepted (its magic,
- * version and size, which the slot count is part of). */
-#define CONTROL_SLOT_COUNT_OFFSET 64
-
-static uint32_t read_slot_count(int fd)
-{
-	uint32_t n;
-
-	return pread(fd, &n, sizeof(n), CONTROL_SLOT_COUNT_OFFSET) == (ssize_t)sizeof(n) ? n : 0;
-}
-
 /* @s's front from the first of its control areas that opens and has its
  * size: descriptors first (they need no privilege beyond the process's
  * fd/), then mappings (map_files: CAP_SYS_ADMIN). */
@@ -170,7 +157,7 @@ static void read_front(int procfd, const struct segment_scan *scan, struct segme
 				continue;
 			s->has_front = mc_control_read(fd, &s->front) == 0 && s->front.alloc_size == s->size;
 			if (s->has_front)
-				s->slot_count = read_slot_count(fd);
+				s->slot_count = s->front.slot_count;
 			close(fd);
 		}
 	/* What every rank's wait will say once one of them looks. */
