@@ -213,7 +213,8 @@ static void *register_behind(void *arg)
 			break;
 		err = reg.ops->register_next(&reg);
 		if (err) {
-			reg.ops = NULL; /* a failed chunk rolled back everything */
+			reg.ops = NULL; /* a failed chunk rolled back everything: no device address */
+			__atomic_store_n(&seg->published_device_addr, 0, __ATOMIC_RELEASE);
 			break;
 		}
 		/* The base's device address, for the chunks registered so far. */

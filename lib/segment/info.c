@@ -53,6 +53,9 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 		if (seg->registration.ops)
 			snprintf(full.accelerator, sizeof(full.accelerator), "%s",
 				 seg->registration.ops->name);
+	} else if (seg->register_runtime) {
+		/* Registering behind the front: the runtime, before its first chunk. */
+		snprintf(full.accelerator, sizeof(full.accelerator), "%s", seg->register_runtime);
 	}
 	snprintf(full.commit_method, sizeof(full.commit_method), "%s",
 		 !seg->memory.is_owner ? "none (peer)"

@@ -194,6 +194,8 @@ static int register_mapping(struct mooncake_segment *seg)
 	err = prepare_registration(seg, &reg);
 	if (err || reg.len == 0)
 		return err;
+	/* Named before a registrar runs: info() reports it while the pages register. */
+	seg->register_runtime = reg.ops->name;
 	if (seg->opt.background_commit && seg->control.area) {
 		seg->registration = reg; /* the registrar's to take */
 		err = mc_background_register_start(seg);

@@ -42,6 +42,7 @@ struct mooncake_segment {
 	pthread_t registrar;		       /* background host_register: registers behind the front */
 	uint64_t register_begin, register_end; /* the part of the segment this rank registers */
 	uint64_t published_device_addr;	       /* atomic: the base's device address, once known */
+	const char *register_runtime;	       /* host_register: the runtime's name, from create on */
 	char register_message[320];	       /* why the background registration failed */
 	int register_error;		       /* its positive errno */
 	uint32_t create_info_flags;	       /* memory.info_flags when create returned */

@@ -8,7 +8,7 @@
 #   make dist && mkdir -p tests/gpu/dist && cp mooncake-segment-*.tar.xz tests/gpu/dist/
 #   tests/gpu/fetch-debs.sh
 # Then, on the GPU machine, from the repository root:
-#   tests/gpu/run.sh            (results in $OUT/gpu.json when OUT is set)
+#   tests/gpu/run.sh            (results in $OUT/*.json when OUT is set)
 #
 # It builds the dist tarball with --with-cuda against the system Python, then
 # (slots_stream_check.py) hands 256 blocks from one process's GPU to another
@@ -103,9 +103,11 @@ timeout 120 "$build/tools/mooncake-segment" bench --slots --json >"$out/bench-sl
 	log "bench --slots failed (exit $?)"
 cat "$out/bench-slots.json" || true
 
-log "4 ranks: host_register=True, the VMM backend (mmap=False), background registration"
-PYTHONUNBUFFERED=1 timeout 300 "$python" "$here/gpu_check.py" --ranks 4 --size-gib "${GPU_CHECK_GIB:-2}" |
-	tee "$out/gpu.json" || first_failure $?
+for mode in register vmm background; do
+	log "4 ranks, $mode (gpu_check.py)"
+	PYTHONUNBUFFERED=1 timeout 200 "$python" "$here/gpu_check.py" --ranks 4 --size-gib "${GPU_CHECK_GIB:-2}" \
+		--modes "$mode" | tee "$out/gpu-$mode.json" || first_failure $?
+done
 
 log "Python GPU tests"
 "$python" -m pytest -q -p no:cacheprovider -rs "$src/tests/python/test_cuda.py" | tee "$out/pytest.txt" || first_failure $?

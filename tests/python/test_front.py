@@ -333,6 +333,7 @@ except SharedSegmentError as exc:
     result = {"error": str(exc), "errno": exc.errno, "future_error": repr(future.exception(timeout=30))}
 result["registered"] = seg.info()["registered"]
 result["ready_bytes"] = seg.ready_bytes
+result["device_base"], result["base"] = seg.device_base, seg.base_addr()
 seg.close()
 print(json.dumps(result))
 """
@@ -353,6 +354,8 @@ def test_each_rank_registers_its_part_behind_the_front(tmp_path):
     result, log = run_registered(tmp_path)
     assert result["ready"] is True and result["future"] == 256 << 20 and result["ready_bytes"] == 256 << 20
     assert result["registered"]
+    # Known only once the first chunk registered (not at create): the base, with unified addressing.
+    assert result["device_base"] == result["base"], result
     registrations = [line for line in log.splitlines() if line.startswith("register ")]
     assert len(registrations) == 1 and f" len {8 << 20} " in registrations[0], log  # only [4 MiB, 12 MiB)
     assert "ERROR" not in log, log
@@ -365,6 +368,7 @@ def test_a_failed_background_registration_is_the_ranks_error(tmp_path):
     assert result["errno"] == errno.ENOMEM, result
     assert "SharedSegmentError" in result["future_error"], result
     assert result["ready_bytes"] < 256 << 20
+    assert result["device_base"] is None, result
     assert "ERROR" not in log, log
 
 

@@ -319,12 +319,27 @@ class SharedSegment:
         facts = read_facts() if read_facts is not None else {"device_addr": native.device_addr()}
         self._base_for_guard, self._size_for_guard = int(native.base_addr()), int(native.size())
         _LIVE_SEGMENTS.add(self)
-        self.device_base = int(facts["device_addr"]) or None
-        self._accelerator = str(facts.get("accelerator", "")) if self.device_base is not None else ""
+        self._device_base = int(facts["device_addr"]) or None
+        self._accelerator = str(facts.get("accelerator", ""))
+        # background=True with host_register: the device address comes with the first chunk registered.
+        self._registering = bool(self._accelerator) and self._device_base is None
         self._backend = str(facts.get("backend", ""))
         # ready_future()'s one future per process (a fork child's watcher thread is gone).
         self._ready_lock = threading.Lock()
         self._ready: Optional[Tuple[int, "Future[int]"]] = None
+
+    @property
+    def device_base(self) -> Optional[int]:
+        """The segment's base as the accelerator sees it (host_register, or mmap=False), else None.
+
+        With ``background=True`` it is None until this rank's registration
+        has begun (its first chunk); :meth:`wait_ready` before device views.
+        """
+        if self._registering:
+            address = int(self._native.device_addr()) if not self._native.closed else 0
+            if address:
+                self._device_base, self._registering = address, False
+        return self._device_base
 
     def _spec(self, block: str) -> _BlockSpec:
         spec = self._specs.get(block)
