@@ -17,7 +17,9 @@ PyObject *segment_error; /* made by PyInit__segment() */
  * upstream's RuntimeError("InvalidArgument: ...") so that callers matching
  * those texts keep working: a declaration or protocol fault is
  * InvalidArgument, a missing capability NotImplemented, and a failure of the
- * system or the runtime (no memory, no permission, a gone owner) Memory.
+ * system or the runtime (no memory, a gone owner) Memory.  Ours: the publish
+ * slots' refusals are Busy (a write in progress) and PermissionDenied (a
+ * claim this rank does not hold), not a failure of memory.
  */
 static const char *status_code_name(int err)
 {
@@ -35,6 +37,10 @@ static const char *status_code_name(int err)
 #endif
 	case ENOSYS:
 		return "NotImplemented";
+	case EBUSY:
+		return "Busy";
+	case EPERM:
+		return "PermissionDenied";
 	default:
 		return "Memory";
 	}
