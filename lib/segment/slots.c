@@ -27,14 +27,19 @@
 #include <pthread.h>
 #include <semaphore.h>
 
+#include "base/environment.h"
 #include "base/error.h"
 #include "mooncake/segment.h"
 #include "control.h"
 #include "private.h"
 #include "segment.h"
 
-/* How long a slot waiter sleeps at most before it looks again. */
-#define SLOT_SLEEP_MS 100
+/* How long a slot waiter sleeps at most before it looks again: a publish
+ * queued on a stream without its host wake-up is noticed within this.
+ * MOONCAKE_SEGMENT_SLOT_SLEEP_MS changes it (tests make it long, so that a
+ * lost wake-up hangs instead of hiding in the next look). */
+#define SLOT_SLEEP_MS_DEFAULT 100
+#define SLOT_SLEEP_MS_MAX     3600000
 
 struct mc_control_slot *mc_slot_get(const struct mooncake_segment *seg, uint32_t slot, int *err)
 {
@@ -68,15 +73,37 @@ static int64_t remaining_ms(int64_t deadline)
 	return left < 0 ? 0 : left;
 }
 
-/* Sleep on @word (which holds @seen) until it moves, a wake-up or the deadline. */
-static int sleep_until(uint64_t *word, uint64_t seen, int64_t deadline, uint32_t slot, const char *what)
+/* Sleep on @s's sequence (which held @seen) until it moves, a wake-up or the
+ * deadline.  The waiter counts itself in first, with a full barrier, and the
+ * kernel compares the word after its own: a publish whose store came later
+ * sees the count and wakes it (Dekker's pattern with wake_waiters()). */
+static int sleep_until(struct mc_control_slot *s, uint64_t seen, int64_t deadline, uint32_t slot,
+		       const char *what)
 {
 	int64_t left = remaining_ms(deadline);
+	uint64_t slice;
+	char why[256];
 
 	if (left == 0)
 		return mc_error(ETIMEDOUT, "Shared segment slot %u: no %s before the timeout", slot, what);
-	mc_control_sleep_on(word, seen, (int)(left < SLOT_SLEEP_MS ? left : SLOT_SLEEP_MS));
+	if (mc_env_number("MOONCAKE_SEGMENT_SLOT_SLEEP_MS", 1, SLOT_SLEEP_MS_MAX, SLOT_SLEEP_MS_DEFAULT,
+			  &slice, why, sizeof(why)) != 0)
+		return mc_error(EINVAL, "Shared segment slot wait: %s", why);
+	__atomic_add_fetch(&s->waiters, 1, __ATOMIC_SEQ_CST);
+	mc_control_sleep_on(&s->seq, seen, (int)(left < (int64_t)slice ? left : (int64_t)slice));
+	__atomic_sub_fetch(&s->waiters, 1, __ATOMIC_RELAXED);
 	return 0;
+}
+
+/* After the store that moved @s's sequence: the system call only when
+ * someone sleeps (a publish without waiters costs no system call).  A waiter
+ * killed while counted leaves the count up: later publishes then wake for
+ * nothing, which costs time, never a lost wake-up. */
+static void wake_waiters(struct mc_control_slot *s)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&s->waiters, __ATOMIC_RELAXED))
+		mc_control_wake_on(&s->seq);
 }
 
 static int64_t deadline_of(int timeout_ms)
@@ -93,7 +120,7 @@ MC_EXPORT int64_t mooncake_segment_publish(struct mooncake_segment *seg, uint32_
 	if (!s)
 		return err;
 	seq = __atomic_add_fetch(&s->seq, 2, __ATOMIC_RELEASE);
-	mc_control_wake_on(&s->seq);
+	wake_waiters(s);
 	return (int64_t)seq;
 }
 
@@ -109,7 +136,7 @@ MC_EXPORT int64_t mooncake_segment_wait_slot(struct mooncake_segment *seg, uint3
 
 		if (seq != seen && !(seq & 1))
 			return (int64_t)seq;
-		err = sleep_until(&s->seq, seq, deadline, slot, "publish");
+		err = sleep_until(s, seq, deadline, slot, "publish");
 	}
 	return err;
 }
@@ -149,7 +176,7 @@ MC_EXPORT int64_t mooncake_segment_write_end(struct mooncake_segment *seg, uint3
 	if (!(seq & 1))
 		return mc_error(EINVAL, "Shared segment slot %u: write_end without write_begin", slot);
 	__atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELEASE);
-	mc_control_wake_on(&s->seq);
+	wake_waiters(s);
 	return (int64_t)(seq + 1);
 }
 
@@ -164,7 +191,7 @@ MC_EXPORT int64_t mooncake_segment_read_begin(struct mooncake_segment *seg, uint
 
 		if (!(seq & 1))
 			return (int64_t)seq;
-		err = sleep_until(&s->seq, seq, deadline, slot, "end of the write in progress");
+		err = sleep_until(s, seq, deadline, slot, "end of the write in progress");
 	}
 	return err;
 }

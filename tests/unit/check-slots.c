@@ -158,15 +158,41 @@ static void run_group(group_rank_fn fn)
 		ck_assert_msg(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
 }
 
+/* A waiter looks again only after an hour: a lost wake-up hangs the group
+ * (and its timeout fails the test) instead of costing 100 ms unseen. */
+static void wake_ups_must_not_be_lost(void)
+{
+	setenv("MOONCAKE_SEGMENT_SLOT_SLEEP_MS", "3600000", 1);
+}
+
 START_TEST(test_publish_and_wait_never_show_a_torn_block)
 {
+	wake_ups_must_not_be_lost();
 	run_group(publish_rank);
 }
 END_TEST
 
 START_TEST(test_the_seqlock_never_accepts_a_torn_copy)
 {
+	wake_ups_must_not_be_lost();
 	run_group(seqlock_rank);
+}
+END_TEST
+
+START_TEST(test_a_bad_sleep_setting_is_named)
+{
+	struct mooncake_segment_options opt = test_options(1, 0, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB];
+
+	opt.slot_count = 1;
+	ck_assert_int_eq(mooncake_segment_create("sleep", BLOCK, &opt, &seg, blob), 0);
+	ck_assert_int_eq(mooncake_segment_complete(seg, blob, sizeof(blob)), 0);
+	setenv("MOONCAKE_SEGMENT_SLOT_SLEEP_MS", "0", 1);
+	ck_assert_error(mooncake_segment_wait_slot(seg, 0, 0, 50), EINVAL, "MOONCAKE_SEGMENT_SLOT_SLEEP_MS");
+	unsetenv("MOONCAKE_SEGMENT_SLOT_SLEEP_MS");
+	ck_assert_error(mooncake_segment_wait_slot(seg, 0, 0, 50), ETIMEDOUT, "no publish");
+	mooncake_segment_destroy(seg);
 }
 END_TEST
 
@@ -293,6 +319,7 @@ int main(void)
 	tcase_add_test(tc, test_publish_and_wait_never_show_a_torn_block);
 	tcase_add_test(tc, test_the_seqlock_never_accepts_a_torn_copy);
 	tcase_add_test(tc, test_a_gone_claimer_is_taken_over);
+	tcase_add_test(tc, test_a_bad_sleep_setting_is_named);
 	suite_add_tcase(s, tc);
 	runner = srunner_create(s);
 	srunner_run_all(runner, CK_ENV);
