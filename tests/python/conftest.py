@@ -134,3 +134,17 @@ def report(capsys, title, rows):
         print(f"\n{title}")
         for row in rows:
             print("  " + row)
+
+
+@pytest.fixture
+def fake_cuda_ranks(tmp_path, monkeypatch):
+    """Rank processes started from here load the fake CUDA driver with 2 devices (no Ascend); its call log's path."""
+    fake = os.environ.get("FAKE_CUDA_LIBRARY", "")
+    if not fake or not os.path.exists(fake):
+        pytest.skip("this build has no CUDA support (no cuda.h at configure time)")
+    log = tmp_path / "cuda.log"
+    monkeypatch.setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", fake)
+    monkeypatch.setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "/nonexistent/libascendcl.so")
+    monkeypatch.setenv("FAKE_CUDA_LOG", str(log))
+    monkeypatch.setenv("FAKE_CUDA_DEVICES", "2")
+    return log

@@ -157,13 +157,9 @@ needs_fake_vmm = pytest.mark.skipif(
 
 @needs_fake_vmm
 @pytest.mark.parametrize("owner", [0, 2])
-def test_vmm_segment_gives_host_views_of_one_copy_in_every_rank(owner, tmp_path, monkeypatch):
+def test_vmm_segment_gives_host_views_of_one_copy_in_every_rank(owner, fake_cuda_ranks, monkeypatch):
     pytest.importorskip("torch", reason="python3-torch is not installed; the gloo ranks need it")
-    log = tmp_path / "cuda.log"
-    monkeypatch.setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", FAKE)
-    monkeypatch.setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "/nonexistent/libascendcl.so")
-    monkeypatch.setenv("FAKE_CUDA_LOG", str(log))
-    monkeypatch.setenv("FAKE_CUDA_DEVICES", "2")
+    log = fake_cuda_ranks
     monkeypatch.setenv("FAKE_CUDA_REFUSE_REOPEN", "1")  # peers must get a duplicate, as from the real driver
     results = run_ranks("cuda_vmm", 3, owner=owner)
     for rank, r in enumerate(results):

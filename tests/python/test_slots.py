@@ -60,19 +60,9 @@ def test_four_ranks_never_see_a_torn_block(capsys):
     )
 
 
-FAKE_CUDA = os.environ.get("FAKE_CUDA_LIBRARY", "")
-
-
-@pytest.mark.skipif(
-    not os.path.exists(FAKE_CUDA), reason="this build has no CUDA support (no cuda.h at configure time)"
-)
-def test_publish_in_stream_order_reaches_cpu_and_stream_waiters(tmp_path, monkeypatch):
+def test_publish_in_stream_order_reaches_cpu_and_stream_waiters(fake_cuda_ranks):
     pytest.importorskip("torch", reason="python3-torch is not installed; the gloo ranks need it")
-    log = tmp_path / "cuda.log"
-    monkeypatch.setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", FAKE_CUDA)
-    monkeypatch.setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "/nonexistent/libascendcl.so")
-    monkeypatch.setenv("FAKE_CUDA_LOG", str(log))
-    monkeypatch.setenv("FAKE_CUDA_DEVICES", "2")
+    log = fake_cuda_ranks
     rounds = 200
     results = launch("stream", 3, rounds=rounds)
     for rank, r in enumerate(results):
