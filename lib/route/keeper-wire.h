@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The keeper's wire protocol (keeper-wire.c): the requests a client sends to
+ * mooncake-segmentd over its filesystem SOCK_SEQPACKET socket and the replies
+ * it gets, one message per packet.  Pure encoders and decoders: no socket,
+ * no descriptor, no logging, no global state, so that the keeper, the
+ * library's client and the fuzzer share them.  Every decoder checks every
+ * bound and never reads past the buffer; a failure is -EPROTO with a sentence
+ * in @why naming what is wrong.  doc/keeper-protocol.md is the byte layout.
+ */
+#ifndef MOONCAKE_SEGMENT_KEEPER_WIRE_H
+#define MOONCAKE_SEGMENT_KEEPER_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MC_KEEPER_MAGIC	  UINT32_C(0x504B434D) /* bytes "MCKP" */
+#define MC_KEEPER_VERSION 1
+
+#define MC_KEEPER_HEADER_BYTES 16
+/* The longest message either side sends or accepts, header included. */
+#define MC_KEEPER_MESSAGE_MAX 16384
+/* A kept segment's name: 1..255 bytes of 0x21..0x7e, no '/', not "." or "..". */
+#define MC_KEEPER_NAME_MAX 255
+/* The caller's own identity bytes (model, dtype, engine version), any bytes. */
+#define MC_KEEPER_IDENTITY_MAX 64
+/* A reply's sentence: printable ASCII (0x20..0x7e), no terminator on the wire. */
+#define MC_KEEPER_TEXT_MAX 512
+/* Segments in one LIST reply; the client asks again from the last name. */
+#define MC_KEEPER_LIST_MAX 32
+
+enum mc_keeper_type {
+	MC_KEEPER_HELLO = 1,
+	MC_KEEPER_CREATE = 2, /* create or attach */
+	MC_KEEPER_LIST = 3,
+	MC_KEEPER_RELEASE = 4,
+	MC_KEEPER_STAT = 5,
+};
+/* A reply's type is its request's with this bit; ERROR alone answers a
+ * request the keeper could not decode (it then closes the connection). */
+#define MC_KEEPER_REPLY 0x8000u
+#define MC_KEEPER_ERROR MC_KEEPER_REPLY
+
+/* CREATE request flags. */
+#define MC_KEEPER_CREATE_HUGETLB     (1u << 0) /* back it with HugeTLB pages */
+#define MC_KEEPER_CREATE_REPLACE     (1u << 1) /* a different layout replaces the kept one if unmapped */
+#define MC_KEEPER_CREATE_ATTACH_ONLY (1u << 2) /* never create: ENOENT when absent */
+#define MC_KEEPER_CREATE_CREATE_ONLY (1u << 3) /* never attach: EEXIST when present */
+#define MC_KEEPER_CREATE_FLAGS_KNOWN                                                          \
+	(MC_KEEPER_CREATE_HUGETLB | MC_KEEPER_CREATE_REPLACE | MC_KEEPER_CREATE_ATTACH_ONLY | \
+	 MC_KEEPER_CREATE_CREATE_ONLY)
+
+/* Who may attach to a kept segment besides root (decided at its creation). */
+enum mc_keeper_sharing {
+	MC_KEEPER_SHARE_UID = 0,   /* the creator's uid only */
+	MC_KEEPER_SHARE_GROUP = 1, /* and the members of gid */
+	MC_KEEPER_SHARE_ANY = 2,   /* every uid that reaches the socket */
+};
+
+/* The field of a CREATE that differs from the kept segment's (a reply's
+ * field, with status EEXIST); 0 when none is named. */
+enum mc_keeper_field {
+	MC_KEEPER_FIELD_NONE = 0,
+	MC_KEEPER_FIELD_FINGERPRINT = 1,
+	MC_KEEPER_FIELD_IDENTITY = 2,
+	MC_KEEPER_FIELD_SIZE = 3,
+	MC_KEEPER_FIELD_PAGE_SIZE = 4,
+	MC_KEEPER_FIELD_HUGETLB = 5,
+	MC_KEEPER_FIELD_WORLD_SIZE = 6,
+	MC_KEEPER_FIELD_CONTROL_BYTES = 7,
+	MC_KEEPER_FIELD_SHARING = 8,
+	MC_KEEPER_FIELD_LAST = MC_KEEPER_FIELD_SHARING,
+};
+
+/* HELLO reply flags. */
+#define MC_KEEPER_HELLO_FDSTORE	    (1u << 0) /* kept segments survive the keeper's restart */
+#define MC_KEEPER_HELLO_FLAGS_KNOWN MC_KEEPER_HELLO_FDSTORE
+/* CREATE reply flags. */
+#define MC_KEEPER_ATTACH_WARM	  (1u << 0) /* the pages existed before this request */
+#define MC_KEEPER_ATTACH_HUGETLB  (1u << 1)
+#define MC_KEEPER_ATTACH_REPLACED (1u << 2) /* a kept segment of another layout was replaced */
+#define MC_KEEPER_ATTACH_FLAGS_KNOWN \
+	(MC_KEEPER_ATTACH_WARM | MC_KEEPER_ATTACH_HUGETLB | MC_KEEPER_ATTACH_REPLACED)
+/* A segment record's flags. */
+#define MC_KEEPER_SEGMENT_HUGETLB     (1u << 0)
+#define MC_KEEPER_SEGMENT_RELEASED    (1u << 1) /* released: freed when its last mapper goes */
+#define MC_KEEPER_SEGMENT_FLAGS_KNOWN (MC_KEEPER_SEGMENT_HUGETLB | MC_KEEPER_SEGMENT_RELEASED)
+/* LIST reply flags. */
+#define MC_KEEPER_LIST_MORE	   (1u << 0) /* more segments follow the last one: ask again */
+#define MC_KEEPER_LIST_FLAGS_KNOWN MC_KEEPER_LIST_MORE
+/* RELEASE reply flags: exactly one is set. */
+#define MC_KEEPER_RELEASE_FREED	      (1u << 0) /* nobody mapped it: the pages are gone */
+#define MC_KEEPER_RELEASE_DEFERRED    (1u << 1) /* still mapped: freed with the last mapping */
+#define MC_KEEPER_RELEASE_FLAGS_KNOWN (MC_KEEPER_RELEASE_FREED | MC_KEEPER_RELEASE_DEFERRED)
+
+/* The mappers count when the keeper cannot tell. */
+#define MC_KEEPER_MAPPERS_UNKNOWN UINT32_MAX
+
+/* A request, decoded.  Only the fields of its type are encoded; the decoder
+ * zeroes the rest. */
+struct mc_keeper_request {
+	uint16_t type;	   /* enum mc_keeper_type */
+	uint32_t sequence; /* the client's choice, echoed by the reply */
+	/* CREATE, RELEASE, STAT: the segment; LIST: the cursor (list the names
+	 * after it in byte order; "" from the first). NUL-terminated. */
+	char name[MC_KEEPER_NAME_MAX + 1];
+	/* CREATE */
+	uint64_t fingerprint;	/* mc_fingerprint(), as the blob carries it */
+	uint64_t size;		/* as requested, before rounding */
+	uint64_t page_size;	/* 0: the backing's default; else a power of two */
+	uint64_t control_bytes; /* the control area's size; 0: none */
+	uint32_t world_size;	/* at least 1 */
+	uint32_t flags;		/* MC_KEEPER_CREATE_* */
+	uint8_t sharing;	/* enum mc_keeper_sharing */
+	uint32_t gid;		/* MC_KEEPER_SHARE_GROUP only; else 0 */
+	uint16_t identity_bytes;
+	uint8_t identity[MC_KEEPER_IDENTITY_MAX];
+};
+
+/* One kept segment, as STAT and LIST describe it. */
+struct mc_keeper_segment {
+	char name[MC_KEEPER_NAME_MAX + 1];
+	uint64_t fingerprint;
+	uint64_t size; /* the allocation: a multiple of page_size */
+	uint64_t page_size;
+	uint64_t control_bytes;
+	uint64_t generation; /* never given twice to one name, across the keeper's restarts too */
+	uint64_t created;    /* CLOCK_REALTIME, seconds */
+	uint32_t world_size;
+	uint32_t owner_uid; /* the creator's, as the keeper's user namespace sees it */
+	uint32_t gid;
+	uint8_t sharing;
+	uint16_t flags;		/* MC_KEEPER_SEGMENT_* */
+	uint32_t mappers;	/* processes that map it, or MC_KEEPER_MAPPERS_UNKNOWN */
+	uint32_t warm_attaches; /* attaches that found it existing */
+	uint16_t identity_bytes;
+	uint8_t identity[MC_KEEPER_IDENTITY_MAX];
+};
+
+/* A reply, decoded.  status 0 is success and carries the body of its type;
+ * any other status (a positive Linux errno) carries only the sentence. */
+struct mc_keeper_reply {
+	uint16_t type; /* the request's type | MC_KEEPER_REPLY, or MC_KEEPER_ERROR */
+	uint32_t sequence;
+	uint32_t status;
+	uint16_t field;			   /* enum mc_keeper_field: CREATE with EEXIST only */
+	char text[MC_KEEPER_TEXT_MAX + 1]; /* the sentence, NUL-terminated; may be "" */
+	/* HELLO */
+	uint16_t version;     /* the highest version the keeper speaks */
+	uint32_t keeper_pid;  /* in the keeper's PID namespace */
+	uint64_t instance;    /* random at each start of the keeper */
+	uint32_t message_max; /* the longest message it accepts */
+	uint32_t kept;	      /* segments it holds */
+	uint32_t hello_flags; /* MC_KEEPER_HELLO_* */
+	/* CREATE */
+	uint64_t generation; /* RELEASE too */
+	uint64_t size;
+	uint64_t page_size;
+	uint64_t control_bytes;
+	uint32_t attach_flags; /* MC_KEEPER_ATTACH_* */
+	uint32_t owner_uid;
+	uint8_t descriptors; /* by SCM_RIGHTS: 1, or 2 with a control area (pages, control) */
+	/* RELEASE */
+	uint32_t release_flags; /* MC_KEEPER_RELEASE_* */
+	/* STAT: segments[0]; LIST: segments[0..count) */
+	uint16_t count;
+	uint16_t list_flags; /* MC_KEEPER_LIST_* */
+	struct mc_keeper_segment segments[MC_KEEPER_LIST_MAX];
+};
+
+/* Whether @name (@len bytes, no terminator needed) may name a kept segment;
+ * when not, @why (may be NULL) says why. */
+bool mc_keeper_name_valid(const char *name, size_t len, char *why, size_t why_size);
+
+/* Encode @req into @out (@room bytes): the message's length, or -EINVAL
+ * (a field breaks a rule the decoder enforces) or -EMSGSIZE (@room is too
+ * small), @why saying which.  What it encodes always decodes. */
+int mc_keeper_request_encode(const struct mc_keeper_request *req, uint8_t *out, size_t room, char *why,
+			     size_t why_size);
+/* Decode the @len bytes of one received packet: 0, or -EPROTO with @why.
+ * @req is zeroed first; its sequence is set as soon as the header is read,
+ * so that an ERROR reply can echo it. */
+int mc_keeper_request_decode(const uint8_t *in, size_t len, struct mc_keeper_request *req, char *why,
+			     size_t why_size);
+
+/* As for requests. */
+int mc_keeper_reply_encode(const struct mc_keeper_reply *rep, uint8_t *out, size_t room, char *why,
+			   size_t why_size);
+int mc_keeper_reply_decode(const uint8_t *in, size_t len, struct mc_keeper_reply *rep, char *why,
+			   size_t why_size);
+
+/* The name of a request type or a field, for messages ("CREATE", "size"). */
+const char *mc_keeper_type_name(uint16_t type);
+const char *mc_keeper_field_name(uint16_t field);
+
+#endif
