@@ -184,8 +184,9 @@ static int check_allocation(const struct report *r, uint64_t size, uint64_t page
 	return 0;
 }
 
-/* What a request's fields must satisfy, in the struct as on the wire. */
-static int check_request(const struct report *r, const struct mc_keeper_request *q, size_t name_len)
+/* A request's name and identity, in a struct to encode; the decoder checks
+ * the same on the packet's bytes, before it copies them. */
+static int check_request_lengths(const struct report *r, const struct mc_keeper_request *q, size_t name_len)
 {
 	int err;
 
@@ -196,19 +197,7 @@ static int check_request(const struct report *r, const struct mc_keeper_request 
 		if (q->identity_bytes > MC_KEEPER_IDENTITY_MAX)
 			return refuse(r, "identity of %u bytes, %d at most", q->identity_bytes,
 				      MC_KEEPER_IDENTITY_MAX);
-		if (q->size == 0)
-			return refuse(r, "CREATE of size 0");
-		if (q->page_size && !mc_is_power_of_two(q->page_size))
-			return refuse(r, "page size %llu is neither 0 nor a power of two",
-				      (unsigned long long)q->page_size);
-		if (q->world_size == 0)
-			return refuse(r, "CREATE with world size 0");
-		if (q->flags & ~MC_KEEPER_CREATE_FLAGS_KNOWN)
-			return refuse(r, "CREATE has unknown flags 0x%x",
-				      q->flags & ~MC_KEEPER_CREATE_FLAGS_KNOWN);
-		if ((q->flags & MC_KEEPER_CREATE_ATTACH_ONLY) && (q->flags & MC_KEEPER_CREATE_CREATE_ONLY))
-			return refuse(r, "CREATE asks for both attach-only and create-only");
-		return check_sharing(r, q->sharing, q->gid);
+		return 0;
 	case MC_KEEPER_LIST:
 		return name_len ? check_name(r, q->name, name_len) : 0;
 	case MC_KEEPER_RELEASE:
@@ -217,6 +206,25 @@ static int check_request(const struct report *r, const struct mc_keeper_request 
 	default:
 		return 0;
 	}
+}
+
+/* What a request's other fields must satisfy, in the struct as on the wire. */
+static int check_request(const struct report *r, const struct mc_keeper_request *q)
+{
+	if (q->type != MC_KEEPER_CREATE)
+		return 0;
+	if (q->size == 0)
+		return refuse(r, "CREATE of size 0");
+	if (q->page_size && !mc_is_power_of_two(q->page_size))
+		return refuse(r, "page size %llu is neither 0 nor a power of two",
+			      (unsigned long long)q->page_size);
+	if (q->world_size == 0)
+		return refuse(r, "CREATE with world size 0");
+	if (q->flags & ~MC_KEEPER_CREATE_FLAGS_KNOWN)
+		return refuse(r, "CREATE has unknown flags 0x%x", q->flags & ~MC_KEEPER_CREATE_FLAGS_KNOWN);
+	if ((q->flags & MC_KEEPER_CREATE_ATTACH_ONLY) && (q->flags & MC_KEEPER_CREATE_CREATE_ONLY))
+		return refuse(r, "CREATE asks for both attach-only and create-only");
+	return check_sharing(r, q->sharing, q->gid);
 }
 
 static void put_header(uint8_t *out, uint16_t type, size_t length, uint32_t sequence)
@@ -240,7 +248,7 @@ int mc_keeper_request_encode(const struct mc_keeper_request *req, uint8_t *out, 
 		return refuse(&r, "unknown request type %u", req->type);
 	if (name_len > MC_KEEPER_NAME_MAX)
 		return refuse(&r, "segment name is not terminated within %d bytes", MC_KEEPER_NAME_MAX);
-	if ((err = check_request(&r, req, name_len)))
+	if ((err = check_request_lengths(&r, req, name_len)) || (err = check_request(&r, req)))
 		return err;
 	switch (req->type) {
 	case MC_KEEPER_HELLO:
@@ -403,7 +411,7 @@ static int decode_request(const struct report *rr, const uint8_t *in, size_t len
 		memcpy(req->name, in + NAMED_REQUEST_BYTES, name_len);
 		break;
 	}
-	return check_request(&r, req, name_len);
+	return check_request(&r, req);
 }
 
 int mc_keeper_request_decode(const uint8_t *in, size_t len, struct mc_keeper_request *req, char *why,
@@ -431,19 +439,29 @@ static size_t record_bytes(const struct mc_keeper_segment *s)
 	return RECORD_BYTES + strnlen(s->name, sizeof(s->name)) + s->identity_bytes;
 }
 
-static int check_record(const struct report *r, const struct mc_keeper_segment *s, size_t name_len,
-			unsigned int index)
+/* A record's name and identity, in a struct to encode; the decoder checks
+ * the same on the packet's bytes, before it copies them. */
+static int check_record_lengths(const struct report *r, const struct mc_keeper_segment *s, size_t name_len,
+				unsigned int index)
+{
+	char detail[128];
+
+	if (!mc_keeper_name_valid(s->name, name_len, detail, sizeof(detail)))
+		return refuse(r, "segment record %u: %s", index, detail);
+	if (s->identity_bytes > MC_KEEPER_IDENTITY_MAX)
+		return refuse(r, "segment record %u: identity of %u bytes, %d at most", index,
+			      s->identity_bytes, MC_KEEPER_IDENTITY_MAX);
+	return 0;
+}
+
+/* What a record's other fields must satisfy. */
+static int check_record(const struct report *r, const struct mc_keeper_segment *s, unsigned int index)
 {
 	char detail[160];
 	const struct report inner = { r->err, "", detail, sizeof(detail) };
-	int err = 0;
+	int err;
 
-	if ((err = check_name(&inner, s->name, name_len)))
-		;
-	else if (s->identity_bytes > MC_KEEPER_IDENTITY_MAX)
-		err = refuse(&inner, "identity of %u bytes, %d at most", s->identity_bytes,
-			     MC_KEEPER_IDENTITY_MAX);
-	else if ((err = check_allocation(&inner, s->size, s->page_size)))
+	if ((err = check_allocation(&inner, s->size, s->page_size)))
 		;
 	else if (s->world_size == 0)
 		err = refuse(&inner, "world size 0");
@@ -520,7 +538,7 @@ static long get_record(const struct report *r, const uint8_t *in, size_t avail, 
 	s->flags = mc_get_le16(in + 66);
 	s->mappers = mc_get_le32(in + 68);
 	s->warm_attaches = mc_get_le32(in + 72);
-	if ((err = check_record(r, s, name_len, index)))
+	if ((err = check_record(r, s, index)))
 		return err;
 	return (long)bytes;
 }
@@ -625,7 +643,8 @@ int mc_keeper_reply_encode(const struct mc_keeper_reply *rep, uint8_t *out, size
 		for (unsigned int i = 0; i < records; i++) {
 			size_t name_len = strnlen(rep->segments[i].name, sizeof(rep->segments[i].name));
 
-			if ((err = check_record(&r, &rep->segments[i], name_len, i)))
+			if ((err = check_record_lengths(&r, &rep->segments[i], name_len, i)) ||
+			    (err = check_record(&r, &rep->segments[i], i)))
 				return err;
 			body += record_bytes(&rep->segments[i]);
 		}

@@ -630,6 +630,13 @@ START_TEST(test_bad_create_fields)
 	len += MC_KEEPER_IDENTITY_MAX + 1 - 5;
 	mc_put_le32(buf + 8, (uint32_t)len);
 	request_refused(buf, len, "identity of 65 bytes, 64 at most");
+	/* One that fills the largest packet: copied unchecked, it would run far past the struct. */
+	len = valid_create(buf);
+	mc_put_le16(buf + 66, (uint16_t)(MC_KEEPER_MESSAGE_MAX - len + 5));
+	memset(buf + len, 0, MC_KEEPER_MESSAGE_MAX - len);
+	mc_put_le32(buf + 8, MC_KEEPER_MESSAGE_MAX);
+	request_refused(buf, MC_KEEPER_MESSAGE_MAX, "at most");
+	ck_assert_msg(strstr(why, "identity of 16294 bytes, 64 at most"), "why: %s", why);
 	/* The encoder refuses the same. */
 	q = sample_create();
 	q.world_size = 0;
@@ -751,6 +758,18 @@ START_TEST(test_bad_list_replies)
 	mc_put_le16(buf + rec1 + 62, 200);
 	reply_refused(buf, len, "length mismatch: segment record 1 declares 283 bytes, 84 are left");
 	mc_put_le16(buf + rec1 + 62, 1);
+	/* A record whose name is longer than a name may be, the lengths agreeing:
+	 * copied unchecked, it would run past the record's array. */
+	{
+		static uint8_t big[MC_KEEPER_MESSAGE_MAX];
+		size_t big_len = rec1 + 80 + 4000 + 3;
+
+		memcpy(big, buf, rec1 + 80);
+		memset(big + rec1 + 80, 'z', 4000 + 3);
+		mc_put_le16(big + rec1 + 62, 4000);
+		mc_put_le32(big + 8, (uint32_t)big_len);
+		reply_refused(big, big_len, "segment record 1: segment name is 4000 bytes, 255 at most");
+	}
 	/* Reserved bytes of a record, of the LIST body. */
 	buf[rec0 + 61] = 1;
 	reply_refused(buf, len, "segment record 0 has reserved bytes that are not zero");
@@ -790,6 +809,15 @@ START_TEST(test_bad_list_replies)
 	reply_refused(buf, len, "LIST says more segments follow but holds none");
 	mc_put_le16(buf + 26, 1u << 3);
 	reply_refused(buf, len, "LIST has unknown flags 0x8");
+	/* The encoder refuses a record's bad name or identity. */
+	list_of_two(buf);
+	strcpy(rep_in.segments[1].name, "b/c");
+	ck_assert_int_eq(mc_keeper_reply_encode(&rep_in, buf, sizeof(buf), why, sizeof(why)), -EINVAL);
+	ck_assert_msg(strstr(why, "segment record 1: segment name has '/' at byte 1"), "why: %s", why);
+	list_of_two(buf);
+	rep_in.segments[0].identity_bytes = MC_KEEPER_IDENTITY_MAX + 1;
+	ck_assert_int_eq(mc_keeper_reply_encode(&rep_in, buf, sizeof(buf), why, sizeof(why)), -EINVAL);
+	ck_assert_msg(strstr(why, "segment record 0: identity of 65 bytes, 64 at most"), "why: %s", why);
 }
 END_TEST
 
