@@ -1,29 +1,68 @@
 #!/usr/bin/env bash
-# Build the libFuzzer target with clang (ASan+UBSan) against the library's
-# sources that BUILDDIR's configuration compiles, and run it for SECONDS
-# (default 120) on a seed corpus that BUILDDIR makes from the current blob
-# format (make fuzz-corpus: real blob sets, never stale).
-# Any crash, leak, hang or sanitizer report fails; the last line reports the
-# executions and the coverage reached.
-#   usage: tests/fuzz/run.sh [SECONDS] [BUILDDIR]   (BUILDDIR holds config.h)
+# Build the libFuzzer targets with clang (ASan+UBSan) and run them, SECONDS
+# in all (default 120), split between them:
+#  - fuzz-complete (two thirds): the blob decoder and complete(), against the
+#    library's sources that BUILDDIR's configuration compiles, on a seed
+#    corpus that BUILDDIR makes from the current blob format (make
+#    fuzz-corpus: real blob sets, never stale);
+#  - fuzz-keeper-wire (one third): the keeper's request and reply decoders
+#    (lib/route/keeper-wire.c alone), on seeds that the same file, built as
+#    the seed writer, makes with this build's encoders.
+# Any crash, leak, hang or sanitizer report fails; for each target the last
+# lines report the executions and the coverage reached.
+#   usage: tests/fuzz/run.sh [SECONDS] [BUILDDIR] [TARGET]
+#          (BUILDDIR holds config.h; TARGET complete or keeper-wire: only it, for all SECONDS)
 set -euo pipefail
 seconds=${1:-120}
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 builddir=$(cd "${2:-$top}" && pwd)
+only=${3:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The headers configure found (cuda.h for lib/accel/accel-cuda.c), from the build's Makefile.
-read -r -a accel_cppflags <<<"$(sed -n 's/^\(CUDA\|ASCEND\)_CPPFLAGS = //p' "$builddir/Makefile" | tr '\n' ' ')"
-mapfile -t sources < <(make -s -C "$builddir" print-lib-sources)
+sanitize=(-g -O1 "-fsanitize=fuzzer,address,undefined" -fno-sanitize-recover=all)
 
-clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	-I"$builddir" -I"$top/lib" "${accel_cppflags[@]}" "${sources[@]}" "$here/fuzz-complete.c" -lnuma -lpthread \
-	-o "$work/fuzz-complete"
-# Work on a copy: new inputs stay out of the build tree.
-make -s -C "$builddir" fuzz-corpus >/dev/null
-cp -r "$builddir/tests/fuzz/corpus" "$work/corpus"
-"$work/fuzz-complete" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=1100 \
-	-print_final_stats=1 "$work/corpus" 2>"$work/log" || { tail -60 "$work/log"; exit 1; }
-grep -E '^#[0-9]+.*(DONE|pulse)' "$work/log" | tail -1
-grep -E 'stat::number_of_executed_units|stat::peak_rss_mb' "$work/log"
+case $only in
+'') keeper_seconds=$((seconds / 3)) complete_seconds=$((seconds - seconds / 3)) ;;
+complete) keeper_seconds=0 complete_seconds=$seconds ;;
+keeper-wire) keeper_seconds=$seconds complete_seconds=0 ;;
+*)
+	echo "run.sh: unknown target '$only' (complete or keeper-wire)" >&2
+	exit 2
+	;;
+esac
+
+# run NAME SECONDS MAX_LEN CORPUS: fuzz, then print its figures.
+run() {
+	"$work/$1" -max_total_time="$2" -timeout=10 -rss_limit_mb=2048 -max_len="$3" \
+		-print_final_stats=1 "$4" 2>"$work/$1.log" || {
+		tail -60 "$work/$1.log"
+		exit 1
+	}
+	echo "$1:"
+	grep -E '^#[0-9]+.*(DONE|pulse)' "$work/$1.log" | tail -1
+	grep -E 'stat::number_of_executed_units|stat::peak_rss_mb' "$work/$1.log"
+}
+
+if [ "$complete_seconds" -gt 0 ]; then
+	# The headers configure found (cuda.h for lib/accel/accel-cuda.c), from the build's Makefile.
+	read -r -a accel_cppflags <<<"$(sed -n 's/^\(CUDA\|ASCEND\)_CPPFLAGS = //p' "$builddir/Makefile" | tr '\n' ' ')"
+	mapfile -t sources < <(make -s -C "$builddir" print-lib-sources)
+	clang "${sanitize[@]}" \
+		-I"$builddir" -I"$top/lib" "${accel_cppflags[@]}" "${sources[@]}" "$here/fuzz-complete.c" -lnuma -lpthread \
+		-o "$work/fuzz-complete"
+	# Work on a copy: new inputs stay out of the build tree.
+	make -s -C "$builddir" fuzz-corpus >/dev/null
+	cp -r "$builddir/tests/fuzz/corpus" "$work/corpus"
+	run fuzz-complete "$complete_seconds" 1100 "$work/corpus"
+fi
+
+if [ "$keeper_seconds" -gt 0 ]; then
+	wire=("$top/lib/route/keeper-wire.c" "$here/fuzz-keeper-wire.c")
+	clang "${sanitize[@]}" -I"$builddir" -I"$top/lib" "${wire[@]}" -o "$work/fuzz-keeper-wire"
+	clang -g -O1 -DMC_FUZZ_WRITE_SEEDS -I"$builddir" -I"$top/lib" "${wire[@]}" -o "$work/keeper-wire-seeds"
+	mkdir "$work/keeper-corpus"
+	"$work/keeper-wire-seeds" "$work/keeper-corpus"
+	# A packet is at most MC_KEEPER_MESSAGE_MAX (16384) bytes; a little more tests "over-long".
+	run fuzz-keeper-wire "$keeper_seconds" 16400 "$work/keeper-corpus"
+fi
