@@ -75,7 +75,7 @@ static void write_seed(const char *dir, const char *name, const uint8_t *bytes, 
 static void record(struct mc_keeper_segment *s, const char *name, uint16_t identity_bytes)
 {
 	memset(s, 0, sizeof(*s));
-	strcpy(s->name, name);
+	snprintf(s->name, sizeof(s->name), "%s", name);
 	s->fingerprint = UINT64_C(0x0123456789abcdef);
 	s->size = UINT64_C(1) << 30;
 	s->page_size = 2 << 20;
@@ -110,7 +110,7 @@ int main(int argc, char **argv)
 	write_seed(dir, "request-hello", out, mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
 	q.type = MC_KEEPER_CREATE;
 	q.sequence = 1;
-	strcpy(q.name, "kv-cache");
+	snprintf(q.name, sizeof(q.name), "%s", "kv-cache");
 	q.fingerprint = UINT64_C(0x0123456789abcdef);
 	q.size = UINT64_C(1) << 30;
 	q.page_size = 2 << 20;
@@ -125,7 +125,7 @@ int main(int argc, char **argv)
 	for (unsigned int i = 0; i < 3; i++) {
 		memset(&q, 0, sizeof(q));
 		q.type = named[i];
-		strcpy(q.name, "kv-cache");
+		snprintf(q.name, sizeof(q.name), "%s", "kv-cache");
 		write_seed(dir, named_files[i], out, mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
 	}
 
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
 	reply.instance = UINT64_C(0x1122334455667788);
 	reply.message_max = MC_KEEPER_MESSAGE_MAX;
 	reply.hello_flags = MC_KEEPER_HELLO_FDSTORE;
-	strcpy(reply.text, "mooncake-segmentd");
+	snprintf(reply.text, sizeof(reply.text), "%s", "mooncake-segmentd");
 	write_seed(dir, "reply-hello", out, mc_keeper_reply_encode(&reply, out, sizeof(out), NULL, 0));
 
 	memset(&reply, 0, sizeof(reply));
@@ -153,14 +153,15 @@ int main(int argc, char **argv)
 	reply.type = MC_KEEPER_REPLY | MC_KEEPER_CREATE;
 	reply.status = EEXIST;
 	reply.field = MC_KEEPER_FIELD_FINGERPRINT;
-	strcpy(reply.text, "kept segment \"kv-cache\" was declared with another layout");
+	snprintf(reply.text, sizeof(reply.text), "%s",
+		 "kept segment \"kv-cache\" was declared with another layout");
 	write_seed(dir, "reply-create-mismatch", out,
 		   mc_keeper_reply_encode(&reply, out, sizeof(out), NULL, 0));
 
 	memset(&reply, 0, sizeof(reply));
 	reply.type = MC_KEEPER_ERROR;
 	reply.status = EPROTO;
-	strcpy(reply.text, "keeper request: unknown type 9");
+	snprintf(reply.text, sizeof(reply.text), "%s", "keeper request: unknown type 9");
 	write_seed(dir, "reply-error", out, mc_keeper_reply_encode(&reply, out, sizeof(out), NULL, 0));
 
 	memset(&reply, 0, sizeof(reply));

@@ -10,6 +10,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +74,7 @@ static struct mc_keeper_request sample_create(void)
 	memset(&q, 0, sizeof(q));
 	q.type = MC_KEEPER_CREATE;
 	q.sequence = 0x01020304;
-	strcpy(q.name, "kv-cache.llama-70b");
+	snprintf(q.name, sizeof(q.name), "%s", "kv-cache.llama-70b");
 	q.fingerprint = UINT64_C(0x0123456789abcdef);
 	q.size = UINT64_C(3) << 30;
 	q.page_size = 2 << 20;
@@ -106,7 +107,7 @@ static size_t encode_reply(const struct mc_keeper_reply *p, uint8_t *out, size_t
 static void sample_record(struct mc_keeper_segment *s, const char *name)
 {
 	memset(s, 0, sizeof(*s));
-	strcpy(s->name, name);
+	snprintf(s->name, sizeof(s->name), "%s", name);
 	s->fingerprint = UINT64_C(0xfeedface00c0ffee);
 	s->size = UINT64_C(4) << 30;
 	s->page_size = 4096;
@@ -224,7 +225,7 @@ START_TEST(test_small_requests_round_trip)
 		memset(&q, 0, sizeof(q));
 		q.type = types[i];
 		q.sequence = 100 + i;
-		strcpy(q.name, names[i]);
+		snprintf(q.name, sizeof(q.name), "%s", names[i]);
 		len = encode_request(&q, buf, sizeof(buf));
 		ck_assert_uint_eq(len, lengths[i]);
 		ck_assert_int_eq(decode_request_exact(buf, len, &d), 0);
@@ -249,7 +250,7 @@ START_TEST(test_hello_reply_round_trip)
 	rep_in.message_max = MC_KEEPER_MESSAGE_MAX;
 	rep_in.kept = 100;
 	rep_in.hello_flags = MC_KEEPER_HELLO_FDSTORE;
-	strcpy(rep_in.text, "mooncake-segmentd 0.4.0");
+	snprintf(rep_in.text, sizeof(rep_in.text), "%s", "mooncake-segmentd 0.4.0");
 	len = encode_reply(&rep_in, buf, sizeof(buf));
 	ck_assert_uint_eq(len, 24 + 32 + strlen(rep_in.text));
 	ck_assert_uint_eq(mc_get_le16(buf + 6), 0x8001);
@@ -311,7 +312,8 @@ START_TEST(test_refusal_carries_errno_field_and_sentence_only)
 	rep_in.type = MC_KEEPER_REPLY | MC_KEEPER_CREATE;
 	rep_in.status = EEXIST;
 	rep_in.field = MC_KEEPER_FIELD_SIZE;
-	strcpy(rep_in.text, "kept segment \"kv\" has size 4294967296, this create asks for 2147483648");
+	snprintf(rep_in.text, sizeof(rep_in.text), "%s",
+		 "kept segment \"kv\" has size 4294967296, this create asks for 2147483648");
 	len = encode_reply(&rep_in, buf, sizeof(buf));
 	ck_assert_uint_eq(len, 24 + strlen(rep_in.text));
 	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
@@ -325,7 +327,7 @@ START_TEST(test_refusal_carries_errno_field_and_sentence_only)
 	rep_in.type = MC_KEEPER_ERROR;
 	rep_in.sequence = 77;
 	rep_in.status = EPROTO;
-	strcpy(rep_in.text, "keeper request: unknown type 9");
+	snprintf(rep_in.text, sizeof(rep_in.text), "%s", "keeper request: unknown type 9");
 	len = encode_reply(&rep_in, buf, sizeof(buf));
 	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
 	ck_assert_uint_eq(rep_out.type, MC_KEEPER_ERROR);
@@ -470,7 +472,7 @@ START_TEST(test_length_mismatch)
 	request_refused(buf, len, "length mismatch");
 	/* Trailing bytes after a HELLO. */
 	memset(buf, 0, 32);
-	memcpy(buf, "MCKP", 4);
+	mc_put_le32(buf, MC_KEEPER_MAGIC);
 	mc_put_le16(buf + 4, 1);
 	mc_put_le16(buf + 6, MC_KEEPER_HELLO);
 	mc_put_le32(buf + 8, 32);
@@ -515,7 +517,7 @@ START_TEST(test_reserved_bytes_must_be_zero)
 	}
 	memset(&q, 0, sizeof(q));
 	q.type = MC_KEEPER_STAT;
-	strcpy(q.name, "kv");
+	snprintf(q.name, sizeof(q.name), "%s", "kv");
 	len = encode_request(&q, buf, sizeof(buf));
 	buf[23] = 0x80;
 	request_refused(buf, len, "reserved bytes 18..23 are not zero");
@@ -532,14 +534,13 @@ END_TEST
 static size_t create_named(uint8_t *buf, const char *name, size_t name_len)
 {
 	struct mc_keeper_request q = sample_create();
-	size_t len;
+	size_t len = 72 + name_len;
 
 	q.identity_bytes = 0;
-	strcpy(q.name, "x");
-	len = encode_request(&q, buf, MC_KEEPER_MESSAGE_MAX);
+	snprintf(q.name, sizeof(q.name), "%s", "x");
+	ck_assert_uint_eq(encode_request(&q, buf, MC_KEEPER_MESSAGE_MAX), 72 + 1);
 	memcpy(buf + 72, name, name_len);
 	mc_put_le16(buf + 64, (uint16_t)name_len);
-	len = 72 + name_len;
 	mc_put_le32(buf + 8, (uint32_t)len);
 	return len;
 }
@@ -591,7 +592,7 @@ START_TEST(test_named_requests_need_a_name_list_does_not)
 	mc_put_le16(buf + 6, MC_KEEPER_STAT);
 	request_refused(buf, len, "segment name is empty");
 	q.type = MC_KEEPER_LIST;
-	strcpy(q.name, "c/d");
+	snprintf(q.name, sizeof(q.name), "%s", "c/d");
 	ck_assert_int_eq(mc_keeper_request_encode(&q, buf, sizeof(buf), why, sizeof(why)), -EINVAL);
 	ck_assert_msg(strstr(why, "segment name has '/' at byte 1"), "why: %s", why);
 }
@@ -703,7 +704,7 @@ START_TEST(test_bad_reply_text)
 	memset(&rep_in, 0, sizeof(rep_in));
 	rep_in.type = MC_KEEPER_ERROR;
 	rep_in.status = EPROTO;
-	strcpy(rep_in.text, "abc");
+	snprintf(rep_in.text, sizeof(rep_in.text), "%s", "abc");
 	len = encode_reply(&rep_in, buf, sizeof(buf));
 	buf[len - 2] = '\033';
 	reply_refused(buf, len, "message has byte 0x1b at 1, not printable ASCII");
@@ -719,7 +720,7 @@ START_TEST(test_bad_reply_text)
 	mc_put_le16(buf + 22, MC_KEEPER_TEXT_MAX + 1);
 	reply_refused(buf, len, "message of 513 bytes, 512 at most");
 	/* The encoder refuses a control character. */
-	strcpy(rep_in.text, "a\tb");
+	snprintf(rep_in.text, sizeof(rep_in.text), "%s", "a\tb");
 	ck_assert_int_eq(mc_keeper_reply_encode(&rep_in, buf, sizeof(buf), why, sizeof(why)), -EINVAL);
 	ck_assert_msg(strstr(why, "byte 0x09"), "why: %s", why);
 }
@@ -811,7 +812,7 @@ START_TEST(test_bad_list_replies)
 	reply_refused(buf, len, "LIST has unknown flags 0x8");
 	/* The encoder refuses a record's bad name or identity. */
 	list_of_two(buf);
-	strcpy(rep_in.segments[1].name, "b/c");
+	snprintf(rep_in.segments[1].name, sizeof(rep_in.segments[1].name), "%s", "b/c");
 	ck_assert_int_eq(mc_keeper_reply_encode(&rep_in, buf, sizeof(buf), why, sizeof(why)), -EINVAL);
 	ck_assert_msg(strstr(why, "segment record 1: segment name has '/' at byte 1"), "why: %s", why);
 	list_of_two(buf);
