@@ -39,30 +39,6 @@ static const char *calls(void)
 	return read_text(log_path, log_text, sizeof(log_text));
 }
 
-/* The futex wake-ups the library makes on the watched words (a slot's
- * sequence in the owner's and the peer's mapping): this program's syscall()
- * comes before libc's for the library linked into it. */
-static const void *watched[2];
-static int wakes;
-
-long syscall(long __sysno, ...) /* glibc's name for it, so the declarations agree */
-{
-	static long (*real)(long number, ...);
-	long number = __sysno, arg[6];
-	va_list ap;
-
-	va_start(ap, __sysno);
-	for (int i = 0; i < 6; i++)
-		arg[i] = va_arg(ap, long); /* as glibc's syscall() reads them */
-	va_end(ap);
-	if (number == SYS_futex && (arg[1] & FUTEX_CMD_MASK) == FUTEX_WAKE &&
-	    ((const void *)arg[0] == watched[0] || (const void *)arg[0] == watched[1]))
-		__atomic_add_fetch(&wakes, 1, __ATOMIC_RELAXED);
-	if (!real)
-		*(void **)&real = dlsym(RTLD_NEXT, "syscall");
-	return real(number, arg[0], arg[1], arg[2], arg[3], arg[4], arg[5]);
-}
-
 struct pair {
 	struct mooncake_segment *owner, *peer;
 };
@@ -99,6 +75,31 @@ static void check_everything_released(void)
 	ck_assert_msg(!strstr(log_text, "ERROR"), "%s", log_text);
 }
 
+#if HAVE_ASCEND_VALUE_OPS
+/* The futex wake-ups the library makes on the watched words (a slot's
+ * sequence in the owner's and the peer's mapping): this program's syscall()
+ * comes before libc's for the library linked into it. */
+static const void *watched[2];
+static int wakes;
+
+long syscall(long __sysno, ...) /* glibc's name for it, so the declarations agree */
+{
+	static long (*real)(long number, ...);
+	long number = __sysno, arg[6];
+	va_list ap;
+
+	va_start(ap, __sysno);
+	for (int i = 0; i < 6; i++)
+		arg[i] = va_arg(ap, long); /* as glibc's syscall() reads them */
+	va_end(ap);
+	if (number == SYS_futex && (arg[1] & FUTEX_CMD_MASK) == FUTEX_WAKE &&
+	    ((const void *)arg[0] == watched[0] || (const void *)arg[0] == watched[1]))
+		__atomic_add_fetch(&wakes, 1, __ATOMIC_RELAXED);
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "syscall");
+	return real(number, arg[0], arg[1], arg[2], arg[3], arg[4], arg[5]);
+}
+
 /* Watch @slot's sequence in both ranks' mappings for wake-ups. */
 static void watch_slot(const struct pair *g, uint32_t slot)
 {
@@ -129,7 +130,6 @@ static void *publish_later(void *arg)
 	return NULL;
 }
 
-#if HAVE_ASCEND_VALUE_OPS
 START_TEST(test_slot_words_have_device_addresses_on_every_rank)
 {
 	uint64_t owner_dev = 0, peer_dev = 0;
