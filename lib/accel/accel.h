@@ -56,7 +56,10 @@ struct mc_accel_ops {
 	 * @device_addr is at least @value, wrap-aware ((int64_t)(word - value)
 	 * >= 0).  0, or a negative errno with the runtime's words in @why.  NULL
 	 * where the runtime has no such calls; stream_why_unavailable says why a
-	 * loaded runtime lacks them ("" when it has them). */
+	 * loaded runtime lacks them ("" when it has them).  Ascend has no host
+	 * function: its stream_write ignores @after (CPU waiters then notice
+	 * within their 100 ms sleep), and both refuse (-EINVAL) on a thread
+	 * whose current device is not @reg's. */
 	int (*stream_write)(const struct mc_registration *reg, void *stream, uint64_t device_addr,
 			    uint64_t value, void (*after)(void *), void *arg, char *why, size_t why_size);
 	int (*stream_wait)(const struct mc_registration *reg, void *stream, uint64_t device_addr,

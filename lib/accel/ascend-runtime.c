@@ -19,14 +19,17 @@
 struct mc_acl mc_acl;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static bool have_device, have_vmm;
-static char load_failure[256], vmm_failure[256];
+static bool have_device, have_vmm, have_stream;
+static char load_failure[256], vmm_failure[256], stream_failure[256];
 
 /* NOLINTNEXTLINE(bugprone-macro-parentheses): @name is a member name */
 #define SYMBOL(name) { #name, (void **)&mc_acl.name },
 static const struct mc_runtime_symbol base_symbols[] = { MC_ACL_BASE_FUNCTIONS(SYMBOL) };
 #if HAVE_ASCEND_VMM
 static const struct mc_runtime_symbol vmm_symbols[] = { MC_ACL_VMM_FUNCTIONS(SYMBOL) };
+#endif
+#if HAVE_ASCEND_VALUE_OPS
+static const struct mc_runtime_symbol stream_symbols[] = { MC_ACL_STREAM_FUNCTIONS(SYMBOL) };
 #endif
 #undef SYMBOL
 
@@ -36,6 +39,7 @@ static void load_runtime(void)
 	void *lib;
 
 	snprintf(vmm_failure, sizeof(vmm_failure), "no Ascend runtime");
+	snprintf(stream_failure, sizeof(stream_failure), "no Ascend runtime");
 	lib = mc_runtime_open("MOONCAKE_SEGMENT_ASCEND_LIBRARY", "libascendcl.so", "Ascend runtime",
 			      base_symbols, MC_ARRAY_SIZE(base_symbols), load_failure, sizeof(load_failure));
 	if (!lib)
@@ -54,6 +58,14 @@ static void load_runtime(void)
 	snprintf(vmm_failure, sizeof(vmm_failure),
 		 "this build's Ascend headers declare no V2 shareable-handle API (CANN 8.5 or later needed)");
 #endif
+#if HAVE_ASCEND_VALUE_OPS
+	have_stream = mc_runtime_resolve(lib, "Ascend runtime", stream_symbols, MC_ARRAY_SIZE(stream_symbols),
+					 stream_failure, sizeof(stream_failure));
+#else
+	snprintf(
+		stream_failure, sizeof(stream_failure),
+		"this build's Ascend headers declare no aclrtValueWrite or aclrtValueWait (CANN 8.x needed)");
+#endif
 }
 
 bool mc_acl_ready(const char **why)
@@ -71,6 +83,15 @@ bool mc_acl_vmm_ready(const char **why)
 	if (!have_vmm && why)
 		*why = vmm_failure;
 	return have_vmm;
+}
+
+bool mc_acl_stream_ready(const char **why)
+{
+	if (!mc_acl_ready(why))
+		return false;
+	if (!have_stream && why)
+		*why = stream_failure;
+	return have_stream;
 }
 
 void mc_acl_describe(aclError r, char *buf, size_t size)

@@ -38,11 +38,22 @@
 #define MC_ACL_VMM_FUNCTIONS(X)
 #endif
 
+/* The publish slots in stream order (slots-stream.c): optional too, as only
+ * CANN 8.x on Atlas A2/A3 has them. */
+#if HAVE_ASCEND_VALUE_OPS
+#define MC_ACL_STREAM_FUNCTIONS(X) \
+	X(aclrtValueWrite)         \
+	X(aclrtValueWait)
+#else
+#define MC_ACL_STREAM_FUNCTIONS(X)
+#endif
+
 struct mc_acl {
 /* NOLINTNEXTLINE(bugprone-macro-parentheses): @name is a declarator */
 #define MC_ACL_DECLARE_POINTER(name) __typeof__(&name) name;
 	MC_ACL_BASE_FUNCTIONS(MC_ACL_DECLARE_POINTER)
 	MC_ACL_VMM_FUNCTIONS(MC_ACL_DECLARE_POINTER)
+	MC_ACL_STREAM_FUNCTIONS(MC_ACL_DECLARE_POINTER)
 #undef MC_ACL_DECLARE_POINTER
 };
 
@@ -53,6 +64,8 @@ extern struct mc_acl mc_acl;
 bool mc_acl_ready(const char **why);
 /* Also the VMM entry points are there. */
 bool mc_acl_vmm_ready(const char **why);
+/* Also the stream memory operations are there. */
+bool mc_acl_stream_ready(const char **why);
 /* "returned R: <the runtime's message>" for a failed call. */
 void mc_acl_describe(aclError r, char *buf, size_t size);
 /* The calling thread's current device, -1 when none is set. */

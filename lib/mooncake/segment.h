@@ -368,7 +368,9 @@ const uint64_t *mooncake_segment_slot_words(const struct mooncake_segment *seg, 
  * sequence (wait_slot(), read_begin(), a stream wait) sees the bytes those
  * copies wrote.  Then, unless @flags has MOONCAKE_SEGMENT_STREAM_NO_HOST_WAKE,
  * a host function of the runtime wakes the slot's CPU waiters (without it
- * they notice within 100 ms).  The value is 2 past the larger of the
+ * they notice within 100 ms).  Ascend has no such host function: there the
+ * CPU waiters always notice within 100 ms, as if the flag were given.  The
+ * value is 2 past the larger of the
  * sequence now and the last value this rank queued for the slot, so a slot
  * published in stream order has one writer: do not also publish it from the
  * CPU or write_begin() it while stream publishes are queued.  Returns the
@@ -385,6 +387,9 @@ const uint64_t *mooncake_segment_slot_words(const struct mooncake_segment *seg, 
  * where the runtime has no stream memory operations (CUDA:
  * cuStreamWriteValue64, cuStreamWaitValue64, cuLaunchHostFunc; Ascend:
  * aclrtValueWrite, aclrtValueWait), and -EINVAL as the slot functions do.
+ * On Ascend the calling thread must be on device_id (AscendCL's rule; the
+ * library never moves it): -EINVAL otherwise, the message naming
+ * aclrtSetDevice.
  */
 #define MOONCAKE_SEGMENT_STREAM_NO_HOST_WAKE 0x1u
 int64_t mooncake_segment_publish_on_stream(struct mooncake_segment *seg, uint32_t slot, void *stream,

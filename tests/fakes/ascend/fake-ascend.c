@@ -11,13 +11,16 @@
  *   FAKE_ACL_FAIL_REGISTER_AT=N      the Nth aclrtHostRegister fails (allocation)
  *   FAKE_ACL_LOG=PATH                one line per call, appended
  *
- * Its virtual memory management (mmap=false) is fake-ascend-vmm.c.
+ * Its virtual memory management (mmap=false) is fake-ascend-vmm.c, its
+ * stream memory operations (aclrtValueWrite, aclrtValueWait) are
+ * fake-ascend-stream.c.
  */
 #include <acl/acl.h>
 #include <errno.h>
 #include <pthread.h>
 
 #include "../fake-runtime.h"
+#include "fake-ascend.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,9 +64,16 @@ aclError aclrtSetDevice(int32_t device)
 	return ACL_SUCCESS;
 }
 
-aclError aclrtGetDevice(int32_t *device)
+int fake_acl_current_device(void)
 {
 	int current = thread_device != -2 ? thread_device : fake_env_int("FAKE_ACL_CURRENT_DEVICE", 0);
+
+	return current < 0 ? -1 : current;
+}
+
+aclError aclrtGetDevice(int32_t *device)
+{
+	int current = fake_acl_current_device();
 
 	if (current < 0)
 		return ACL_ERROR_INVALID_PARAM; /* no device set on this thread */
@@ -135,6 +145,21 @@ aclError aclrtHostUnregister(void *ptr)
 	r = aclrtHostUnregister_locked(ptr);
 	pthread_mutex_unlock(&table_lock);
 	return r;
+}
+
+void *fake_acl_host_of(uintptr_t device_addr, size_t len)
+{
+	uintptr_t host = device_addr - DEVICE_WINDOW;
+	void *found = NULL;
+
+	if (device_addr < DEVICE_WINDOW)
+		return NULL;
+	pthread_mutex_lock(&table_lock);
+	for (int i = 0; i < nregistered && !found; i++)
+		if (host >= registered[i].addr && host + len <= registered[i].addr + registered[i].len)
+			found = (void *)host;
+	pthread_mutex_unlock(&table_lock);
+	return found;
 }
 
 const char *aclGetRecentErrMsg(void)

@@ -40,6 +40,19 @@ aclError aclrtHostRegister(void *ptr, uint64_t size, aclrtHostRegisterType type,
 aclError aclrtHostUnregister(void *ptr);
 const char *aclGetRecentErrMsg(void);
 
+/* Stream memory operations (CANN 8.x, Atlas A2/A3 only), spelt as in CANN's
+ * acl_rt.h; its documentation calls the GEQ mode ACL_VALUE_WAIT_GEQ (0x0). */
+
+typedef void *aclrtStream;
+
+#define ACL_STREAM_WAIT_VALUE_GEQ 0x00000000U
+#define ACL_STREAM_WAIT_VALUE_EQ  0x00000001U
+#define ACL_STREAM_WAIT_VALUE_AND 0x00000002U
+#define ACL_STREAM_WAIT_VALUE_NOR 0x00000003U
+
+aclError aclrtValueWrite(void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream);
+aclError aclrtValueWait(void *devAddr, uint64_t value, uint32_t flag, aclrtStream stream);
+
 /* Virtual memory management: physical memory, address reservations, sharing. */
 
 typedef void *aclrtDrvMemHandle;
