@@ -125,7 +125,8 @@ class SegmentSlots:
         publish is queued on that stream instead and nothing waits: once the
         work queued before it is done (a ``copy_(..., non_blocking=True)``
         into the block), the sequence becomes the returned value, behind a
-        system-scope fence, and then (``wake_host``) the CPU waiters wake.
+        system-scope fence, and then (``wake_host``) the CPU waiters wake (on
+        CUDA; AscendCL has no host function, so there they notice within 0.1 s).
         Such a slot has one writer: do not also publish it from the CPU while
         stream publishes are queued.  Synchronize the stream before
         :meth:`SharedSegment.close`.
