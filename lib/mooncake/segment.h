@@ -386,8 +386,9 @@ const uint64_t *mooncake_segment_slot_words(const struct mooncake_segment *seg, 
  * Both return -ENOTSUP (the message says why) without host_register, or
  * where the runtime has no stream memory operations (CUDA:
  * cuStreamWriteValue64, cuStreamWaitValue64, cuLaunchHostFunc; Ascend:
- * aclrtValueWrite, aclrtValueWait), and -EINVAL as the slot functions do.
- * On Ascend the calling thread must be on device_id (AscendCL's rule; the
+ * aclrtValueWrite, aclrtValueWait), -EINVAL as the slot functions do, and
+ * the runtime's refusal of the call as an errno (-EINVAL, -ENOMEM, -EIO;
+ * the message quotes the runtime).  On Ascend the calling thread must be on device_id (AscendCL's rule; the
  * library never moves it): -EINVAL otherwise, the message naming
  * aclrtSetDevice.
  */
