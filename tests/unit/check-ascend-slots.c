@@ -26,10 +26,10 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "slot-pair.h"
 
-#define BLOB  MOONCAKE_SEGMENT_BLOB_SIZE
-#define SIZE  (UINT64_C(4) << 20)
-#define SLOTS 4
+/* Both ranks on the thread's current device, as AscendCL requires. */
+#define DEVICE 1
 
 static char log_path[64];
 static char log_text[16384];
@@ -37,34 +37,6 @@ static char log_text[16384];
 static const char *calls(void)
 {
 	return read_text(log_path, log_text, sizeof(log_text));
-}
-
-struct pair {
-	struct mooncake_segment *owner, *peer;
-};
-
-/* An owner and a peer on device 1 (the thread's current device, as
- * AscendCL requires), with SLOTS slots, host_register as asked. */
-static struct pair make_pair(bool host_register)
-{
-	struct mooncake_segment_options o = host_register_options(2, 0, 1),
-					p = host_register_options(2, 1, 1);
-	uint8_t blobs[2 * BLOB];
-	struct pair g;
-
-	o.slot_count = p.slot_count = SLOTS;
-	o.host_register = p.host_register = host_register;
-	ck_assert_int_eq(mooncake_segment_create("stream-slots", SIZE, &o, &g.owner, blobs), 0);
-	ck_assert_int_eq(mooncake_segment_create("stream-slots", SIZE, &p, &g.peer, blobs + BLOB), 0);
-	ck_assert_int_eq(mooncake_segment_complete(g.owner, blobs, sizeof(blobs)), 0);
-	ck_assert_int_eq(mooncake_segment_complete(g.peer, blobs, sizeof(blobs)), 0);
-	return g;
-}
-
-static void destroy_pair(struct pair *g)
-{
-	mooncake_segment_destroy(g->peer);
-	mooncake_segment_destroy(g->owner);
 }
 
 /* Every registration undone, nothing the fake refused. */
@@ -101,7 +73,7 @@ long syscall(long __sysno, ...) /* glibc's name for it, so the declarations agre
 }
 
 /* Watch @slot's sequence in both ranks' mappings for wake-ups. */
-static void watch_slot(const struct pair *g, uint32_t slot)
+static void watch_slot(const struct slot_pair *g, uint32_t slot)
 {
 	size_t stride;
 	const uint64_t *owner_words = mooncake_segment_slot_words(g->owner, &stride);
@@ -112,33 +84,15 @@ static void watch_slot(const struct pair *g, uint32_t slot)
 	__atomic_store_n(&wakes, 0, __ATOMIC_RELAXED);
 }
 
-struct delayed_publish {
-	struct mooncake_segment *seg;
-	uint32_t slot;
-	bool on_stream;
-	int64_t result;
-};
-
-static void *publish_later(void *arg)
-{
-	struct delayed_publish *d = arg;
-	struct timespec pause = { 0, 50 * 1000 * 1000 };
-
-	nanosleep(&pause, NULL);
-	d->result = d->on_stream ? mooncake_segment_publish_on_stream(d->seg, d->slot, (void *)0x77, 0)
-				 : mooncake_segment_publish(d->seg, d->slot);
-	return NULL;
-}
-
 START_TEST(test_slot_words_have_device_addresses_on_every_rank)
 {
 	uint64_t owner_dev = 0, peer_dev = 0;
 	size_t stride = 0, host_stride = 0;
 	const uint64_t *owner_words;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_ascend_runtime("2", "1", log_path, sizeof(log_path));
-	g = make_pair(true);
+	g = slot_pair_make(DEVICE, DEVICE, true);
 	/* Each rank registered its pages and its slot words. */
 	ck_assert_int_eq(count_lines(calls(), "register "), 4);
 	ck_assert_int_eq(mooncake_segment_slot_device_words(g.owner, &owner_dev, &stride), 0);
@@ -154,7 +108,7 @@ START_TEST(test_slot_words_have_device_addresses_on_every_rank)
 	ck_assert_int_eq(mooncake_segment_publish_on_stream(g.owner, 3, (void *)0x77, 0), 2);
 	ck_assert_int_eq(count_lines(calls(), "value-write stream 0x77 value 2"), 1);
 	ck_assert_int_eq(mooncake_segment_wait_slot(g.peer, 3, 0, 0), 2);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
@@ -164,10 +118,10 @@ START_TEST(test_stream_publish_wakes_no_host_waiter)
 	struct delayed_publish d = { .slot = 1, .on_stream = true };
 	struct timespec start, end;
 	pthread_t writer;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_ascend_runtime("2", "1", log_path, sizeof(log_path));
-	g = make_pair(true);
+	g = slot_pair_make(DEVICE, DEVICE, true);
 	watch_slot(&g, 1);
 	/* The peer sleeps on the CPU: the stream's store alone reaches it, at its next look. */
 	d.seg = g.owner;
@@ -193,35 +147,20 @@ START_TEST(test_stream_publish_wakes_no_host_waiter)
 	ck_assert_int_eq(mooncake_segment_wait_slot(g.peer, 1, 6, 10000), 8);
 	pthread_join(writer, NULL);
 	ck_assert_int_gt(__atomic_load_n(&wakes, __ATOMIC_RELAXED), 0);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
-
-struct stream_wait {
-	struct mooncake_segment *seg;
-	uint32_t slot;
-	uint64_t seen;
-	int64_t result;
-};
-
-static void *wait_on_stream(void *arg)
-{
-	struct stream_wait *w = arg;
-
-	w->result = mooncake_segment_wait_slot_on_stream(w->seg, w->slot, w->seen, (void *)0x88);
-	return NULL;
-}
 
 START_TEST(test_stream_wait_holds_the_stream_until_published)
 {
 	struct delayed_publish d = { .slot = 2, .on_stream = false };
 	struct stream_wait w = { .slot = 2, .seen = 0 };
 	pthread_t writer, waiter;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_ascend_runtime("2", "1", log_path, sizeof(log_path));
-	g = make_pair(true);
+	g = slot_pair_make(DEVICE, DEVICE, true);
 	d.seg = g.owner;
 	w.seg = g.peer;
 	/* The fake stream waits in the call, polling the word, like the device does. */
@@ -239,7 +178,7 @@ START_TEST(test_stream_wait_holds_the_stream_until_published)
 	ck_assert_int_eq(mooncake_segment_wait_slot_on_stream(g.peer, 2, 3, (void *)0x88), 4);
 	/* Past the top of the counter the next value is 0, and 4 is past 0 (wrap-aware). */
 	ck_assert_int_eq(mooncake_segment_wait_slot_on_stream(g.peer, 2, UINT64_MAX - 1, (void *)0x88), 0);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
@@ -248,10 +187,10 @@ END_TEST
  * moves the caller's thread nor queues on another device's stream. */
 START_TEST(test_a_thread_on_another_device_is_refused)
 {
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_ascend_runtime("2", "1", log_path, sizeof(log_path));
-	g = make_pair(true);
+	g = slot_pair_make(DEVICE, DEVICE, true);
 	setenv("FAKE_ACL_CURRENT_DEVICE", "0", 1);
 	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, 0, NULL, 0), EINVAL,
 			"must run on device 1, but the current device is 0 (call torch.npu.set_device(1) "
@@ -263,22 +202,22 @@ START_TEST(test_a_thread_on_another_device_is_refused)
 	ck_assert_int_eq(count_lines(log_text, "value-"), 0);
 	ck_assert_int_eq(count_lines(log_text, "set-device"), 0);
 	setenv("FAKE_ACL_CURRENT_DEVICE", "1", 1);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
 
 START_TEST(test_a_failing_runtime_call_is_named)
 {
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_ascend_runtime("2", "1", log_path, sizeof(log_path));
-	g = make_pair(true);
+	g = slot_pair_make(DEVICE, DEVICE, true);
 	setenv("FAKE_ACL_FAIL_VALUE_WRITE", "1", 1);
 	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, 0, NULL, 0), ENOTSUP,
 			"ascend cannot publish on the stream: returned 207000: fake AscendCL error");
 	ck_assert_int_eq(count_lines(calls(), "value-write"), 0);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
@@ -299,11 +238,11 @@ START_TEST(test_missing_value_operations_are_named)
 {
 	uint64_t dev = 0;
 	size_t stride = 0;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_ascend_runtime("2", "1", log_path, sizeof(log_path));
 	setenv("MOONCAKE_SEGMENT_ASCEND_LIBRARY", runtime_without_value_operations(), 1);
-	g = make_pair(true);
+	g = slot_pair_make(DEVICE, DEVICE, true);
 	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, 0, NULL, 0), ENOTSUP,
 			"the Ascend runtime lacks aclrtValueWrite");
 	ck_assert_error(mooncake_segment_wait_slot_on_stream(g.peer, 0, 0, NULL), ENOTSUP,
@@ -311,7 +250,7 @@ START_TEST(test_missing_value_operations_are_named)
 	/* The words are registered all the same: a kernel may poll them. */
 	ck_assert_int_eq(mooncake_segment_slot_device_words(g.peer, &dev, &stride), 0);
 	ck_assert_uint_ne(dev, 0);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
@@ -319,13 +258,13 @@ END_TEST
 /* Headers older than CANN 8.x: the build has no value operations to load. */
 START_TEST(test_missing_value_operations_are_named)
 {
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_ascend_runtime("2", "1", log_path, sizeof(log_path));
-	g = make_pair(true);
+	g = slot_pair_make(DEVICE, DEVICE, true);
 	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, 0, NULL, 0), ENOTSUP,
 			"this build's Ascend headers declare no aclrtValueWrite or aclrtValueWait");
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
@@ -335,10 +274,10 @@ START_TEST(test_stream_order_needs_host_register)
 {
 	uint64_t dev = 1;
 	size_t stride = 1;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_ascend_runtime("2", "1", log_path, sizeof(log_path));
-	g = make_pair(false);
+	g = slot_pair_make(DEVICE, DEVICE, false);
 	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, 0, NULL, 0), ENOTSUP,
 			"need host_register=true");
 	ck_assert_error(mooncake_segment_wait_slot_on_stream(g.peer, 0, 0, NULL), ENOTSUP,
@@ -350,7 +289,7 @@ START_TEST(test_stream_order_needs_host_register)
 	calls();
 	ck_assert_int_eq(count_lines(log_text, "register "), 0);
 	ck_assert_int_eq(count_lines(log_text, "value-"), 0);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 }
 END_TEST
 

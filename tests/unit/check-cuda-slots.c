@@ -24,10 +24,9 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "slot-pair.h"
 
-#define BLOB  MOONCAKE_SEGMENT_BLOB_SIZE
-#define SIZE  (UINT64_C(4) << 20)
-#define SLOTS 4
+#define BLOB MOONCAKE_SEGMENT_BLOB_SIZE
 
 static char log_path[64];
 static char log_text[16384];
@@ -35,34 +34,6 @@ static char log_text[16384];
 static const char *calls(void)
 {
 	return read_text(log_path, log_text, sizeof(log_text));
-}
-
-struct pair {
-	struct mooncake_segment *owner, *peer;
-};
-
-/* An owner on device 0 and a peer on device 1 of one group, with SLOTS
- * slots, host_register as asked. */
-static struct pair make_pair(bool host_register)
-{
-	struct mooncake_segment_options o = host_register_options(2, 0, 0),
-					p = host_register_options(2, 1, 1);
-	uint8_t blobs[2 * BLOB];
-	struct pair g;
-
-	o.slot_count = p.slot_count = SLOTS;
-	o.host_register = p.host_register = host_register;
-	ck_assert_int_eq(mooncake_segment_create("stream-slots", SIZE, &o, &g.owner, blobs), 0);
-	ck_assert_int_eq(mooncake_segment_create("stream-slots", SIZE, &p, &g.peer, blobs + BLOB), 0);
-	ck_assert_int_eq(mooncake_segment_complete(g.owner, blobs, sizeof(blobs)), 0);
-	ck_assert_int_eq(mooncake_segment_complete(g.peer, blobs, sizeof(blobs)), 0);
-	return g;
-}
-
-static void destroy_pair(struct pair *g)
-{
-	mooncake_segment_destroy(g->peer);
-	mooncake_segment_destroy(g->owner);
 }
 
 /* Every registration undone, every push popped, every context released. */
@@ -79,12 +50,12 @@ START_TEST(test_slot_words_have_device_addresses_on_every_rank)
 {
 	uint64_t owner_dev = 0, peer_dev = 0;
 	size_t stride = 0, host_stride = 0;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_cuda_driver("2", "cuda-slots", log_path, sizeof(log_path));
 	if (_i)
 		setenv("FAKE_CUDA_NO_UVA", "1", 1);
-	g = make_pair(true);
+	g = slot_pair_make(0, 1, true);
 	/* Each rank registered its pages and its slot words. */
 	ck_assert_int_eq(count_lines(calls(), "register "), 4);
 	ck_assert_int_eq(mooncake_segment_slot_device_words(g.owner, &owner_dev, &stride), 0);
@@ -101,28 +72,10 @@ START_TEST(test_slot_words_have_device_addresses_on_every_rank)
 	/* A stream publish through the device address lands in the shared word. */
 	ck_assert_int_eq(mooncake_segment_publish_on_stream(g.owner, 3, (void *)0x77, 0), 2);
 	ck_assert_int_eq(mooncake_segment_wait_slot(g.peer, 3, 0, 0), 2);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
-
-struct delayed_publish {
-	struct mooncake_segment *seg;
-	uint32_t slot;
-	bool on_stream;
-	int64_t result;
-};
-
-static void *publish_later(void *arg)
-{
-	struct delayed_publish *d = arg;
-	struct timespec pause = { 0, 50 * 1000 * 1000 };
-
-	nanosleep(&pause, NULL);
-	d->result = d->on_stream ? mooncake_segment_publish_on_stream(d->seg, d->slot, (void *)0x77, 0)
-				 : mooncake_segment_publish(d->seg, d->slot);
-	return NULL;
-}
 
 START_TEST(test_stream_publish_stores_then_wakes_cpu_waiters)
 {
@@ -132,10 +85,10 @@ START_TEST(test_stream_publish_stores_then_wakes_cpu_waiters)
 	char data[64];
 	const char *write_line, *wake_line;
 	pthread_t writer;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_cuda_driver("2", "cuda-slots", log_path, sizeof(log_path));
-	g = make_pair(true);
+	g = slot_pair_make(0, 1, true);
 	d.seg = g.owner;
 	pthread_create(&writer, NULL, publish_later, &d);
 	/* The peer sleeps on the CPU; the stream's host function wakes it. */
@@ -159,7 +112,7 @@ START_TEST(test_stream_publish_stores_then_wakes_cpu_waiters)
 	ck_assert_int_eq(count_lines(log_text, "stream-write"), 3);
 	/* The CPU publish of the same slot goes on from the stream's value. */
 	ck_assert_int_eq(mooncake_segment_wait_slot(g.peer, 1, 4, 0), 6);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
@@ -170,11 +123,11 @@ START_TEST(test_queued_publishes_reserve_their_values)
 {
 	int (*synchronize)(void *stream); /* CUresult */
 	void *fake;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_cuda_driver("2", "cuda-slots", log_path, sizeof(log_path));
 	setenv("FAKE_CUDA_STREAM_DEFER", "1", 1);
-	g = make_pair(true);
+	g = slot_pair_make(0, 1, true);
 	ck_assert_int_eq(mooncake_segment_publish_on_stream(g.owner, 0, (void *)0x77, 0), 2);
 	ck_assert_int_eq(mooncake_segment_publish_on_stream(g.owner, 0, (void *)0x77, 0), 4);
 	ck_assert_int_eq(mooncake_segment_publish_on_stream(g.owner, 0, (void *)0x77, 0), 6);
@@ -191,35 +144,20 @@ START_TEST(test_queued_publishes_reserve_their_values)
 	ck_assert_int_eq(count_lines(calls(), "host-func ran"), 3);
 	/* The stream's last value is this rank's base for the next. */
 	ck_assert_int_eq(mooncake_segment_publish(g.owner, 0), 8);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
-
-struct stream_wait {
-	struct mooncake_segment *seg;
-	uint32_t slot;
-	uint64_t seen;
-	int64_t result;
-};
-
-static void *wait_on_stream(void *arg)
-{
-	struct stream_wait *w = arg;
-
-	w->result = mooncake_segment_wait_slot_on_stream(w->seg, w->slot, w->seen, (void *)0x88);
-	return NULL;
-}
 
 START_TEST(test_stream_wait_holds_the_stream_until_published)
 {
 	struct delayed_publish d = { .slot = 2, .on_stream = false };
 	struct stream_wait w = { .slot = 2, .seen = 0 };
 	pthread_t writer, waiter;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_cuda_driver("2", "cuda-slots", log_path, sizeof(log_path));
-	g = make_pair(true);
+	g = slot_pair_make(0, 1, true);
 	d.seg = g.owner;
 	w.seg = g.peer;
 	/* The fake stream waits in the call, polling the word, like the device does. */
@@ -238,7 +176,7 @@ START_TEST(test_stream_wait_holds_the_stream_until_published)
 	ck_assert_int_eq(mooncake_segment_wait_slot_on_stream(g.peer, 2, 2, (void *)0x88), 4);
 	/* Past the top of the counter the next value is 0, and 4 is past 0 (wrap-aware). */
 	ck_assert_int_eq(mooncake_segment_wait_slot_on_stream(g.peer, 2, UINT64_MAX - 1, (void *)0x88), 0);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
@@ -247,10 +185,10 @@ START_TEST(test_stream_order_needs_host_register)
 {
 	uint64_t dev = 1;
 	size_t stride = 1;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_cuda_driver("2", "cuda-slots", log_path, sizeof(log_path));
-	g = make_pair(false);
+	g = slot_pair_make(0, 1, false);
 	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, 0, NULL, 0), ENOTSUP,
 			"need host_register=true");
 	ck_assert_error(mooncake_segment_wait_slot_on_stream(g.peer, 0, 0, NULL), ENOTSUP,
@@ -260,7 +198,7 @@ START_TEST(test_stream_order_needs_host_register)
 	ck_assert_uint_eq(dev, 1);
 	ck_assert_uint_eq(stride, 1);
 	ck_assert_int_eq(count_lines(calls(), "register "), 0);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 }
 END_TEST
 
@@ -269,26 +207,26 @@ START_TEST(test_bad_arguments_are_named)
 	struct mooncake_segment_options p = host_register_options(2, 1, 1);
 	struct mooncake_segment *late;
 	uint8_t blob[BLOB];
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_cuda_driver("2", "cuda-slots", log_path, sizeof(log_path));
-	g = make_pair(true);
+	g = slot_pair_make(0, 1, true);
 	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, 0, NULL, 0x2), EINVAL,
 			"unknown flags 0x2");
-	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, SLOTS, NULL, 0), EINVAL,
+	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, SLOT_PAIR_SLOTS, NULL, 0), EINVAL,
 			"slot 4 does not exist (4 slots, 0 to 3)");
 	ck_assert_error(mooncake_segment_wait_slot_on_stream(NULL, 0, 0, NULL), EINVAL, "need a segment");
 	ck_assert_error(mooncake_segment_slot_device_words(g.owner, NULL, NULL), EINVAL, "somewhere to put");
 	/* A peer before complete() has no slots yet. */
-	p.slot_count = SLOTS;
-	ck_assert_int_eq(mooncake_segment_create("stream-slots", SIZE, &p, &late, blob), 0);
+	p.slot_count = SLOT_PAIR_SLOTS;
+	ck_assert_int_eq(mooncake_segment_create("stream-slots", SLOT_PAIR_SIZE, &p, &late, blob), 0);
 	ck_assert_error(mooncake_segment_publish_on_stream(late, 0, NULL, 0), EINVAL, "complete() first");
 	mooncake_segment_destroy(late);
 	/* A failing driver call: its words, and nothing queued. */
 	setenv("FAKE_CUDA_FAIL_cuStreamWriteValue64", "1", 1);
 	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, 0, NULL, 0), ENOTSUP,
 			"CUDA_ERROR_NOT_SUPPORTED");
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 	check_everything_released();
 }
 END_TEST
@@ -299,17 +237,17 @@ START_TEST(test_driver_without_stream_operations)
 {
 	uint64_t dev = 0;
 	size_t stride = 0;
-	struct pair g;
+	struct slot_pair g;
 
 	use_fake_cuda_driver("2", "cuda-slots", log_path, sizeof(log_path));
 	setenv("MOONCAKE_SEGMENT_CUDA_LIBRARY", fake_cuda_sibling("libfake-cuda-novmm.so"), 1);
-	g = make_pair(true);
+	g = slot_pair_make(0, 1, true);
 	ck_assert_error(mooncake_segment_publish_on_stream(g.owner, 0, NULL, 0), ENOTSUP,
 			"the CUDA driver lacks cuStreamWriteValue64");
 	/* The words are registered all the same: a kernel may poll them. */
 	ck_assert_int_eq(mooncake_segment_slot_device_words(g.peer, &dev, &stride), 0);
 	ck_assert_uint_ne(dev, 0);
-	destroy_pair(&g);
+	slot_pair_destroy(&g);
 }
 END_TEST
 #endif
