@@ -27,10 +27,12 @@
 #include <errno.h>
 #include <stdio.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "cgroup.h"
 #include "commit-lock.h"
+#include "host.h"
 #include "limits.h"
 #include "private.h"
 #include "procfs.h"
@@ -84,6 +86,14 @@ uint64_t mc_import_fit(uint64_t room, uint64_t page_size)
 	return (room - COMMIT_OVERHEAD_FIXED) / 8 > UINT64_MAX / page_size
 		       ? UINT64_MAX
 		       : (room - COMMIT_OVERHEAD_FIXED) / 8 * page_size;
+}
+
+/* The kernel's MEMCG_CHARGE_BATCH: 64 on current kernels, 32 on older ones (the larger is safe). */
+#define MEMCG_CHARGE_BATCH_PAGES 64
+
+uint64_t mc_memcg_charge_slack(void)
+{
+	return (uint64_t)MEMCG_CHARGE_BATCH_PAGES * (uint64_t)sysconf(_SC_PAGESIZE) * mc_host_cpus_allowed();
 }
 
 MC_PRIVATE bool mc_self_cgroup_room(struct mc_memory_room *room)

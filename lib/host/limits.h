@@ -35,6 +35,14 @@ uint64_t mc_commit_fit(uint64_t room, uint64_t page_size);
  * with populate_on_import, else as it touches the pages). */
 uint64_t mc_import_fit(uint64_t room, uint64_t page_size);
 
+/* How much the memory cgroup's usage can grow with no page more in use: it
+ * charges in batches of 64 pages per CPU and keeps what is not yet used in a
+ * per-CPU stock (MEMCG_CHARGE_BATCH), so a reading jumps by 64 pages at a
+ * time on each CPU this process may run on.  mooncake_segment_room() leaves
+ * this much of the cgroup's room out, so that create(room()) still passes
+ * create's own check, read a moment later. */
+uint64_t mc_memcg_charge_slack(void);
+
 /* VmSize of this process in bytes (what RLIMIT_AS counts), 0 when unknown. */
 uint64_t mc_address_space_in_use(void);
 /* MemAvailable + SwapFree in bytes (each also returned), UINT64_MAX when MemAvailable is unknown. */

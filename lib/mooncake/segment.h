@@ -224,8 +224,10 @@ bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb);
  * first) and MemAvailable + SwapFree; with hugetlb, the free, unreserved
  * pages of the pool of the page size create() would use.  Then at most the
  * file size limit (RLIMIT_FSIZE) and MOONCAKE_SEGMENT_MAX_SIZE, rounded down
- * to the page size: create() of *@bytes passes the room check, one page more
- * is refused; the owner's room counts the kernel's page tables and page
+ * to the page size: create() of *@bytes passes the room check (under a
+ * memory cgroup *@bytes leaves out 64 pages per CPU, which the kernel's
+ * charge batching can add to the usage a moment later; without one, one
+ * page more is refused); the owner's room counts the kernel's page tables and page
  * cache index beside the pages (S + S/240 + 1 MiB, doc/guarantees.md).
  * With rank_id != owner_rank the answer is a peer's: the pages are charged
  * to the owner, so the peer's own room bounds only its page tables (8 bytes

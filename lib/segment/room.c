@@ -10,8 +10,11 @@
  * pool's free, unreserved pages; then the file size limit (RLIMIT_FSIZE) and
  * MOONCAKE_SEGMENT_MAX_SIZE.  The result is rounded down to the page size
  * create() would use, so that create() of exactly that many bytes passes the
- * check and one page more is refused.  It is a snapshot: memory another
- * program takes meanwhile is not there at create.
+ * check.  Under a memory cgroup it is short of the check's own figure by the
+ * cgroup's charge batching (64 pages a CPU, limits.h), which a reading can
+ * jump by with nothing more in use; without one, one page more is refused.
+ * It is a snapshot: memory another program takes meanwhile is not there at
+ * create.
  */
 #include "config.h"
 
@@ -31,14 +34,18 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-/* Bytes the memory cgroup and the host leave for base pages or THP. */
+/* Bytes the memory cgroup and the host leave for base pages or THP.  The
+ * cgroup's charge batching is left out (limits.h): its usage can read up to
+ * that much higher when create() checks again, with nothing more in use. */
 static uint64_t memory_room(void)
 {
 	struct mc_memory_room cgroup;
-	uint64_t available, swap, room = mc_host_memory_room(&available, &swap);
+	uint64_t available, swap, slack, room = mc_host_memory_room(&available, &swap);
 
-	if (mc_self_cgroup_room(&cgroup))
-		room = min_u64(room, cgroup.room);
+	if (mc_self_cgroup_room(&cgroup)) {
+		slack = mc_memcg_charge_slack();
+		room = min_u64(room, cgroup.room > slack ? cgroup.room - slack : 0);
+	}
 	return room;
 }
 

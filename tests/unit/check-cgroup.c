@@ -14,6 +14,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <stdio.h>
@@ -172,11 +173,39 @@ START_TEST(test_segment_larger_than_the_cgroup_room_is_refused_with_numbers)
 }
 END_TEST
 
+/* What an engine may do between room() and create(): touch one fresh page on
+ * each CPU it may run on.  Each CPU then charges the cgroup a whole batch of
+ * pages and keeps the rest in its stock, the most the usage can read higher
+ * with nothing more in use. */
+static void touch_a_page_on_every_cpu(void)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	cpu_set_t allowed, one;
+	char *pages = mmap(NULL, (size_t)page * CPU_SETSIZE, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (pages == MAP_FAILED || sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+		_exit(2);
+	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+		if (!CPU_ISSET(cpu, &allowed))
+			continue;
+		CPU_ZERO(&one);
+		CPU_SET(cpu, &one);
+		if (sched_setaffinity(0, sizeof(one), &one) != 0)
+			_exit(2);
+		pages[(size_t)cpu * (size_t)page] = 1;
+	}
+	if (sched_setaffinity(0, sizeof(allowed), &allowed) != 0)
+		_exit(2);
+}
+
 /* In a fresh cgroup limited to @limit: create(room() - @margin), or with
- * @margin UINT64_MAX, create(room() + one page).  The child's exit status:
- * 0 created, 1 refused with ENOMEM before any page was committed, 2 anything
- * else; an OOM kill shows as a signal (and in the cgroup's count). */
-static int create_at_the_room_edge(uint64_t limit, uint64_t margin, long *kills)
+ * @margin UINT64_MAX, create(room() + twice the charge batching + one page);
+ * with @touch, after a page touched on every CPU in between.  The child's
+ * exit status: 0 created, 1 refused with ENOMEM before any page was
+ * committed, 2 anything else; an OOM kill shows as a signal (and in the
+ * cgroup's count). */
+static int create_at_the_room_edge_after(uint64_t limit, uint64_t margin, bool touch, long *kills)
 {
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
 	char dir[768];
@@ -195,7 +224,13 @@ static int create_at_the_room_edge(uint64_t limit, uint64_t margin, long *kills)
 		join_cgroup(dir);
 		if (mooncake_segment_room(&opt, &room) != 0)
 			_exit(2);
-		size = margin == UINT64_MAX ? room + (uint64_t)sysconf(_SC_PAGESIZE) : room - margin;
+		if (touch)
+			touch_a_page_on_every_cpu();
+		/* Past the charge batching room() leaves out, twice over: a reading
+		 * can also be lower at the check than at room(). */
+		size = margin == UINT64_MAX
+			       ? room + 2 * memcg_charge_slack() + (uint64_t)sysconf(_SC_PAGESIZE)
+			       : room - margin;
 		rc = mooncake_segment_create("edge", size, &opt, &seg, blob);
 		if (rc == 0) {
 			mooncake_segment_destroy(seg);
@@ -210,9 +245,15 @@ static int create_at_the_room_edge(uint64_t limit, uint64_t margin, long *kills)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+static int create_at_the_room_edge(uint64_t limit, uint64_t margin, long *kills)
+{
+	return create_at_the_room_edge_after(limit, margin, false, kills);
+}
+
 /* room() is the truth at the edge: create(room() - margin) succeeds for every
  * margin from 0 to 8 MiB (page steps over the first 16 pages, then MiB
- * steps), create(room() + one page) is refused before any page is committed,
+ * steps), create(room() + twice the charge
+ * batching + one page) is refused before any page is committed,
  * and nothing meets the OOM killer, at 64 MiB, 512 MiB and 4 GiB limits. */
 START_TEST(test_the_room_edge_never_meets_the_oom_killer)
 {
@@ -237,9 +278,27 @@ START_TEST(test_the_room_edge_never_meets_the_oom_killer)
 				      "limit %llu, room - %llu: status %d, %ld OOM kills",
 				      (unsigned long long)limits[i], (unsigned long long)margin, rc, kills);
 		}
-		ck_assert_msg(create_at_the_room_edge(limits[i], UINT64_MAX, &kills) == 1 && kills == 0,
-			      "limit %llu: room + one page was not refused up front",
-			      (unsigned long long)limits[i]);
+		ck_assert_msg(
+			create_at_the_room_edge(limits[i], UINT64_MAX, &kills) == 1 && kills == 0,
+			"limit %llu: room + twice the charge batching + one page was not refused up front",
+			(unsigned long long)limits[i]);
+	}
+}
+END_TEST
+
+/* The kernel charges a cgroup 64 pages at a time per CPU: an engine that
+ * touches a page on every CPU between room() and create() makes the usage
+ * read that much higher, and create(room()) must still pass (without the
+ * slack room() leaves for it, this is refused). */
+START_TEST(test_room_holds_after_a_page_on_every_cpu)
+{
+	long kills;
+
+	for (int round = 0; round < 8; round++) {
+		int rc = create_at_the_room_edge_after(64 * MiB, 0, true, &kills);
+
+		ck_assert_msg(rc == 0 && kills == 0, "round %d: create(room()) status %d, %ld OOM kills",
+			      round, rc, kills);
 	}
 }
 END_TEST
@@ -619,6 +678,7 @@ int main(void)
 	tcase_add_test(tc, test_concurrent_creates_never_overcommit_the_cgroup);
 	tcase_add_test(tc, test_clean_page_cache_leaves_room_for_a_segment);
 	tcase_add_test(tc, test_the_room_edge_never_meets_the_oom_killer);
+	tcase_add_test(tc, test_room_holds_after_a_page_on_every_cpu);
 	tcase_add_test(tc, test_room_taken_during_a_background_commit_fails_every_wait);
 	/* Two sibling cgroups have different outermost limits only under an unlimited parent. */
 	if (!mc_self_cgroup_room(&(struct mc_memory_room){ 0 }))

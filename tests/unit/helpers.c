@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <ftw.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -199,6 +200,15 @@ const char *read_text(const char *path, char *buf, size_t size)
 	if (f)
 		fclose(f);
 	return buf;
+}
+
+uint64_t memcg_charge_slack(void)
+{
+	cpu_set_t cpus;
+
+	if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0)
+		abort();
+	return 64 * (uint64_t)sysconf(_SC_PAGESIZE) * (uint64_t)CPU_COUNT(&cpus);
 }
 
 int count_lines(const char *text, const char *prefix)

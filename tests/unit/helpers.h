@@ -59,6 +59,11 @@ const char *read_text(const char *path, char *buf, size_t size);
 /* Lines of @text that start with @prefix. */
 int count_lines(const char *text, const char *prefix);
 
+/* The memory cgroup's charge batching, stated again from doc/guarantees.md:
+ * 64 pages for each CPU this process may run on, which room() leaves out
+ * under a cgroup limit and create's check does not. */
+uint64_t memcg_charge_slack(void);
+
 /* Fixture trees (fake sysfs, cgroupfs) under /tmp: create one into @root,
  * write @text to @root/@rel (making directories), remove it all. */
 void fixture_tree_create(char *root, size_t size);

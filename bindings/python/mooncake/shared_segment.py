@@ -131,7 +131,8 @@ def shared_segment_room(comm_group: Any = None, mmap: bool = True, hugetlb: bool
     library's ``mooncake_segment_room()``): the memory cgroup's room, clean
     page cache counting, and MemAvailable + SwapFree; with ``hugetlb`` the
     free, unreserved HugeTLB pool.  A segment of this many bytes passes the
-    check; one page more is refused.  With ``comm_group`` (collective, like
+    check (under a memory cgroup, with 64 pages per CPU left for the
+    kernel's charge batching).  With ``comm_group`` (collective, like
     :func:`create_shared_segment`) every rank gets the minimum over all ranks,
     hence over all hosts: size one layout from it and it fits everywhere.
     Memory other programs take before create is not there then.
