@@ -144,6 +144,16 @@ struct mc_front_view {
  * mooncake_segment_ready_bytes() and wait_ready(), never another process's. */
 int mc_control_read(int fd, struct mc_front_view *out);
 
+/* --- the node keeper's client (route/keeper-client.c, route/keeper-wire.c) ------
+ *
+ * mc_keeper_socket_path, mc_keeper_open, mc_keeper_exchange, mc_keeper_close
+ * (route/keeper-client.h) and mc_keeper_name_valid, mc_keeper_type_name,
+ * mc_keeper_field_name (route/keeper-wire.h) are in this node, declared in those headers, which
+ * the CLI includes for their structs (lib/README.md).
+ * Why private: the CLI's `keep list|stat|release` speak the keeper's
+ * protocol, which is the library's own and versioned with it; a program
+ * keeps a segment through create()'s options. */
+
 /* --- clock (inline: no symbol; the CLI's bench times with it too) ------------- */
 
 /* CLOCK_MONOTONIC in nanoseconds. */

@@ -16,6 +16,7 @@ int cmd_doctor(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_list(int argc, char **argv);
+int cmd_keep(int argc, char **argv);
 
 /* "256M", "1G", "4GiB", "1048576" -> bytes; false on junk or overflow. */
 bool parse_size(const char *text, uint64_t *bytes);

@@ -3,7 +3,7 @@
  * mooncake-segment: the command-line tool.  demo shows one physical copy
  * shared by forked ranks, doctor checks a node, info tells what this build
  * and host support, bench measures commit and import against the limits,
- * list shows every segment on the host.
+ * list shows every segment on the host, keep the node keeper's.
  */
 #include "config.h"
 
@@ -24,6 +24,7 @@ static const struct {
 	{ "info", cmd_info, "version, and what this build and this host support" },
 	{ "bench", cmd_bench, "measure commit and import against the physical limits" },
 	{ "list", cmd_list, "every segment on this host: owner, mappers, resident bytes per node" },
+	{ "keep", cmd_keep, "the segments the node keeper holds: list, stat, release" },
 };
 
 static void usage(FILE *out)

@@ -17,6 +17,7 @@
 #include "base/base.h"
 #include "base/little-endian.h"
 #include "keeper-wire.h"
+#include "private.h"
 
 /* The header, then each message's fixed part: offsets from the message's start. */
 #define OFF_MAGIC    0
@@ -69,7 +70,7 @@ static bool all_zero(const uint8_t *p, size_t len)
 	return true;
 }
 
-const char *mc_keeper_type_name(uint16_t type)
+MC_PRIVATE const char *mc_keeper_type_name(uint16_t type)
 {
 	switch (type & ~MC_KEEPER_REPLY) {
 	case MC_KEEPER_HELLO:
@@ -89,7 +90,7 @@ const char *mc_keeper_type_name(uint16_t type)
 	}
 }
 
-const char *mc_keeper_field_name(uint16_t field)
+MC_PRIVATE const char *mc_keeper_field_name(uint16_t field)
 {
 	static const char *const names[] = {
 		[MC_KEEPER_FIELD_NONE] = "none",
@@ -117,7 +118,7 @@ static bool is_reply_type(uint16_t type)
 	       ((type & MC_KEEPER_REPLY) && is_request_type((uint16_t)(type & ~MC_KEEPER_REPLY)));
 }
 
-bool mc_keeper_name_valid(const char *name, size_t len, char *why, size_t why_size)
+MC_PRIVATE bool mc_keeper_name_valid(const char *name, size_t len, char *why, size_t why_size)
 {
 	const char *problem = NULL;
 	char detail[96];

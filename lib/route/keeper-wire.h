@@ -18,6 +18,9 @@
 #define MC_KEEPER_MAGIC	  UINT32_C(0x504B434D) /* bytes "MCKP" */
 #define MC_KEEPER_VERSION 1
 
+/* The keeper's socket when neither --socket nor MOONCAKE_SEGMENT_KEEPER names one. */
+#define MC_KEEPER_DEFAULT_SOCKET "/run/mooncake-segment/keeper.sock"
+
 #define MC_KEEPER_HEADER_BYTES 16
 /* The longest message either side sends or accepts, header included. */
 #define MC_KEEPER_MESSAGE_MAX 16384

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The keeper's client (route/keeper-client.c) against a keeper that lies:
+ * a fake keeper thread on a real filesystem SOCK_SEQPACKET socket answers
+ * one request the way a test asks (right, with another sequence, with
+ * descriptors it does not announce, or not at all), and the client must
+ * take what is right, refuse the rest with -EPROTO and leak no descriptor.
+ * Also: no keeper at the path, a path too long, and a socket served by
+ * another user (as root only: it needs a second uid).
+ */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "route/keeper-client.h"
+#include "route/keeper-wire.h"
+
+enum fake_mode {
+	ANSWER_RIGHT,		/* the reply of the request's type, its descriptors as announced */
+	ANSWER_OTHER_SEQUENCE,	/* a reply to another request */
+	ANSWER_REFUSAL_WITH_FD, /* a STAT refused with ENOENT, yet a descriptor attached */
+	ANSWER_ONE_OF_TWO,	/* a CREATE that announces two descriptors and sends one */
+	ANSWER_FIVE,		/* a CREATE that announces two descriptors and sends five */
+	ANSWER_NEVER,		/* reads the request and says nothing until the client goes */
+};
+
+struct fake_keeper {
+	char dir[64];
+	char path[128];
+	int listener;
+	enum fake_mode mode;
+	pthread_t thread;
+};
+
+static struct fake_keeper fake;
+
+static int make_memfd(const char *name)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, 4096), 0);
+	return fd;
+}
+
+static void send_with_fds(int s, const uint8_t *buf, size_t len, const int *fds, size_t nfds)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+	} control;
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (nfds) {
+		struct cmsghdr *c;
+
+		msg.msg_control = &control;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	ck_assert_int_eq(sendmsg(s, &msg, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+/* The reply @mode makes to @req, with the descriptors to attach. */
+static size_t fake_reply(const struct mc_keeper_request *req, uint8_t *out, int *fds, size_t *nfds)
+{
+	static struct mc_keeper_reply rep;
+	char why[256];
+	int len;
+
+	memset(&rep, 0, sizeof(rep));
+	rep.type = req->type | MC_KEEPER_REPLY;
+	rep.sequence = fake.mode == ANSWER_OTHER_SEQUENCE ? req->sequence + 7 : req->sequence;
+	*nfds = 0;
+	if (req->type == MC_KEEPER_HELLO) {
+		rep.version = 1;
+		rep.keeper_pid = (uint32_t)getpid();
+		rep.instance = 0x1234;
+		rep.message_max = MC_KEEPER_MESSAGE_MAX;
+	} else if (req->type == MC_KEEPER_CREATE) {
+		rep.generation = 9;
+		rep.size = rep.page_size = 4096;
+		rep.control_bytes = 4096;
+		rep.descriptors = 2;
+		*nfds = fake.mode == ANSWER_ONE_OF_TWO ? 1 : fake.mode == ANSWER_FIVE ? 5 : 2;
+		for (size_t i = 0; i < *nfds; i++)
+			fds[i] = make_memfd("fake-keeper");
+	} else {
+		rep.status = ENOENT;
+		snprintf(rep.text, sizeof(rep.text), "no kept segment '%s'", req->name);
+		if (fake.mode == ANSWER_REFUSAL_WITH_FD) {
+			fds[0] = make_memfd("fake-keeper");
+			*nfds = 1;
+		}
+	}
+	len = mc_keeper_reply_encode(&rep, out, MC_KEEPER_MESSAGE_MAX, why, sizeof(why));
+	ck_assert_msg(len > 0, "%s", why);
+	return (size_t)len;
+}
+
+static void *fake_keeper_main(void *arg)
+{
+	static uint8_t buf[MC_KEEPER_MESSAGE_MAX + 1];
+	static struct mc_keeper_request req;
+	int s = accept4(fake.listener, NULL, NULL, SOCK_CLOEXEC), fds[8];
+	size_t nfds;
+	ssize_t n;
+	char why[256];
+
+	(void)arg;
+	if (s < 0)
+		return NULL;
+	n = recv(s, buf, sizeof(buf), 0);
+	if (n > 0 && mc_keeper_request_decode(buf, (size_t)n, &req, why, sizeof(why)) == 0) {
+		if (fake.mode == ANSWER_NEVER) {
+			while (recv(s, buf, sizeof(buf), 0) > 0)
+				;
+		} else {
+			size_t len = fake_reply(&req, buf, fds, &nfds);
+
+			send_with_fds(s, buf, len, fds, nfds);
+			for (size_t i = 0; i < nfds; i++)
+				close(fds[i]);
+		}
+	}
+	close(s);
+	return NULL;
+}
+
+static void fake_keeper_start(enum fake_mode mode)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+
+	snprintf(fake.dir, sizeof(fake.dir), "/tmp/mc-keeper-client.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(fake.dir));
+	snprintf(fake.path, sizeof(fake.path), "%s/keeper.sock", fake.dir);
+	memcpy(addr.sun_path, fake.path, strlen(fake.path));
+	fake.listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ck_assert_int_eq(bind(fake.listener, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	ck_assert_int_eq(listen(fake.listener, 4), 0);
+	fake.mode = mode;
+	ck_assert_int_eq(pthread_create(&fake.thread, NULL, fake_keeper_main, NULL), 0);
+}
+
+static void fake_keeper_stop(void)
+{
+	pthread_join(fake.thread, NULL);
+	close(fake.listener);
+	unlink(fake.path);
+	rmdir(fake.dir);
+}
+
+/* One exchange of a request of @type with the fake keeper in @mode: its result, the reply, the descriptors. */
+static int exchange_with(enum fake_mode mode, uint16_t type, struct mc_keeper_reply *rep, int fds[2],
+			 int timeout_ms)
+{
+	struct mc_keeper_request req = { .type = type };
+	struct mc_keeper_conn conn;
+	int rc;
+
+	fake_keeper_start(mode);
+	snprintf(req.name, sizeof(req.name), "kv");
+	if (type == MC_KEEPER_CREATE) {
+		req.size = 4096;
+		req.world_size = 1;
+	}
+	ck_assert_msg(mc_keeper_open(&conn, fake.path, 5000) == 0, "%s", mooncake_segment_last_error());
+	rc = mc_keeper_exchange(&conn, &req, rep, fds, timeout_ms);
+	mc_keeper_close(&conn);
+	fake_keeper_stop();
+	return rc;
+}
+
+static struct mc_keeper_reply rep;
+
+START_TEST(test_a_right_hello_and_create_are_taken)
+{
+	int fds[2], before = count_fds();
+
+	ck_assert_int_eq(exchange_with(ANSWER_RIGHT, MC_KEEPER_HELLO, &rep, fds, 5000), 0);
+	ck_assert_uint_eq(rep.keeper_pid, (unsigned)getpid());
+	ck_assert_int_eq(fds[0], -1);
+	ck_assert_int_eq(exchange_with(ANSWER_RIGHT, MC_KEEPER_CREATE, &rep, fds, 5000), 0);
+	ck_assert_uint_eq(rep.generation, 9);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_ge(fds[i], 0);
+		ck_assert_int_eq(fcntl(fds[i], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+		close(fds[i]);
+	}
+	ck_assert_int_eq(count_fds(), before);
+}
+END_TEST
+
+START_TEST(test_a_refusal_is_a_reply_with_its_sentence)
+{
+	int fds[2];
+
+	ck_assert_int_eq(exchange_with(ANSWER_RIGHT, MC_KEEPER_STAT, &rep, fds, 5000), 0);
+	ck_assert_uint_eq(rep.status, ENOENT);
+	ck_assert_str_eq(rep.text, "no kept segment 'kv'");
+}
+END_TEST
+
+/* Each lie is -EPROTO naming it, and every descriptor it carried is closed. */
+static void check_lie(enum fake_mode mode, uint16_t type, const char *needle)
+{
+	int fds[2], before = count_fds();
+
+	ck_assert_int_eq(exchange_with(mode, type, &rep, fds, 5000), -EPROTO);
+	ck_assert_msg(strstr(mooncake_segment_last_error(), needle), "%s", mooncake_segment_last_error());
+	ck_assert_int_eq(fds[0], -1);
+	ck_assert_int_eq(fds[1], -1);
+	ck_assert_int_eq(count_fds(), before);
+}
+
+START_TEST(test_a_reply_to_another_request_is_refused)
+{
+	check_lie(ANSWER_OTHER_SEQUENCE, MC_KEEPER_HELLO, "answers request");
+}
+END_TEST
+
+START_TEST(test_descriptors_with_a_refusal_are_closed_and_refused)
+{
+	check_lie(ANSWER_REFUSAL_WITH_FD, MC_KEEPER_STAT, "carries 1 descriptors, announces 0");
+}
+END_TEST
+
+START_TEST(test_fewer_descriptors_than_announced_are_refused)
+{
+	check_lie(ANSWER_ONE_OF_TWO, MC_KEEPER_CREATE, "carries 1 descriptors, announces 2");
+}
+END_TEST
+
+START_TEST(test_more_descriptors_than_announced_are_all_closed)
+{
+	check_lie(ANSWER_FIVE, MC_KEEPER_CREATE, "carries more than");
+}
+END_TEST
+
+START_TEST(test_a_silent_keeper_is_a_timeout_not_a_hang)
+{
+	int fds[2];
+
+	ck_assert_int_eq(exchange_with(ANSWER_NEVER, MC_KEEPER_HELLO, &rep, fds, 200), -ETIMEDOUT);
+	ck_assert_ptr_nonnull(strstr(mooncake_segment_last_error(), "did not answer HELLO in time"));
+}
+END_TEST
+
+START_TEST(test_no_keeper_names_the_path_and_the_fix)
+{
+	struct mc_keeper_conn conn;
+	char long_path[200];
+
+	ck_assert_int_eq(mc_keeper_open(&conn, "/nonexistent/keeper.sock", 1000), -ENOENT);
+	ck_assert_ptr_nonnull(
+		strstr(mooncake_segment_last_error(), "No node keeper answers at /nonexistent/keeper.sock"));
+	ck_assert_ptr_nonnull(strstr(mooncake_segment_last_error(), "MOONCAKE_SEGMENT_KEEPER"));
+	ck_assert_int_eq(conn.fd, -1);
+	memset(long_path, 'k', sizeof(long_path) - 1);
+	long_path[0] = '/';
+	long_path[sizeof(long_path) - 1] = '\0';
+	ck_assert_int_eq(mc_keeper_open(&conn, long_path, 1000), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(mooncake_segment_last_error(), "too long"));
+}
+END_TEST
+
+START_TEST(test_the_socket_path_comes_from_the_environment)
+{
+	unsetenv("MOONCAKE_SEGMENT_KEEPER");
+	ck_assert_str_eq(mc_keeper_socket_path(), MC_KEEPER_DEFAULT_SOCKET);
+	setenv("MOONCAKE_SEGMENT_KEEPER", "/tmp/k.sock", 1);
+	ck_assert_str_eq(mc_keeper_socket_path(), "/tmp/k.sock");
+	unsetenv("MOONCAKE_SEGMENT_KEEPER");
+}
+END_TEST
+
+#define SQUATTER 54321 /* a uid no account has */
+
+/* Another user bound the path first: the client refuses to talk to it. */
+START_TEST(test_a_keeper_of_another_user_is_refused)
+{
+	struct mc_keeper_conn conn;
+	int ready[2], status;
+	char byte, dir[64], path[128];
+	pid_t squatter;
+
+	if (geteuid() != 0) {
+		fprintf(stderr,
+			"# SKIP another user's keeper: needs root to run a process as a second uid\n");
+		return;
+	}
+	snprintf(dir, sizeof(dir), "/tmp/mc-keeper-squat.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	snprintf(path, sizeof(path), "%s/keeper.sock", dir);
+	ck_assert_int_eq(pipe(ready), 0);
+	squatter = fork();
+	ck_assert_int_ge(squatter, 0);
+	if (squatter == 0) {
+		struct sockaddr_un addr = { .sun_family = AF_UNIX };
+		int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		memcpy(addr.sun_path, path, strlen(path));
+		if (setresgid(SQUATTER, SQUATTER, SQUATTER) != 0 ||
+		    setresuid(SQUATTER, SQUATTER, SQUATTER) != 0 ||
+		    bind(s, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(s, 4) != 0 ||
+		    write(ready[1], "r", 1) != 1)
+			_exit(2);
+		pause();
+		_exit(0);
+	}
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	ck_assert_int_eq(mc_keeper_open(&conn, path, 1000), -EACCES);
+	ck_assert_msg(strstr(mooncake_segment_last_error(), "is served by uid 54321"), "%s",
+		      mooncake_segment_last_error());
+	ck_assert_int_eq(conn.fd, -1);
+	kill(squatter, SIGKILL);
+	ck_assert_int_eq(waitpid(squatter, &status, 0), squatter);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
+static Suite *suite_keeper_client(void)
+{
+	Suite *s = suite_create("keeper-client");
+	TCase *tc = tcase_create("client");
+
+	tcase_add_test(tc, test_a_right_hello_and_create_are_taken);
+	tcase_add_test(tc, test_a_refusal_is_a_reply_with_its_sentence);
+	tcase_add_test(tc, test_a_reply_to_another_request_is_refused);
+	tcase_add_test(tc, test_descriptors_with_a_refusal_are_closed_and_refused);
+	tcase_add_test(tc, test_fewer_descriptors_than_announced_are_refused);
+	tcase_add_test(tc, test_more_descriptors_than_announced_are_all_closed);
+	tcase_add_test(tc, test_a_silent_keeper_is_a_timeout_not_a_hang);
+	tcase_add_test(tc, test_no_keeper_names_the_path_and_the_fix);
+	tcase_add_test(tc, test_the_socket_path_comes_from_the_environment);
+	tcase_add_test(tc, test_a_keeper_of_another_user_is_refused);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *runner = srunner_create(suite_keeper_client());
+	int failed;
+
+	srunner_run_all(runner, CK_ENV);
+	failed = srunner_ntests_failed(runner);
+	srunner_free(runner);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
