@@ -4,9 +4,10 @@
  *
  * Registration uses the device's primary context (retained, pushed for the
  * calls, released at unregister), so no context is created on a device the
- * caller did not name, and goes in chunks (64 GiB by default) because
- * drivers cap one call; a failing chunk rolls back the ones before it in
- * reverse.  The publish slots' stream operations (cuStreamWriteValue64,
+ * caller did not name, and is one call over the whole range unless the
+ * caller asks for chunks (register_chunk_size), because a copy that crosses
+ * from one registration into the next fails; a failing chunk rolls back the
+ * ones before it in reverse.  The publish slots' stream operations (cuStreamWriteValue64,
  * cuStreamWaitValue64, cuLaunchHostFunc) run with the same context pushed.
  */
 #include "config.h"

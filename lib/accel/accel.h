@@ -11,13 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Default size of one registration call: drivers cap a single call, and a
- * failure then costs at most one chunk of work to roll back. */
-#define MC_REGISTER_CHUNK_DEFAULT (UINT64_C(64) << 30)
-/* Behind a background commit, each call holds the driver's locks for one
- * chunk (about 50 ms at 10 GB/s), and the next waits a pause (1 ms: 2% of
- * the time), so that the neighbours' calls get in between. */
-#define MC_REGISTER_CHUNK_BACKGROUND (UINT64_C(512) << 20)
+/* Registration is one driver call over the whole range unless the caller
+ * sets register_chunk_size: a copy whose host range crosses from one
+ * registration into the next fails (CUDA: cudaErrorInvalidValue, seen on an
+ * H200 with tests/gpu/straddle_check.py), so chunks are the caller's choice,
+ * for a driver that refuses one call that large.  Between chunks of a
+ * background registration the registrar pauses (1 ms by default), so that
+ * the neighbours' calls get in between. */
 #define MC_REGISTER_PAUSE_US_DEFAULT 1000
 
 /* One registered mapping: what unregistering needs. */

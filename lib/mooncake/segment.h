@@ -88,7 +88,7 @@ struct mooncake_segment_options {
 	bool populate_on_import;    /* non-owners map every page table entry at complete */
 	uint64_t hugetlb_page_size; /* with hugetlb: 0 for the default (2 MiB), or 1 GiB */
 	uint64_t
-		register_chunk_size; /* host_register: bytes per driver call; 0: 64 GiB (background: 512 MiB) */
+		register_chunk_size; /* host_register: bytes per driver call; 0: the whole range in one call */
 	/* Added in 0.3 (MOONCAKE_SEGMENT_0.3): */
 	bool background_commit;	    /* owner: create returns after the first chunk, the rest commits behind
 				     * the readiness front; every rank: registers behind it */
@@ -113,8 +113,11 @@ void mooncake_segment_options_init(struct mooncake_segment_options *opt);
  * nothing is allocated and *@out and @blob are left untouched.
  *
   * With host_register, each rank registers its own mapping with its own
- * device_id (the owner here, the others in complete), in chunks of
- * register_chunk_size, rolled back in reverse on failure.
+ * device_id (the owner here, the others in complete): one driver call over
+ * the whole range, or chunks of register_chunk_size rolled back in reverse
+ * on failure.  A copy whose host range crosses from one chunk into the next
+ * fails (CUDA: invalid argument), so set it only for a driver that refuses
+ * one call that large.
  *
  * In a memory cgroup with a limit, the owner's room check and commit run
  * under a lock shared by the owners of that cgroup (per network namespace):
@@ -260,9 +263,10 @@ const char *mooncake_segment_version(void);
  * threads commit the rest in order at the same speed, advancing a front that
  * every rank sees (a small control area passed with the pages).  A peer's
  * complete() then returns at once; each rank with host_register registers
- * its part of the mapping (register_offset/length) behind the front, in
- * chunks of register_chunk_size (default 512 MiB) with register_pause_us
- * (default 1 ms) between calls, on a thread of its own.  Without
+ * its part of the mapping (register_offset/length) on a thread of its own,
+ * once the front has passed it: in one call by default, or a chunk of
+ * register_chunk_size at a time, each once the front has passed it, with
+ * register_pause_us (default 1 ms) between calls.  Without
  * background_commit nothing changes: create and complete return with every
  * page committed and registered (a blocking peer's complete waits for a
  * background owner's front).

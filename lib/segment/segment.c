@@ -162,15 +162,15 @@ static void plan_registration(struct mooncake_segment *seg)
 /* This rank's registration, not started yet (host_register). */
 static int prepare_registration(struct mooncake_segment *seg, struct mc_registration *reg)
 {
-	uint64_t chunk = seg->opt.register_chunk_size ? seg->opt.register_chunk_size
-			 : seg->opt.background_commit ? MC_REGISTER_CHUNK_BACKGROUND
-						      : MC_REGISTER_CHUNK_DEFAULT;
+	/* One call over the whole range unless the caller splits it (accel.h). */
+	uint64_t len = seg->register_end - seg->register_begin,
+		 chunk = seg->opt.register_chunk_size ? seg->opt.register_chunk_size : len;
 
 	*reg = (struct mc_registration){
 		.ops = mc_accel_for_host_register(),
 		.device = seg->opt.device_id,
 		.addr = (uint8_t *)seg->memory.base + seg->register_begin,
-		.len = seg->register_end - seg->register_begin,
+		.len = len,
 		/* Whole pages per call, at least one. */
 		.chunk = chunk < seg->memory.page_size
 				 ? seg->memory.page_size

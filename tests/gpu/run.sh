@@ -24,6 +24,9 @@
 # (target: >= 0.95 x cudaMallocHost), printing JSON.  The Python GPU tests run
 # too.  Without a GPU, `gpu_check.py --smoke` exercises the same steps on CPU
 # views (tests/python/test_gpu_script.py does, against the fake driver).
+# To re-check one thing within a short device lease: GPU_CHECK_MODES (default
+# "register vmm background") picks gpu_check.py's modes, and GPU_CHECK_QUICK=1
+# leaves out the two benches and the slots check.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -80,11 +83,14 @@ log "info and doctor"
 "$build/tools/mooncake-segment" info
 "$build/tools/mooncake-segment" doctor || true
 
-log "bench with registration"
-# Text to the log, JSON to $OUT; a failure here must not cost the checks below.
-"$build/tools/mooncake-segment" bench --sizes 1G,4G --repeat 2 --register 0 --json >"$out/bench.json" ||
-	log "bench --register failed (exit $?)"
-cat "$out/bench.json" || true
+quick=${GPU_CHECK_QUICK:-0}
+if [ "$quick" != 1 ]; then
+	log "bench with registration"
+	# Text to the log, JSON to $OUT; a failure here must not cost the checks below.
+	"$build/tools/mooncake-segment" bench --sizes 1G,4G --repeat 2 --register 0 --json >"$out/bench.json" ||
+		log "bench --register failed (exit $?)"
+	cat "$out/bench.json" || true
+fi
 
 status=0
 first_failure() { [ "$status" -ne 0 ] || status=$1; }
@@ -93,17 +99,19 @@ if [ -n "$python_configure" ]; then
 	exit 1
 fi
 
-log "publish slots in stream order: 3 ranks, 256 blocks of 4 MiB"
-# A stream wait that never ends would hold the run: bounded.
-PYTHONUNBUFFERED=1 timeout 180 "$python" "$here/slots_stream_check.py" --blocks 256 --block-mib 4 |
-	tee "$out/slots.json" || first_failure $?
+if [ "$quick" != 1 ]; then
+	log "publish slots in stream order: 3 ranks, 256 blocks of 4 MiB"
+	# A stream wait that never ends would hold the run: bounded.
+	PYTHONUNBUFFERED=1 timeout 180 "$python" "$here/slots_stream_check.py" --blocks 256 --block-mib 4 |
+		tee "$out/slots.json" || first_failure $?
 
-log "bench --slots (publish-to-wake latency, publishes/s, seqlock read against memcpy)"
-timeout 120 "$build/tools/mooncake-segment" bench --slots --json >"$out/bench-slots.json" ||
-	log "bench --slots failed (exit $?)"
-cat "$out/bench-slots.json" || true
+	log "bench --slots (publish-to-wake latency, publishes/s, seqlock read against memcpy)"
+	timeout 120 "$build/tools/mooncake-segment" bench --slots --json >"$out/bench-slots.json" ||
+		log "bench --slots failed (exit $?)"
+	cat "$out/bench-slots.json" || true
+fi
 
-for mode in register vmm background; do
+for mode in ${GPU_CHECK_MODES:-register vmm background}; do
 	log "4 ranks, $mode (gpu_check.py)"
 	PYTHONUNBUFFERED=1 timeout 200 "$python" "$here/gpu_check.py" --ranks 4 --size-gib "${GPU_CHECK_GIB:-2}" \
 		--modes "$mode" | tee "$out/gpu-$mode.json" || first_failure $?

@@ -194,6 +194,38 @@ START_TEST(test_registration_follows_the_front)
 }
 END_TEST
 
+/* By default a background registration is one call over each rank's whole
+ * range, once the front has passed it: a copy whose host range crosses from
+ * one registration into the next fails on a real GPU (invalid argument,
+ * tests/gpu/straddle_check.py), so no default may split it. */
+START_TEST(test_background_registration_is_one_call_by_default)
+{
+	struct mooncake_segment_options o = host_register_options(2, 0, rt->owner_device),
+					p = host_register_options(2, 1, rt->peer_device);
+	struct mooncake_segment *owner, *peer;
+	struct register_call calls[FRONT_CALLS];
+	uint8_t blobs[2 * BLOB];
+	char log_path[64], log[16384];
+	int n;
+
+	rt->use(rt->peer_device, log_path, sizeof(log_path));
+	o.background_commit = p.background_commit = true;
+	o.commit_threads = 1;
+	ck_assert_int_eq(mooncake_segment_create("one-call", FRONT_SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("one-call", FRONT_SIZE, &p, &peer, blobs + BLOB), 0);
+	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(mooncake_segment_wait_ready(owner, 0, 0, -1), 0);
+	ck_assert_int_eq(mooncake_segment_wait_ready(peer, 0, 0, -1), 0);
+	n = register_calls(read_text(log_path, log, sizeof(log)), calls, FRONT_CALLS);
+	ck_assert_int_eq(n, 2);
+	check_registered_in_order(calls, n, mooncake_segment_base(owner), 0, FRONT_SIZE, FRONT_SIZE, true);
+	check_registered_in_order(calls, n, mooncake_segment_base(peer), 0, FRONT_SIZE, FRONT_SIZE, false);
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
 /* A chunk that fails in the background is that rank's error, from its
  * wait_ready, and nothing of its stays registered; the pages stay usable. */
 START_TEST(test_background_registration_failure_is_the_ranks_error)
@@ -231,5 +263,6 @@ void tcase_add_registration_scenarios(TCase *tc, const struct fake_runtime *runt
 	tcase_add_test(tc, test_each_rank_registers_its_own_mapping);
 	tcase_add_test(tc, test_chunks_roll_back_on_failure);
 	tcase_add_test(tc, test_registration_follows_the_front);
+	tcase_add_test(tc, test_background_registration_is_one_call_by_default);
 	tcase_add_test(tc, test_background_registration_failure_is_the_ranks_error);
 }

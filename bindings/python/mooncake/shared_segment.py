@@ -322,7 +322,7 @@ class SharedSegment:
         _LIVE_SEGMENTS.add(self)
         self._device_base = int(facts["device_addr"]) or None
         self._accelerator = str(facts.get("accelerator", ""))
-        # background=True with host_register: the device address comes with the first chunk registered.
+        # background=True with host_register: the device address comes once this rank has registered.
         self._registering = bool(self._accelerator) and self._device_base is None
         self._backend = str(facts.get("backend", ""))
         # ready_future()'s one future per process (a fork child's watcher thread is gone).
@@ -333,8 +333,9 @@ class SharedSegment:
     def device_base(self) -> Optional[int]:
         """The segment's base as the accelerator sees it (host_register, or mmap=False), else None.
 
-        With ``background=True`` it is None until this rank's registration
-        has begun (its first chunk); :meth:`wait_ready` before device views.
+        With ``background=True`` it is None until this rank has registered
+        (once the front has passed its range); :meth:`wait_ready` before
+        device views.
         """
         if self._registering:
             address = int(self._native.device_addr()) if not self._native.closed else 0
@@ -640,9 +641,12 @@ def create_shared_segment(
     ``commit_threads``: the owner's committing threads (None or 0:
     automatic).  With ``host_register``, ``register_offset`` and
     ``register_length`` (None: to the end) choose the part this rank
-    registers; with ``background`` too it registers behind the front on a
-    thread of its own, pausing ``register_pause_us`` microseconds (None: the
-    library's 1000) between chunks.
+    registers; with ``background`` too it registers on a thread of its own
+    once the front has passed that part, in one driver call (a copy across
+    two registrations would fail).  ``register_pause_us`` (None: the
+    library's 1000) is the pause between chunks where the C option
+    ``register_chunk_size`` splits a registration; from Python it has no
+    chunks to pause between.
 
     ``slots``: publish slots beside the segment (0 to 65536; 0: none), part
     of the declaration, so every rank passes the same number; see
