@@ -21,6 +21,8 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <mooncake/segment.h>
+
 #include "cli.h"
 #include "doctor.h"
 
@@ -86,8 +88,10 @@ void check_dev_shm(void)
 void check_cgroup(void)
 {
 	uint64_t total = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	struct mooncake_segment_options opt;
 	struct mc_memory_room room;
-	char a[32], b[32], c[32], d[32], e[32];
+	uint64_t largest = 0;
+	char a[32], b[32], c[32], d[32], e[32], f[32];
 
 	/* The library's reading, under the host root, as create's room check reads it. */
 	if (!mc_self_cgroup_room(&room) || room.limit >= total) {
@@ -95,14 +99,18 @@ void check_cgroup(void)
 			   format_size(total, a, sizeof(a)));
 		return;
 	}
+	/* The number create() itself accepts: the room less the kernel's overhead and charge batching. */
+	mooncake_segment_options_init(&opt);
+	mooncake_segment_room(&opt, &largest);
 	doctor_add(
 		"memory cgroup", room.room < total / 4 ? WARN : OK,
 		"the owner's segment is charged to its cgroup and create refuses one that does not fit: size the "
 		"limit for it (Docker: --memory; Kubernetes: resources.limits.memory; systemd: MemoryMax=)",
-		"limit %s, usage %s of which %s clean page cache (reclaimed first), room for a segment %s (%s); RAM %s",
+		"limit %s, usage %s of which %s clean page cache (reclaimed first), room %s (%s), so the largest "
+		"segment create accepts is %s; RAM %s",
 		format_size(room.limit, a, sizeof(a)), format_size(room.usage, b, sizeof(b)),
 		format_size(room.cache.clean, e, sizeof(e)), format_size(room.room, c, sizeof(c)), room.where,
-		format_size(total, d, sizeof(d)));
+		format_size(largest, f, sizeof(f)), format_size(total, d, sizeof(d)));
 }
 
 void check_memlock(void)

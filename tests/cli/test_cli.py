@@ -183,7 +183,24 @@ def test_doctor_reads_the_cgroup_room_and_hugetlb_pools_as_create_does(tmp_path)
     cgroup = found["memory cgroup"]["value"]
     # 32 MiB limit - (12 MiB usage - 4 MiB clean cache) = 24 MiB of room.
     assert "limit 32.0 MiB, usage 12.0 MiB of which 4.0 MiB clean page cache" in cgroup, cgroup
-    assert "room for a segment 24.0 MiB" in cgroup and "job" in cgroup, cgroup
+    assert "room 24.0 MiB" in cgroup and "job" in cgroup, cgroup
+    # What create accepts, stated again (doc/guarantees.md): the largest page multiple S with
+    # S + S/240 + 1 MiB within the room less the charge batching, 64 pages for each CPU we may run on.
+    page = os.sysconf("SC_PAGESIZE")
+    room = max(0, (24 << 20) - 64 * page * len(os.sched_getaffinity(0)))
+    largest = max(0, (room - (1 << 20)) * 240 // 241 // page * page)
+    while largest and largest + largest // 240 + (1 << 20) > room:
+        largest -= page
+    while largest + page + (largest + page) // 240 + (1 << 20) <= room:
+        largest += page
+    shown = (
+        f"{largest / 2**20:.1f} MiB"
+        if largest >= 1 << 20
+        else f"{largest / 1024:.1f} KiB"
+        if largest >= 1024
+        else f"{largest} B"
+    )
+    assert f"so the largest segment create accepts is {shown};" in cgroup, (shown, cgroup)
     pools = found["HugeTLB"]
     assert pools["value"] == "2048kB: 16 pages, 5 free; 1048576kB: 0 pages, 0 free", pools
     assert pools["status"] == "ok", pools
