@@ -147,9 +147,10 @@ static ssize_t receive(int fd, uint8_t *buf, size_t size, int fds[2], bool *extr
 		char buf[CMSG_SPACE(sizeof(int) * 8)];
 	} control;
 	struct iovec iov = { buf, size };
-	struct msghdr msg = {
-		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = &control, .msg_controllen = sizeof(control)
-	};
+	struct msghdr msg = { .msg_iov = &iov,
+			      .msg_iovlen = 1,
+			      .msg_control = control.buf,
+			      .msg_controllen = sizeof(control.buf) };
 	size_t got = 0;
 	ssize_t n;
 

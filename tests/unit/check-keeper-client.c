@@ -70,7 +70,7 @@ static void send_with_fds(int s, const uint8_t *buf, size_t len, const int *fds,
 	if (nfds) {
 		struct cmsghdr *c;
 
-		msg.msg_control = &control;
+		msg.msg_control = control.buf;
 		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
 		c = CMSG_FIRSTHDR(&msg);
 		c->cmsg_level = SOL_SOCKET;
@@ -84,36 +84,36 @@ static void send_with_fds(int s, const uint8_t *buf, size_t len, const int *fds,
 /* The reply @mode makes to @req, with the descriptors to attach. */
 static size_t fake_reply(const struct mc_keeper_request *req, uint8_t *out, int *fds, size_t *nfds)
 {
-	static struct mc_keeper_reply rep;
+	static struct mc_keeper_reply made;
 	char why[256];
 	int len;
 
-	memset(&rep, 0, sizeof(rep));
-	rep.type = req->type | MC_KEEPER_REPLY;
-	rep.sequence = fake.mode == ANSWER_OTHER_SEQUENCE ? req->sequence + 7 : req->sequence;
+	memset(&made, 0, sizeof(made));
+	made.type = req->type | MC_KEEPER_REPLY;
+	made.sequence = fake.mode == ANSWER_OTHER_SEQUENCE ? req->sequence + 7 : req->sequence;
 	*nfds = 0;
 	if (req->type == MC_KEEPER_HELLO) {
-		rep.version = 1;
-		rep.keeper_pid = (uint32_t)getpid();
-		rep.instance = 0x1234;
-		rep.message_max = MC_KEEPER_MESSAGE_MAX;
+		made.version = 1;
+		made.keeper_pid = (uint32_t)getpid();
+		made.instance = 0x1234;
+		made.message_max = MC_KEEPER_MESSAGE_MAX;
 	} else if (req->type == MC_KEEPER_CREATE) {
-		rep.generation = 9;
-		rep.size = rep.page_size = 4096;
-		rep.control_bytes = 4096;
-		rep.descriptors = 2;
+		made.generation = 9;
+		made.size = made.page_size = 4096;
+		made.control_bytes = 4096;
+		made.descriptors = 2;
 		*nfds = fake.mode == ANSWER_ONE_OF_TWO ? 1 : fake.mode == ANSWER_FIVE ? 5 : 2;
 		for (size_t i = 0; i < *nfds; i++)
 			fds[i] = make_memfd("fake-keeper");
 	} else {
-		rep.status = ENOENT;
-		snprintf(rep.text, sizeof(rep.text), "no kept segment '%s'", req->name);
+		made.status = ENOENT;
+		snprintf(made.text, sizeof(made.text), "no kept segment '%s'", req->name);
 		if (fake.mode == ANSWER_REFUSAL_WITH_FD) {
 			fds[0] = make_memfd("fake-keeper");
 			*nfds = 1;
 		}
 	}
-	len = mc_keeper_reply_encode(&rep, out, MC_KEEPER_MESSAGE_MAX, why, sizeof(why));
+	len = mc_keeper_reply_encode(&made, out, MC_KEEPER_MESSAGE_MAX, why, sizeof(why));
 	ck_assert_msg(len > 0, "%s", why);
 	return (size_t)len;
 }
