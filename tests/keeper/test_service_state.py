@@ -8,6 +8,7 @@ systemd's protocols (doc/keeper-state.md)."""
 import json
 import os
 import re
+import socket
 import struct
 import subprocess
 import sys
@@ -88,6 +89,19 @@ def log(tmp_path):
 def log_text(log):
     log.flush()
     return Path(log.name).read_text()
+
+
+def fnv1a(data):
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def header(sequence, offset, length, checksum=0):
+    """One slot header as state.c writes it (doc/keeper-state.md), its own checksum right."""
+    head = struct.pack("<IHHQQQQ16x", 0x534B434D, 1, 64, sequence, offset, length, checksum)
+    return head + struct.pack("<Q", fnv1a(head))
 
 
 def slots(manager):
@@ -226,8 +240,8 @@ def test_both_slots_corrupt_frees_the_orphans_without_a_crash(manager, log):
     [
         b"",
         b"\xff" * 4096,
-        # A well-formed header A whose payload claims the whole address space.
-        struct.pack("<IHHQQQQ16x", 0x534B434D, 1, 64, 5, 128, (1 << 64) - 129, 0) + b"\0" * 8,
+        # Well-formed headers (their checksums right) whose payloads lie past the file's end.
+        header(sequence=5, offset=128, length=(1 << 64) - 129) + header(sequence=6, offset=1 << 40, length=8),
         os.urandom(70000),
     ],
     ids=["empty", "ones", "huge-length", "random"],
@@ -326,6 +340,18 @@ def test_a_socket_unit_without_the_name_still_passes_its_socket(tmp_path, log):
         started, _ = keeper.boot()
         assert started["listen_fd"] == 3 and started["seqpacket"]
         assert "orphan" not in log_text(log)
+
+
+def test_the_socket_named_keeper_wins_over_an_earlier_one(tmp_path, log):
+    with FakeServiceManager(tmp_path, socket_path=tmp_path / "other.sock", socket_name="other") as m:
+        keeper_socket = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        keeper_socket.bind(str(tmp_path / "keeper.sock"))
+        keeper_socket.listen(8)
+        m.stored.append(("keeper", keeper_socket.detach()))  # passed after "other", at 4
+        keeper = Keeper(m, log)
+        started, _ = keeper.boot()
+        assert started["listen_fd"] == 4 and started["seqpacket"]
+        assert 'orphan descriptor "other"' in log_text(log)
 
 
 def test_status_is_one_line(manager, log):
