@@ -52,7 +52,6 @@ struct passed_fd {
 static struct passed_fd *passed;
 static size_t passed_count;
 static int listen_fd = -1;
-static bool can_store;
 
 static void say(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -90,6 +89,8 @@ static bool fdname_valid(const char *name)
 
 #if HAVE_LIBSYSTEMD
 
+static bool can_store;
+
 /* A listening AF_UNIX SOCK_SEQPACKET socket. */
 static bool is_keeper_socket(int fd)
 {
@@ -98,8 +99,10 @@ static bool is_keeper_socket(int fd)
 
 int service_start(void)
 {
+	struct passed_fd *table;
 	char **names = NULL;
 	const char *fdstore;
+	size_t count = 0;
 	int n, err = 0;
 
 	n = sd_listen_fds_with_names(1, &names);
@@ -108,16 +111,11 @@ int service_start(void)
 		    strerror(-n));
 		n = 0;
 	}
-	if (n > 0) {
-		passed = calloc((size_t)n, sizeof(*passed));
-		if (!passed) {
-			err = -ENOMEM;
-			n = 0;
-		}
-	}
+	table = n > 0 ? calloc((size_t)n, sizeof(*table)) : NULL;
 	for (int i = 0; i < n; i++) {
 		int fd = SD_LISTEN_FDS_START + i;
 		const char *name = names && names[i] ? names[i] : "unknown";
+		char *copy;
 
 		if (listen_fd < 0 && strcmp(name, "keeper") == 0) {
 			if (is_keeper_socket(fd)) {
@@ -127,15 +125,18 @@ int service_start(void)
 			say(LOG_ERR_LEVEL,
 			    "descriptor %d named \"keeper\" is no listening SOCK_SEQPACKET socket", fd);
 		}
-		passed[passed_count].fd = fd;
-		passed[passed_count].name = strdup(name);
-		if (!passed[passed_count].name) {
+		copy = table ? strdup(name) : NULL;
+		if (!copy) {
 			close(fd);
 			err = -ENOMEM;
 			continue;
 		}
-		passed_count++;
+		table[count].fd = fd;
+		table[count].name = copy;
+		count++;
 	}
+	passed = table;
+	passed_count = count;
 	/* No "keeper" (a socket unit without FileDescriptorName=): the first listening SEQPACKET socket. */
 	for (size_t i = 0; listen_fd < 0 && i < passed_count; i++) {
 		if (is_keeper_socket(passed[i].fd)) {

@@ -589,7 +589,6 @@ int state_load(struct kept_segment **segments, size_t *count, uint64_t *next_gen
 			    strerror(-err));
 			close(fd);
 			(void)service_remove("state");
-			fd = -1;
 		} else {
 			state_fd = fd;
 		}
@@ -671,6 +670,7 @@ int state_load(struct kept_segment **segments, size_t *count, uint64_t *next_gen
 		    kept, kept == 1 ? "" : "s", dropped, *next_generation);
 	/* What was dropped must not come back at the next restart. */
 	if (dropped || (newest_slot >= 0 && *next_generation != best.next_generation)) {
+		/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, as state_save() takes */
 		const struct kept_segment **list = calloc(kept ? kept : 1, sizeof(*list));
 
 		if (list) {

@@ -66,6 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* Whatever @image holds must encode to exactly the @len bytes at @payload. */
 static void round_trip(const struct state_image *image, const uint8_t *payload, size_t len)
 {
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, as state_save() takes */
 	const struct kept_segment **list = calloc(image->count + 1, sizeof(*list));
 	uint8_t *again = malloc(len + 1);
 	int n;

@@ -42,6 +42,7 @@ static void pattern(const struct kept_segment *k, uint8_t out[32])
 
 static int save(void)
 {
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, as state_save() takes */
 	const struct kept_segment **list = calloc(table_count + 1, sizeof(*list));
 	int err;
 
@@ -70,7 +71,12 @@ static void create(const char *name, uint64_t size, uint64_t control)
 	char fdname[64];
 	int err;
 
-	table = realloc(table, (table_count + 1) * sizeof(*table));
+	k = realloc(table, (table_count + 1) * sizeof(*table));
+	if (!k) {
+		printf("{\"error\": \"out of memory\"}\n");
+		return;
+	}
+	table = k;
 	k = &table[table_count];
 	memset(k, 0, sizeof(*k));
 	snprintf(k->record.name, sizeof(k->record.name), "%s", name);
@@ -128,7 +134,7 @@ static void release(const char *name)
 	printf("{\"rc\": %d}\n", err);
 }
 
-static void list(const char *what)
+static void report(const char *what)
 {
 	printf("{\"%s\": true, \"next_generation\": %" PRIu64 ", \"segments\": [", what, next_generation);
 	for (size_t i = 0; i < table_count; i++) {
@@ -181,13 +187,13 @@ int main(void)
 			if (rc)
 				printf("{\"rc\": %d}\n", rc);
 			else
-				list("loaded");
+				report("loaded");
 		} else if (sscanf(line, "create %255s %llu %llu", a, &size, &control) == 3) {
 			create(a, size, control);
 		} else if (sscanf(line, "release %255s", a) == 1) {
 			release(a);
 		} else if (strcmp(line, "check") == 0) {
-			list("checked");
+			report("checked");
 		} else if (strncmp(line, "ready ", 6) == 0) {
 			service_ready(line + 6);
 			printf("{\"rc\": 0}\n");
