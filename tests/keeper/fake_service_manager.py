@@ -46,6 +46,7 @@ import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -132,6 +133,11 @@ class FakeServiceManager:
         self.process = None
 
         self.notify_path = str(self.workdir / "notify.sock")
+        if len(self.notify_path) > 100:  # sun_path holds 108 bytes: a deep test directory does not fit
+            self._short_dir = tempfile.mkdtemp(prefix="fake-systemd-")
+            self.notify_path = os.path.join(self._short_dir, "notify.sock")
+        else:
+            self._short_dir = None
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         self.notify.setsockopt(socket.SOL_SOCKET, SO_PASSCRED, 1)
         self.notify.bind(self.notify_path)
@@ -359,6 +365,8 @@ class FakeServiceManager:
             os.unlink(self.notify_path)
         except FileNotFoundError:
             pass
+        if self._short_dir:
+            os.rmdir(self._short_dir)
 
     def __enter__(self):
         return self
