@@ -462,6 +462,21 @@ int state_save(const struct kept_segment *const *segments, size_t count, uint64_
 		free(payload);
 		return n;
 	}
+	/* Never write what the loader would refuse (two segments of one name or
+	 * generation, a bad field): the previous state stays the newest. */
+	{
+		struct state_image check;
+		char why[192];
+
+		err = state_payload_decode(payload, need, &check, why, sizeof(why));
+		free(check.segments);
+		if (err) {
+			say(LOG_ERR_LEVEL, "not saving a state the next keeper would refuse: %s",
+			    err == -EPROTO ? why : strerror(-err));
+			free(payload);
+			return err == -EPROTO ? -EINVAL : err;
+		}
+	}
 
 	/* The older slot (A when none is valid), its payload where it cannot
 	 * touch the newest one's: first after the headers, else after it. */

@@ -342,6 +342,18 @@ def test_a_socket_unit_without_the_name_still_passes_its_socket(tmp_path, log):
         assert "orphan" not in log_text(log)
 
 
+def test_a_state_the_loader_would_refuse_is_never_written(manager, log):
+    keeper = Keeper(manager, log)
+    keeper.boot()
+    keeper("create twin 8192 0")
+    assert keeper("create twin 8192 0")["rc"] == -22  # the probe does not check names; state.c does
+    assert "would refuse" in log_text(log)
+    keeper.crash()
+    keeper = Keeper(manager, log)
+    _, loaded = keeper.boot()
+    assert [s["name"] for s in loaded["segments"]] == ["twin"]
+
+
 def test_the_socket_named_keeper_wins_over_an_earlier_one(tmp_path, log):
     with FakeServiceManager(tmp_path, socket_path=tmp_path / "other.sock", socket_name="other") as m:
         keeper_socket = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
