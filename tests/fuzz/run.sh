@@ -5,13 +5,16 @@
 #    library's sources that BUILDDIR's configuration compiles, on a seed
 #    corpus that BUILDDIR makes from the current blob format (make
 #    fuzz-corpus: real blob sets, never stale);
-#  - fuzz-keeper-wire (one third): the keeper's request and reply decoders
+#  - fuzz-keeper-wire (one sixth): the keeper's request and reply decoders
 #    (lib/route/keeper-wire.c alone), on seeds that the same file, built as
-#    the seed writer, makes with this build's encoders.
+#    the seed writer, makes with this build's encoders;
+#  - fuzz-keeper-state (one sixth): the keeper's saved state, the bytes a
+#    restarted mooncake-segmentd reads back from the descriptor store
+#    (keeper/state.c), on seeds made the same way.
 # Any crash, leak, hang or sanitizer report fails; for each target the last
 # lines report the executions and the coverage reached.
 #   usage: tests/fuzz/run.sh [SECONDS] [BUILDDIR] [TARGET]
-#          (BUILDDIR holds config.h; TARGET complete or keeper-wire: only it, for all SECONDS)
+#          (BUILDDIR holds config.h; TARGET complete, keeper-wire or keeper-state: only it, for all SECONDS)
 set -euo pipefail
 seconds=${1:-120}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,11 +26,13 @@ trap 'rm -rf "$work"' EXIT
 sanitize=(-g -O1 "-fsanitize=fuzzer,address,undefined" -fno-sanitize-recover=all)
 
 case $only in
-'') keeper_seconds=$((seconds / 3)) complete_seconds=$((seconds - seconds / 3)) ;;
-complete) keeper_seconds=0 complete_seconds=$seconds ;;
-keeper-wire) keeper_seconds=$seconds complete_seconds=0 ;;
+'') keeper_seconds=$((seconds / 6)) state_seconds=$((seconds / 6))
+	complete_seconds=$((seconds - 2 * (seconds / 6))) ;;
+complete) keeper_seconds=0 state_seconds=0 complete_seconds=$seconds ;;
+keeper-wire) keeper_seconds=$seconds state_seconds=0 complete_seconds=0 ;;
+keeper-state) keeper_seconds=0 state_seconds=$seconds complete_seconds=0 ;;
 *)
-	echo "run.sh: unknown target '$only' (complete or keeper-wire)" >&2
+	echo "run.sh: unknown target '$only' (complete, keeper-wire or keeper-state)" >&2
 	exit 2
 	;;
 esac
@@ -65,4 +70,15 @@ if [ "$keeper_seconds" -gt 0 ]; then
 	"$work/keeper-wire-seeds" "$work/keeper-corpus"
 	# A packet is at most MC_KEEPER_MESSAGE_MAX (16384) bytes; a little more tests "over-long".
 	run fuzz-keeper-wire "$keeper_seconds" 16400 "$work/keeper-corpus"
+fi
+
+if [ "$state_seconds" -gt 0 ]; then
+	state=("$top/keeper/state.c" "$top/lib/route/keeper-wire.c" "$here/fuzz-keeper-state.c")
+	clang "${sanitize[@]}" -I"$builddir" -I"$top/lib" -I"$top/keeper" "${state[@]}" -o "$work/fuzz-keeper-state"
+	clang -g -O1 -DMC_FUZZ_WRITE_SEEDS -I"$builddir" -I"$top/lib" -I"$top/keeper" "${state[@]}" \
+		-o "$work/keeper-state-seeds"
+	mkdir "$work/state-corpus"
+	"$work/keeper-state-seeds" "$work/state-corpus"
+	# Seeds are a few KiB; the decoder reads files up to 64 MiB, lengths beyond the input are its job.
+	run fuzz-keeper-state "$state_seconds" 16384 "$work/state-corpus"
 fi

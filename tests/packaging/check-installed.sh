@@ -100,6 +100,40 @@ textfile_units() {
 }
 check "textfile timer for node_exporter shipped, not enabled" textfile_units
 # shellcheck disable=SC2317 # called through check()
+keeper_units() {
+	local dir unit
+	for dir in "${root%/}/lib/systemd/system" "${root%/}/usr/lib/systemd/system"; do
+		if [ -f "$dir/mooncake-segmentd.service" ] && [ -f "$dir/mooncake-segmentd.socket" ]; then
+			grep -qx 'FileDescriptorStoreMax=[1-9][0-9]*' "$dir/mooncake-segmentd.service" || {
+				echo "mooncake-segmentd.service has no descriptor store"
+				return 1
+			}
+			# Shipped disabled and stopped: nothing enables them at install.
+			for unit in sockets.target.wants/mooncake-segmentd.socket multi-user.target.wants/mooncake-segmentd.service; do
+				if [ -e "${root%/}/etc/systemd/system/$unit" ] || [ -L "${root%/}/etc/systemd/system/$unit" ]; then
+					echo "enabled at install: $unit"
+					return 1
+				fi
+			done
+			[ "$root" != / ] || ! systemctl is-active --quiet mooncake-segmentd.socket 2>/dev/null
+			return
+		fi
+	done
+	echo "no mooncake-segmentd.{service,socket} under $root"
+	return 1
+}
+check "keeper units shipped, not enabled" keeper_units
+# shellcheck disable=SC2317 # called through check()
+no_libsystemd() { # the library and what links it only: libsystemd is the keeper's alone
+	local f
+	for f in "$@"; do
+		if readelf -d "$f" | grep NEEDED | grep -q libsystemd; then
+			echo "$f links libsystemd"
+			return 1
+		fi
+	done
+}
+# shellcheck disable=SC2317 # called through check()
 no_gpu_stack() {
 	local f
 	for f in "$@"; do
@@ -116,4 +150,6 @@ if [ "$root" != / ]; then
 	ext=$(ls "$root/$sitedir"/mooncake/_segment*.so 2>/dev/null)
 fi
 check "no CUDA or Ascend library in NEEDED" no_gpu_stack "$libs" "$ext" "$(command -v "$cli" || echo "$cli")"
+check "the library, the module and the CLI do not link libsystemd" no_libsystemd "$libs" "$ext" \
+	"$(command -v "$cli" || echo "$cli")"
 exit $failed

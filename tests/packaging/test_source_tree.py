@@ -74,7 +74,7 @@ def test_version_agrees_everywhere():
         re.search(rf"#define MOONCAKE_SEGMENT_VERSION_{p} (\d+)", header).group(1) for p in ("MAJOR", "MINOR", "MICRO")
     ]
     assert ".".join(parts) == version
-    for page in ("doc/mooncake-segment.1", "doc/libmooncake-segment.3"):
+    for page in ("doc/mooncake-segment.1", "doc/libmooncake-segment.3", "doc/mooncake-segmentd.8"):
         assert f'"mooncake-segment {version}"' in (SRCDIR / page).read_text(), page
 
 
@@ -130,7 +130,9 @@ def installed():
 def canonical(path, dirs, layout):
     """Rewrite a configured install path into the distribution's layout."""
     # systemdunitdir lies below libdir when both follow the prefix: look at it first.
-    for key in ("systemdunitdir", "pyexecdir", "pythondir", "libdir", "bindir", "includedir", "mandir"):
+    for key in ("systemdunitdir", "pyexecdir", "pythondir", "libdir", "bindir", "sbindir", "includedir", "mandir"):
+        if not dirs.get(key):  # --with-systemdsystemunitdir=no
+            continue
         prefix = dirs[key].rstrip("/") + "/"
         if path.startswith(prefix):
             return layout[key] + "/" + path[len(prefix) :]
@@ -159,6 +161,7 @@ def test_every_installed_file_is_in_exactly_one_debian_package(installed):
     layout = {
         "libdir": "usr/lib/x86_64-linux-gnu",
         "bindir": "usr/bin",
+        "sbindir": "usr/sbin",
         "includedir": "usr/include",
         "mandir": "usr/share/man",
         "pythondir": "usr/lib/python3/dist-packages",
@@ -184,6 +187,7 @@ def test_every_installed_file_is_in_exactly_one_debian_package(installed):
         "libmooncake-segment-dev",
         "python3-mooncake-segment",
         "mooncake-segment-tools",
+        "mooncake-segmentd",
     }
     check_exactly_one_owner(paths, packages, excluded)
 
@@ -219,6 +223,7 @@ def test_every_installed_file_is_in_exactly_one_rpm_package(installed):
     layout = {
         "libdir": "usr/lib64",
         "bindir": "usr/bin",
+        "sbindir": "usr/sbin",
         "includedir": "usr/include",
         "mandir": "usr/share/man",
         "pythondir": sitearch,
@@ -229,6 +234,8 @@ def test_every_installed_file_is_in_exactly_one_rpm_package(installed):
     macros = {
         "_libdir": "/usr/lib64",
         "_bindir": "/usr/bin",
+        "_sbindir": "/usr/sbin",
+        "_unitdir": "/usr/lib/systemd/system",
         "_includedir": "/usr/include",
         "_mandir": "/usr/share/man",
         "python3_sitearch": "/" + sitearch,
@@ -237,6 +244,6 @@ def test_every_installed_file_is_in_exactly_one_rpm_package(installed):
         "_prefix": "/usr",
     }
     sections = spec_files_sections((SRCDIR / "rpm/mooncake-segment.spec.in").read_text(), macros)
-    assert set(sections) == {"main", "main-devel", "python3-mooncake-segment"}, sections.keys()
+    assert set(sections) == {"main", "main-devel", "python3-mooncake-segment", "mooncake-segmentd"}, sections.keys()
     # %install deletes the libtool archives.
     check_exactly_one_owner(paths, sections, ["*.la"])
