@@ -5,9 +5,13 @@
  * timeout.  The table is sorted by name, so that LIST pages through it from
  * a cursor.  Mappers are counted only when a request or the idle timeout
  * asks, by one pass over /proc/PID/maps matching the memfds' device and
- * inode; a process whose maps the keeper may not read makes the count
- * unknown, and an unknown count is treated as "mapped" (never freed under
- * a mapping it could not see, never replaced).
+ * inode.  A process whose maps the keeper may not read (one more privileged
+ * than the keeper, like a container runtime's init) is reported honestly: a
+ * segment with no mapper seen is "unknown" then, not 0.  The decisions
+ * (release freed or deferred, replace, the idle timeout) go by the mappers
+ * the keeper could see: a process it cannot see never got a descriptor from
+ * it, unless a client passed one on, and the kernel never frees pages under
+ * any mapping anyway.
  */
 #include "config.h"
 
@@ -30,6 +34,7 @@ static const struct keeper_config *config;
 static struct kept_segment **table; /* sorted by name, byte order */
 static size_t table_count, table_room;
 static uint64_t next_generation = 1;
+static bool told_unreadable;
 
 static uint64_t monotonic_ns(void)
 {
@@ -159,8 +164,7 @@ static void count_line(const char *line, pid_t pid, struct inode_key *keys, size
 	hit = bsearch(&probe, keys, count, sizeof(*keys), key_order);
 	if (hit && hit->last_pid != pid) {
 		hit->last_pid = pid;
-		if (hit->seg->record.mappers != MC_KEEPER_MAPPERS_UNKNOWN)
-			hit->seg->record.mappers++;
+		hit->seg->mappers_seen++;
 	}
 }
 
@@ -179,8 +183,11 @@ static void count_mappers(struct kept_segment **segs, size_t count)
 	keys = calloc(count, sizeof(*keys));
 	proc = opendir("/proc");
 	if (!keys || !proc) {
-		for (i = 0; i < count; i++)
+		/* Blind: every segment counts as mapped, and its count unknown. */
+		for (i = 0; i < count; i++) {
 			segs[i]->record.mappers = MC_KEEPER_MAPPERS_UNKNOWN;
+			segs[i]->mappers_seen = 1;
+		}
 		free(keys);
 		if (proc)
 			closedir(proc);
@@ -189,11 +196,9 @@ static void count_mappers(struct kept_segment **segs, size_t count)
 	for (i = 0; i < count; i++) {
 		struct stat st;
 
-		segs[i]->record.mappers = 0;
-		if (fstat(segs[i]->pages_fd, &st) != 0) {
-			segs[i]->record.mappers = MC_KEEPER_MAPPERS_UNKNOWN;
+		segs[i]->mappers_seen = 0;
+		if (fstat(segs[i]->pages_fd, &st) != 0)
 			continue;
-		}
 		keys[keyed++] =
 			(struct inode_key){ major(st.st_dev), minor(st.st_dev), st.st_ino, segs[i], 0 };
 	}
@@ -211,8 +216,13 @@ static void count_mappers(struct kept_segment **segs, size_t count)
 		maps = fopen(path, "re");
 		if (!maps) {
 			/* Gone meanwhile is no mapper; refused is one we cannot see. */
-			if (errno != ENOENT && errno != ESRCH)
-				unreadable++;
+			if (errno != ENOENT && errno != ESRCH && !unreadable++ && !told_unreadable) {
+				keeper_log("cannot read /proc/%d/maps (%s): a segment that no process the keeper "
+					   "can see maps reports its mappers as unknown (run the keeper as root in "
+					   "its clients' PID namespace)",
+					   (int)pid, strerror(errno));
+				told_unreadable = true;
+			}
 			continue;
 		}
 		while (getline(&line, &line_room, maps) > 0)
@@ -224,14 +234,15 @@ static void count_mappers(struct kept_segment **segs, size_t count)
 	closedir(proc);
 	free(line);
 	free(keys);
-	if (unreadable)
-		for (i = 0; i < count; i++)
-			segs[i]->record.mappers = MC_KEEPER_MAPPERS_UNKNOWN;
+	for (i = 0; i < count; i++)
+		segs[i]->record.mappers =
+			!segs[i]->mappers_seen && unreadable ? MC_KEEPER_MAPPERS_UNKNOWN : segs[i]->mappers_seen;
 }
 
-static bool maybe_mapped(const struct kept_segment *seg)
+/* Whether a process the keeper can see maps @seg (after count_mappers). */
+static bool mapped(const struct kept_segment *seg)
 {
-	return seg->record.mappers != 0;
+	return seg->mappers_seen != 0;
 }
 
 /* --- replies ---------------------------------------------------------------- */
@@ -571,17 +582,10 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 	if (!may_free(seg, peer, rep, "replace"))
 		return;
 	count_mappers(&seg, 1);
-	if (maybe_mapped(seg)) {
-		if (seg->record.mappers == MC_KEEPER_MAPPERS_UNKNOWN)
-			refuse(rep, EBUSY, 0,
-			       "'%s' cannot be replaced: the keeper cannot tell whether a process maps it (it may "
-			       "not read every /proc/PID/maps); release it when its users are gone",
-			       req->name);
-		else
-			refuse(rep, EBUSY, 0,
-			       "'%s' cannot be replaced: %u process(es) map it; stop them first, or use another "
-			       "name",
-			       req->name, seg->record.mappers);
+	if (mapped(seg)) {
+		refuse(rep, EBUSY, 0,
+		       "'%s' cannot be replaced: %u process(es) map it; stop them first, or use another name",
+		       req->name, seg->mappers_seen);
 		return;
 	}
 	generation = seg->record.generation;
@@ -635,7 +639,7 @@ static void handle_list(const struct mc_keeper_request *req, const struct keeper
 static void handle_release(const struct mc_keeper_request *req, const struct keeper_peer *peer,
 			   struct mc_keeper_reply *rep)
 {
-	bool found, mapped;
+	bool found, in_use;
 	size_t index = find(req->name, &found);
 	struct kept_segment *seg;
 
@@ -647,17 +651,14 @@ static void handle_release(const struct mc_keeper_request *req, const struct kee
 	if (!may_free(seg, peer, rep, "release"))
 		return;
 	count_mappers(&seg, 1);
-	mapped = maybe_mapped(seg);
+	in_use = mapped(seg);
 	rep->generation = seg->record.generation;
-	rep->release_flags = mapped ? MC_KEEPER_RELEASE_DEFERRED : MC_KEEPER_RELEASE_FREED;
-	if (mapped && seg->record.mappers != MC_KEEPER_MAPPERS_UNKNOWN)
-		snprintf(rep->text, sizeof(rep->text), "'%s' is freed when its %u mapper(s) unmap it",
-			 req->name, seg->record.mappers);
-	else if (mapped)
-		snprintf(rep->text, sizeof(rep->text),
-			 "'%s' is freed when its last mapper (if any) unmaps it", req->name);
+	rep->release_flags = in_use ? MC_KEEPER_RELEASE_DEFERRED : MC_KEEPER_RELEASE_FREED;
+	if (in_use)
+		snprintf(rep->text, sizeof(rep->text), "'%s' is freed when its %u mapper(s) unmap it", req->name,
+			 seg->mappers_seen);
 	keeper_log("released '%s' (generation %" PRIu64 ") for uid %u: %s", req->name, seg->record.generation,
-		   (unsigned)peer->uid, mapped ? "freed with its last mapping" : "freed");
+		   (unsigned)peer->uid, in_use ? "freed with its last mapping" : "freed");
 	remove_at(index);
 }
 
@@ -708,7 +709,7 @@ int store_tick(void)
 	for (i = 0; i < count; i++) {
 		struct kept_segment *seg = due[i];
 
-		if (maybe_mapped(seg)) {
+		if (mapped(seg)) {
 			seg->last_mapped_ns = now;
 			continue;
 		}
