@@ -57,7 +57,7 @@ struct kept_segment {
 	int control_fd;			 /* the control area's memfd, -1 when control_bytes is 0 */
 	bool hugetlb;
 	uint64_t last_mapped_ns; /* CLOCK_MONOTONIC when mappers were last seen > 0 (idle timeout) */
-	uint32_t mappers_seen;		 /* the last count: processes whose maps the keeper could read */
+	uint32_t mappers_seen;	 /* the last count: processes whose maps the keeper could read */
 };
 
 /* --- logging and the start (main.c) ---------------------------------------- */

@@ -406,7 +406,7 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 {
 	size_t slots = config->max_connections + 2, i;
 	struct pollfd *polls = calloc(slots, sizeof(*polls));
-	struct connection **polled = calloc(slots, sizeof(*polled));
+	struct connection **polled = calloc(slots, sizeof(struct connection *));
 	int store_ms = store_tick(), err = 0;
 
 	connections = calloc(config->max_connections ? config->max_connections : 1, sizeof(*connections));

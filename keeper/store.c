@@ -30,11 +30,13 @@
 
 #include "keeper.h"
 
-static const struct keeper_config *config;
-static struct kept_segment **table; /* sorted by name, byte order */
+static const struct keeper_config *conf; /* main()'s, for the process's life */
+static struct kept_segment **table;	 /* sorted by name, byte order */
 static size_t table_count, table_room;
 static uint64_t next_generation = 1;
 static bool told_unreadable;
+
+#define CONTROL_MAX (UINT64_C(1) << 30)
 
 static uint64_t monotonic_ns(void)
 {
@@ -105,7 +107,7 @@ static void remove_at(size_t index)
 {
 	struct kept_segment *seg = table[index];
 
-	memmove(&table[index], &table[index + 1], (table_count - index - 1) * sizeof(*table));
+	memmove(&table[index], &table[index + 1], (table_count - index - 1) * sizeof(struct kept_segment *));
 	table_count--;
 	free_segment(seg);
 	save();
@@ -115,14 +117,14 @@ static int insert_at(size_t index, struct kept_segment *seg)
 {
 	if (table_count == table_room) {
 		size_t room = table_room ? table_room * 2 : 64;
-		struct kept_segment **grown = realloc(table, room * sizeof(*table));
+		struct kept_segment **grown = realloc(table, room * sizeof(struct kept_segment *));
 
 		if (!grown)
 			return -ENOMEM;
 		table = grown;
 		table_room = room;
 	}
-	memmove(&table[index + 1], &table[index], (table_count - index) * sizeof(*table));
+	memmove(&table[index + 1], &table[index], (table_count - index) * sizeof(struct kept_segment *));
 	table[index] = seg;
 	table_count++;
 	return 0;
@@ -217,10 +219,11 @@ static void count_mappers(struct kept_segment **segs, size_t count)
 		if (!maps) {
 			/* Gone meanwhile is no mapper; refused is one we cannot see. */
 			if (errno != ENOENT && errno != ESRCH && !unreadable++ && !told_unreadable) {
-				keeper_log("cannot read /proc/%d/maps (%s): a segment that no process the keeper "
-					   "can see maps reports its mappers as unknown (run the keeper as root in "
-					   "its clients' PID namespace)",
-					   (int)pid, strerror(errno));
+				keeper_log(
+					"cannot read /proc/%d/maps (%s): a segment that no process the keeper "
+					"can see maps reports its mappers as unknown (run the keeper as root in "
+					"its clients' PID namespace)",
+					(int)pid, strerror(errno));
 				told_unreadable = true;
 			}
 			continue;
@@ -235,8 +238,8 @@ static void count_mappers(struct kept_segment **segs, size_t count)
 	free(line);
 	free(keys);
 	for (i = 0; i < count; i++)
-		segs[i]->record.mappers =
-			!segs[i]->mappers_seen && unreadable ? MC_KEEPER_MAPPERS_UNKNOWN : segs[i]->mappers_seen;
+		segs[i]->record.mappers = !segs[i]->mappers_seen && unreadable ? MC_KEEPER_MAPPERS_UNKNOWN
+									       : segs[i]->mappers_seen;
 }
 
 /* Whether a process the keeper can see maps @seg (after count_mappers). */
@@ -457,11 +460,20 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 	char why[MC_KEEPER_TEXT_MAX + 1], name[48];
 	int err;
 
-	if (table_count >= config->max_segments) {
+	if (table_count >= conf->max_segments) {
 		refuse(rep, EMFILE, 0,
 		       "the keeper holds %zu segments, its --max-segments; release one (mooncake-segment keep "
 		       "release NAME) or raise --max-segments",
 		       table_count);
+		return;
+	}
+	/* The control area is the library's small shared header (readiness,
+	 * slots); a huge one would be memory outside the room check. */
+	if (req->control_bytes > CONTROL_MAX) {
+		refuse(rep, EINVAL, 0,
+		       "a control area of %" PRIu64
+		       " bytes is more than the keeper keeps (%llu); ask for less",
+		       req->control_bytes, (unsigned long long)CONTROL_MAX);
 		return;
 	}
 	if (req->size > UINT64_MAX - page_size) {
@@ -471,13 +483,13 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 	alloc_size = (req->size + page_size - 1) / page_size * page_size;
 	need = alloc_size + req->control_bytes;
 	if (need < alloc_size ||
-	    (config->budget_bytes && (need > config->budget_bytes - kept || kept > config->budget_bytes))) {
+	    (conf->budget_bytes && (need > conf->budget_bytes - kept || kept > conf->budget_bytes))) {
 		refuse(rep, ENOSPC, 0,
 		       "keeping '%s' (%" PRIu64
 		       " bytes) would hold more than the keeper's --budget of %" PRIu64 " bytes (%" PRIu64
 		       " kept now); release a kept segment (mooncake-segment keep release NAME) "
 		       "or raise --budget",
-		       req->name, need, config->budget_bytes, kept);
+		       req->name, need, conf->budget_bytes, kept);
 		return;
 	}
 	err = commit_segment(req->name, alloc_size, page_size, hugetlb, req->control_bytes, &pages, why,
@@ -655,8 +667,8 @@ static void handle_release(const struct mc_keeper_request *req, const struct kee
 	rep->generation = seg->record.generation;
 	rep->release_flags = in_use ? MC_KEEPER_RELEASE_DEFERRED : MC_KEEPER_RELEASE_FREED;
 	if (in_use)
-		snprintf(rep->text, sizeof(rep->text), "'%s' is freed when its %u mapper(s) unmap it", req->name,
-			 seg->mappers_seen);
+		snprintf(rep->text, sizeof(rep->text), "'%s' is freed when its %u mapper(s) unmap it",
+			 req->name, seg->mappers_seen);
 	keeper_log("released '%s' (generation %" PRIu64 ") for uid %u: %s", req->name, seg->record.generation,
 		   (unsigned)peer->uid, in_use ? "freed with its last mapping" : "freed");
 	remove_at(index);
@@ -694,11 +706,11 @@ int store_tick(void)
 	size_t count = 0, i;
 	bool found;
 
-	if (!config->idle_timeout_s)
+	if (!conf->idle_timeout_s)
 		return -1;
-	idle_ns = (uint64_t)config->idle_timeout_s * 1000000000u;
+	idle_ns = (uint64_t)conf->idle_timeout_s * 1000000000u;
 	now = monotonic_ns();
-	due = calloc(table_count ? table_count : 1, sizeof(*due));
+	due = calloc(table_count ? table_count : 1, sizeof(struct kept_segment *));
 	if (!due)
 		return 1000;
 	for (i = 0; i < table_count; i++)
@@ -714,22 +726,22 @@ int store_tick(void)
 			continue;
 		}
 		keeper_log("freed '%s' (generation %" PRIu64 "): nobody mapped it for %u s (--idle-timeout)",
-			   seg->record.name, seg->record.generation, config->idle_timeout_s);
+			   seg->record.name, seg->record.generation, conf->idle_timeout_s);
 		remove_at(find(seg->record.name, &found));
 	}
 	free(due);
 	/* Look again within a quarter of the timeout, at most every 30 s. */
-	return config->idle_timeout_s >= 120 ? 30000 : (int)(config->idle_timeout_s * 250u);
+	return conf->idle_timeout_s >= 120 ? 30000 : (int)(conf->idle_timeout_s * 250u);
 }
 
-int store_start(const struct keeper_config *cfg)
+int store_start(const struct keeper_config *config)
 {
 	struct kept_segment *loaded = NULL;
 	size_t count = 0, i;
 	char name[48];
 	int err;
 
-	config = cfg;
+	conf = config;
 	err = state_load(&loaded, &count, &next_generation);
 	if (err) {
 		keeper_log("cannot read the saved table (%s): starting empty", strerror(-err));

@@ -419,14 +419,15 @@ def test_release_unmapped_frees(keeper):
     assert keeper.ask(named_request(RELEASE, "kv-f")).status == errno.ENOENT
 
 
-def as_other_uid(keeper, requests):
-    """Send @requests as uid/gid 65534 from a forked child; their statuses."""
+def as_other_uid(keeper, requests, groups=()):
+    """Send @requests as uid/gid 65534 (with supplementary @groups) from a
+    forked child; their statuses and sentences."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(read_end)
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setresgid(65534, 65534, 65534)
             os.setresuid(65534, 65534, 65534)
             statuses = []
@@ -474,16 +475,19 @@ def test_another_uid_is_refused_unless_shared_with_any(keeper):
 def test_group_sharing_follows_the_peers_groups(keeper):
     if os.getuid() != 0:
         pytest.skip("needs root to run a client as another uid (setresuid)")
-    made = keeper.ask(create_request("kv-group", sharing=SHARE_GROUP, gid=65534))
-    other = keeper.ask(create_request("kv-group0", sharing=SHARE_GROUP, gid=4242))
-    made.close_fds()
-    other.close_fds()
-    results = as_other_uid(
-        keeper,
-        [create_request("kv-group", sharing=SHARE_GROUP, gid=65534), create_request("kv-group0", sharing=SHARE_GROUP, gid=4242)],
-    )  # fmt: skip
-    assert results[0][0] == 0, results[0][1]
-    assert results[1][0] == errno.EACCES and "group 4242" in results[1][1]
+    for name, gid in (("kv-group", 65534), ("kv-group0", 4242)):
+        made = keeper.ask(create_request(name, sharing=SHARE_GROUP, gid=gid))
+        assert made.status == 0, made.text
+        made.close_fds()
+    asks = [
+        create_request(name, sharing=SHARE_GROUP, gid=gid) for name, gid in (("kv-group", 65534), ("kv-group0", 4242))
+    ]
+    primary_only = as_other_uid(keeper, asks)
+    assert primary_only[0][0] == 0, "the primary gid is a member: " + primary_only[0][1]
+    assert primary_only[1][0] == errno.EACCES and "group 4242" in primary_only[1][1]
+    # Supplementary groups count too (SO_PEERGROUPS at accept).
+    supplementary = as_other_uid(keeper, asks, groups=[4242])
+    assert supplementary[1][0] == 0, supplementary[1][1]
 
 
 def test_the_budget_refuses_with_enospc_naming_it(make_keeper):
@@ -494,6 +498,19 @@ def test_the_budget_refuses_with_enospc_naming_it(make_keeper):
     over = k.ask(create_request("b2", size=4 * MIB))
     assert over.status == errno.ENOSPC and "--budget" in over.text, over.text
     k.alive()
+
+
+def test_sizes_past_the_hosts_room_are_refused_not_killed(keeper):
+    huge = keeper.ask(create_request("huge", size=1 << 50))
+    assert huge.status == errno.ENOMEM, huge.text
+    control = keeper.ask(create_request("huge-control", control=1 << 40))
+    assert control.status == errno.EINVAL and "control area" in control.text
+    assert keeper.alive().kept == 0
+
+
+def test_the_socket_mode_is_set(make_keeper):
+    assert os.stat(make_keeper().path).st_mode & 0o777 == 0o666
+    assert os.stat(make_keeper("--socket-mode", "0600").path).st_mode & 0o777 == 0o600
 
 
 def test_the_segment_limit_refuses_with_emfile(make_keeper):
@@ -693,7 +710,13 @@ def test_100_kept_segments_cost_the_keeper_descriptors_not_memory(keeper):
         with open("/proc/%d/status" % keeper.proc.pid) as f:
             return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
 
-    before_rss, before_fds = rss_kb(), len(os.listdir("/proc/%d/fd" % keeper.proc.pid))
+    def fds():
+        """All the keeper's descriptors, and its memfds (connections come and go)."""
+        where = "/proc/%d/fd" % keeper.proc.pid
+        links = [os.readlink(os.path.join(where, fd)) for fd in os.listdir(where)]
+        return len(links), sum(link.startswith("/memfd:") for link in links)
+
+    before_rss, (before_fds, before_memfds) = rss_kb(), fds()
     total = 0
     for i in range(100):
         r = keeper.ask(create_request("mem-%03d" % i, size=MIB, control=4096))
@@ -703,12 +726,12 @@ def test_100_kept_segments_cost_the_keeper_descriptors_not_memory(keeper):
         view[:] = b"\x5a" * r.size  # every page touched, as a KV tier would be
         view.close()
         r.close_fds()
-    after_rss, after_fds = rss_kb(), len(os.listdir("/proc/%d/fd" % keeper.proc.pid))
+    after_rss, (after_fds, after_memfds) = rss_kb(), fds()
     print(
         "keeper with 100 kept segments (%d MiB of pages): VmRSS %d kB (%d kB before), %d open fds (%d before)"
         % (total >> 20, after_rss, before_rss, after_fds, before_fds)
     )
-    assert after_fds - before_fds == 200, "one memfd and one control memfd each"
+    assert after_memfds - before_memfds == 200, "one memfd and one control memfd each"
     assert after_rss < before_rss + 16 * 1024, "the keeper maps none of the pages"
 
 
