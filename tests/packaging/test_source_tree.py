@@ -130,7 +130,7 @@ def installed():
 def canonical(path, dirs, layout):
     """Rewrite a configured install path into the distribution's layout."""
     # systemdunitdir lies below libdir when both follow the prefix: look at it first.
-    for key in ("systemdunitdir", "pyexecdir", "pythondir", "libdir", "bindir", "includedir", "mandir"):
+    for key in ("systemdunitdir", "pyexecdir", "pythondir", "libdir", "sbindir", "bindir", "includedir", "mandir"):
         prefix = dirs[key].rstrip("/") + "/"
         if path.startswith(prefix):
             return layout[key] + "/" + path[len(prefix) :]
@@ -159,6 +159,7 @@ def test_every_installed_file_is_in_exactly_one_debian_package(installed):
     layout = {
         "libdir": "usr/lib/x86_64-linux-gnu",
         "bindir": "usr/bin",
+        "sbindir": "usr/sbin",
         "includedir": "usr/include",
         "mandir": "usr/share/man",
         "pythondir": "usr/lib/python3/dist-packages",
@@ -219,6 +220,7 @@ def test_every_installed_file_is_in_exactly_one_rpm_package(installed):
     layout = {
         "libdir": "usr/lib64",
         "bindir": "usr/bin",
+        "sbindir": "usr/sbin",
         "includedir": "usr/include",
         "mandir": "usr/share/man",
         "pythondir": sitearch,
@@ -229,6 +231,7 @@ def test_every_installed_file_is_in_exactly_one_rpm_package(installed):
     macros = {
         "_libdir": "/usr/lib64",
         "_bindir": "/usr/bin",
+        "_sbindir": "/usr/sbin",
         "_includedir": "/usr/include",
         "_mandir": "/usr/share/man",
         "python3_sitearch": "/" + sitearch,
