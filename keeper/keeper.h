@@ -36,14 +36,15 @@
 /* --- configuration (main.c) ------------------------------------------------ */
 
 struct keeper_config {
-	const char *socket_path;     /* --socket; default MC_KEEPER_DEFAULT_SOCKET */
-	uint64_t budget_bytes;	     /* --budget: most bytes kept in all; 0 unlimited */
-	uint32_t max_segments;	     /* --max-segments (default 1024) */
-	uint32_t max_connections;    /* --max-connections (default 256) */
-	uint32_t idle_timeout_s;     /* --idle-timeout: free a segment this long after
+	const char *socket_path;    /* --socket; default MC_KEEPER_DEFAULT_SOCKET */
+	uint64_t budget_bytes;	    /* --budget: most bytes kept in all; 0 unlimited */
+	uint32_t max_segments;	    /* --max-segments (default 1024) */
+	uint32_t max_connections;   /* --max-connections (default 256) */
+	uint32_t idle_timeout_s;    /* --idle-timeout: free a segment this long after
 				      * its last mapper went (and nobody attached); 0 never */
-	uint32_t silent_timeout_ms;  /* a connection that sends nothing this long is closed (10 s) */
-	mode_t socket_mode;	     /* --socket-mode (default 0666: the directory gates) */
+	uint32_t silent_timeout_ms; /* a connection that sends nothing this long is closed (10 s;
+				      * the hidden --silent-timeout-ms, for tests) */
+	mode_t socket_mode;	    /* --socket-mode (default 0666: the directory gates) */
 };
 
 #define MC_KEEPER_DEFAULT_SOCKET "/run/mooncake-segment/keeper.sock"
@@ -55,8 +56,70 @@ struct kept_segment {
 	int pages_fd;			 /* the segment's memfd */
 	int control_fd;			 /* the control area's memfd, -1 when control_bytes is 0 */
 	bool hugetlb;
-	uint64_t last_mapped_ns;	 /* CLOCK_MONOTONIC when mappers were last seen > 0 (idle timeout) */
+	uint64_t last_mapped_ns; /* CLOCK_MONOTONIC when mappers were last seen > 0 (idle timeout) */
+	uint32_t mappers_seen;	 /* the last count: processes whose maps the keeper could read */
 };
+
+/* --- logging and the start (main.c) ---------------------------------------- */
+
+/* One line on stderr, "mooncake-segmentd: " and the message. */
+void keeper_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* --- the socket and the loop (server.c) ------------------------------------ */
+
+/* Who is at the other end of a connection, from SO_PEERCRED and
+ * SO_PEERGROUPS when it was accepted (never from a message). */
+struct keeper_peer {
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	gid_t *groups; /* supplementary groups; NULL when the kernel gave none */
+	size_t group_count;
+};
+
+/* The listening socket: the one the service manager passed, else bound at
+ * config->socket_path (a stale socket replaced, a live keeper refused).
+ * *@bound_here says whether the keeper made the path (and so removes it). */
+int server_listen(const struct keeper_config *config, bool *bound_here);
+/* Serve until a signal arrives on @signal_fd (a signalfd): 0, or a negative
+ * errno after a logged failure of the loop itself. */
+int server_run(const struct keeper_config *config, int listen_fd, int signal_fd);
+
+/* --- the table (store.c) --------------------------------------------------- */
+
+/* Load what a previous keeper saved (state_load, descriptors from the
+ * service manager); 0 or a negative errno with a logged reason. */
+int store_start(const struct keeper_config *config);
+/* Close every descriptor (the kernel keeps pages that are still mapped). */
+void store_stop(void);
+uint32_t store_count(void);
+/* Answer @req from @peer in @rep (status, field, sentence and body).  For a
+ * successful CREATE, @fds gets the descriptors to send (pages, control or
+ * -1), which stay the store's: the caller sends them and closes nothing. */
+void store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+		  struct mc_keeper_reply *rep, int fds[2]);
+/* The idle timeout: free what nobody mapped for config->idle_timeout_s.
+ * Returns how long the loop may sleep before the next look, -1 forever. */
+int store_tick(void);
+
+/* --- committing pages (commit.c) ------------------------------------------- */
+
+struct kept_pages {
+	int pages_fd;	     /* sealed memfd, committed, not mapped by the keeper */
+	int control_fd;	     /* sealed, zero-filled memfd; -1 when control_bytes is 0 */
+	uint64_t alloc_size; /* a multiple of page_size */
+	uint64_t page_size;
+};
+
+/* The page size a CREATE of these fields gets (0 asks the backing's
+ * default): 0 or a negative errno with @why. */
+int commit_page_size(uint64_t requested, bool hugetlb, uint64_t *page_size, char *why, size_t why_size);
+/* Allocate, commit and seal @alloc_size bytes (a multiple of @page_size) for
+ * the kept segment @name, and its control area; the keeper's memory cgroup
+ * pays, after the room check that create() runs.  0, or a negative errno
+ * with @why (ENOMEM: no room, with the numbers). */
+int commit_segment(const char *name, uint64_t alloc_size, uint64_t page_size, bool hugetlb,
+		   uint64_t control_bytes, struct kept_pages *out, char *why, size_t why_size);
 
 /* --- the service manager (service.c) --------------------------------------- */
 

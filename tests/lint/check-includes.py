@@ -3,8 +3,9 @@
 """Check that every #include of the library, the CLI and the binding follows
 the directions written in lib/README.md (the block between the
 include-rules markers): a folder of lib/ includes its own headers and those
-of the folders listed for it; tools/ and bindings/ include only the headers
-listed for them.  config.h (the build's) is allowed everywhere.
+of the folders listed for it; tools/, bindings/ and keeper/ include only
+their own headers and those listed for them (a name without ".h" allows a
+whole folder of lib/).  config.h (the build's) is allowed everywhere.
 
 Usage: check-includes.py [--root DIR]   (DIR: the source tree, default: this file's)
 Exits 1 naming each include that breaks a rule, with the rule.
@@ -64,7 +65,7 @@ def check(root):
     rules = read_rules(root)
     interfaces = {"lib/mooncake/segment.h", "lib/private.h"}
     broken = []
-    for top in ("lib", "tools", "bindings"):
+    for top in ("lib", "tools", "bindings", "keeper"):
         for source in sources(root, top):
             kind, folder = layer_of(source)
             text = open(os.path.join(root, source), encoding="utf-8").read()
@@ -96,7 +97,8 @@ def check(root):
                 if os.path.dirname(target) == own:
                     continue
                 allowed = rules.get(kind, set())
-                if os.path.relpath(target, "lib") not in allowed:
+                in_lib = not os.path.relpath(target, "lib").startswith("..")
+                if os.path.relpath(target, "lib") not in allowed and not (in_lib and layer_of(target)[1] in allowed):
                     broken.append(
                         "%s: %s/ may include only its own headers and %s (lib/README.md)"
                         % (where, kind, ", ".join(sorted(allowed)))

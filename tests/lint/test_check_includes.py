@@ -21,7 +21,7 @@ def run_check(root):
 
 @pytest.fixture
 def tree(tmp_path):
-    for folder in ("lib", "tools", "bindings"):
+    for folder in ("lib", "tools", "bindings", "keeper"):
         shutil.copytree(os.path.join(SRCDIR, folder), tmp_path / folder)
     return tmp_path
 
@@ -50,6 +50,8 @@ def test_the_copy_passes_before_it_is_broken(tree):
         ("lib/base/error.c", "host/procfs.h", "lib/base may include no other folder"),
         ("lib/accel/accel.c", "route/route.h", "lib/accel may include lib/base, lib/host"),
         ("tools/main.c", "host/procfs.h", "tools/ may include only its own headers"),
+        ("keeper/store.c", "segment/segment.h", "keeper/ may include only its own headers"),
+        ("keeper/commit.c", "accel/accel.h", "keeper/ may include only its own headers"),
         ("lib/private.h", "host/cgroup.h", "must include no header of the library"),
         ("lib/segment/segment.c", "nowhere/missing.h", "which is not in the tree"),
     ],

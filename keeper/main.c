@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * mooncake-segmentd's start and stop (keeper.h): the options, one log line
+ * per event on stderr, the signals (SIGTERM and SIGINT stop it cleanly
+ * through a signalfd, SIGPIPE is ignored), the open file limit raised for
+ * two descriptors a segment, and the socket it bound removed at the end
+ * (never one the service manager passed).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "keeper.h"
+
+void keeper_log(const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "mooncake-segmentd: %s\n", line);
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out, "Usage: mooncake-segmentd [OPTIONS]\n"
+		     "Keep named shared segments (memfds) past the processes that map them, and hand\n"
+		     "them to the processes allowed, over a Unix socket (doc/keeper-protocol.md).\n"
+		     "\n"
+		     "  --socket PATH          the socket (default " MC_KEEPER_DEFAULT_SOCKET ");\n"
+		     "                         its directory is made (0755) when missing\n"
+		     "  --budget BYTES         most bytes kept in all, K/M/G/T suffixes (default: no limit)\n"
+		     "  --max-segments N       most segments kept (default 1024)\n"
+		     "  --max-connections N    most clients at once (default 256)\n"
+		     "  --idle-timeout SECONDS free a segment nobody mapped this long (default 0: never)\n"
+		     "  --socket-mode OCTAL    the socket's mode (default 0666: the directory gates)\n"
+		     "  --help, --version\n");
+}
+
+/* "4G", "512M", "1048576": bytes, false on junk or overflow. */
+static bool parse_bytes(const char *text, uint64_t *out)
+{
+	char *end;
+	unsigned long long value;
+	unsigned int shift = 0;
+
+	errno = 0;
+	if (!*text || *text == '-')
+		return false;
+	value = strtoull(text, &end, 10);
+	if (errno || end == text)
+		return false;
+	switch (*end) {
+	case '\0':
+		break;
+	case 'K':
+	case 'k':
+		shift = 10;
+		break;
+	case 'M':
+	case 'm':
+		shift = 20;
+		break;
+	case 'G':
+	case 'g':
+		shift = 30;
+		break;
+	case 'T':
+	case 't':
+		shift = 40;
+		break;
+	default:
+		return false;
+	}
+	if (*end && end[1] && strcmp(end + 1, "iB") != 0 && strcmp(end + 1, "B") != 0)
+		return false;
+	if (shift && value > (UINT64_MAX >> shift))
+		return false;
+	*out = (uint64_t)value << shift;
+	return true;
+}
+
+static bool parse_u32(const char *text, int base, uint32_t max, uint32_t *out)
+{
+	char *end;
+	unsigned long value;
+
+	errno = 0;
+	if (!*text || *text == '-')
+		return false;
+	value = strtoul(text, &end, base);
+	if (errno || *end || value > max)
+		return false;
+	*out = (uint32_t)value;
+	return true;
+}
+
+static int bad_option(const char *option, const char *value, const char *expected)
+{
+	keeper_log("%s '%s' is not %s; see mooncake-segmentd --help", option, value, expected);
+	return 2;
+}
+
+/* 0: go on; else the exit status. */
+static int parse_options(int argc, char **argv, struct keeper_config *config, bool *done)
+{
+	enum {
+		OPT_SOCKET = 256,
+		OPT_BUDGET,
+		OPT_MAX_SEGMENTS,
+		OPT_MAX_CONNECTIONS,
+		OPT_IDLE,
+		OPT_MODE,
+		OPT_SILENT,
+		OPT_HELP,
+		OPT_VERSION
+	};
+	static const struct option options[] = {
+		{ "socket", required_argument, NULL, OPT_SOCKET },
+		{ "budget", required_argument, NULL, OPT_BUDGET },
+		{ "max-segments", required_argument, NULL, OPT_MAX_SEGMENTS },
+		{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
+		{ "idle-timeout", required_argument, NULL, OPT_IDLE },
+		{ "socket-mode", required_argument, NULL, OPT_MODE },
+		/* Not in --help: the tests wait for it in seconds, not 10 s. */
+		{ "silent-timeout-ms", required_argument, NULL, OPT_SILENT },
+		{ "help", no_argument, NULL, OPT_HELP },
+		{ "version", no_argument, NULL, OPT_VERSION },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint32_t value;
+	int opt;
+
+	*done = false;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		switch (opt) {
+		case OPT_SOCKET:
+			if (!*optarg)
+				return bad_option("--socket", optarg, "a path");
+			config->socket_path = optarg;
+			break;
+		case OPT_BUDGET:
+			if (!parse_bytes(optarg, &config->budget_bytes))
+				return bad_option("--budget", optarg,
+						  "a size in bytes (like 64G, 512M or 1048576)");
+			break;
+		case OPT_MAX_SEGMENTS:
+			if (!parse_u32(optarg, 10, 1u << 20, &config->max_segments) || !config->max_segments)
+				return bad_option("--max-segments", optarg, "a number from 1 to 1048576");
+			break;
+		case OPT_MAX_CONNECTIONS:
+			if (!parse_u32(optarg, 10, 1u << 16, &config->max_connections) ||
+			    !config->max_connections)
+				return bad_option("--max-connections", optarg, "a number from 1 to 65536");
+			break;
+		case OPT_IDLE:
+			if (!parse_u32(optarg, 10, UINT32_MAX / 1000, &config->idle_timeout_s))
+				return bad_option("--idle-timeout", optarg, "a number of seconds (0: never)");
+			break;
+		case OPT_MODE:
+			if (!parse_u32(optarg, 8, 0777, &value))
+				return bad_option("--socket-mode", optarg, "an octal mode like 0660");
+			config->socket_mode = (mode_t)value;
+			break;
+		case OPT_SILENT:
+			if (!parse_u32(optarg, 10, 3600000, &config->silent_timeout_ms) ||
+			    !config->silent_timeout_ms)
+				return bad_option("--silent-timeout-ms", optarg,
+						  "a number of milliseconds from 1");
+			break;
+		case OPT_HELP:
+			usage(stdout);
+			*done = true;
+			return 0;
+		case OPT_VERSION:
+			printf("mooncake-segmentd %s (keeper protocol %d)\n", PACKAGE_VERSION,
+			       MC_KEEPER_VERSION);
+			*done = true;
+			return 0;
+		default:
+			keeper_log("unknown option '%s'; see mooncake-segmentd --help", argv[optind - 1]);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		keeper_log("unexpected argument '%s'; see mooncake-segmentd --help", argv[optind]);
+		return 2;
+	}
+	return 0;
+}
+
+/* Two descriptors a segment and one a connection: take the hard limit. */
+static void raise_file_limit(const struct keeper_config *config)
+{
+	uint64_t want = 2 * (uint64_t)config->max_segments + config->max_connections + 64;
+	struct rlimit limit;
+
+	if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
+		return;
+	if (limit.rlim_cur < limit.rlim_max) {
+		limit.rlim_cur = limit.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &limit);
+		getrlimit(RLIMIT_NOFILE, &limit);
+	}
+	if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < want)
+		keeper_log(
+			"the open file limit is %llu, below the %llu that --max-segments %u and --max-connections "
+			"%u may need; raise it (LimitNOFILE=, ulimit -n) or lower those",
+			(unsigned long long)limit.rlim_cur, (unsigned long long)want, config->max_segments,
+			config->max_connections);
+}
+
+/* Remove the socket at @path only if it is still the one bound here. */
+static void remove_socket(const char *path, const struct stat *bound)
+{
+	struct stat now;
+
+	if (lstat(path, &now) == 0 && now.st_dev == bound->st_dev && now.st_ino == bound->st_ino)
+		unlink(path);
+}
+
+int main(int argc, char **argv)
+{
+	struct keeper_config config = {
+		.socket_path = MC_KEEPER_DEFAULT_SOCKET,
+		.max_segments = 1024,
+		.max_connections = 256,
+		.silent_timeout_ms = 10000,
+		.socket_mode = 0666,
+	};
+	struct stat bound = { 0 };
+	char budget[32] = "none";
+	bool done, bound_here;
+	sigset_t stop;
+	int status, listen_fd, signal_fd, err;
+
+	status = parse_options(argc, argv, &config, &done);
+	if (status || done)
+		return status;
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	sigprocmask(SIG_BLOCK, &stop, NULL);
+	signal_fd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (signal_fd < 0) {
+		keeper_log("cannot make a signalfd: %s", strerror(errno));
+		return 1;
+	}
+	raise_file_limit(&config);
+	err = service_start();
+	if (err) {
+		keeper_log("cannot read what the service manager passed: %s", strerror(-err));
+		return 1;
+	}
+	if (store_start(&config) != 0)
+		return 1;
+	listen_fd = server_listen(&config, &bound_here);
+	if (listen_fd < 0) {
+		store_stop();
+		return 1;
+	}
+	if (bound_here)
+		lstat(config.socket_path, &bound);
+	if (!service_can_store())
+		keeper_log(
+			"no service manager's descriptor store: a restart of the keeper frees every kept "
+			"segment that no process maps (run it under systemd with FileDescriptorStoreMax=)");
+	if (config.budget_bytes)
+		snprintf(budget, sizeof(budget), "%" PRIu64 " bytes", config.budget_bytes);
+	keeper_log("listening on %s (pid %d, budget %s, at most %u segments)",
+		   bound_here ? config.socket_path : "the passed socket", (int)getpid(), budget,
+		   config.max_segments);
+	service_ready("listening");
+	err = server_run(&config, listen_fd, signal_fd);
+	service_stopping();
+	if (bound_here)
+		remove_socket(config.socket_path, &bound);
+	close(listen_fd);
+	close(signal_fd);
+	store_stop();
+	keeper_log("stopped");
+	return err ? 1 : 0;
+}

@@ -1,0 +1,479 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The keeper's socket and its one-thread poll loop (keeper.h).  Every
+ * descriptor is non-blocking, so that no client can stall the keeper: a
+ * request is one packet read whole (SOCK_SEQPACKET), a reply is sent with
+ * MSG_DONTWAIT and a client that does not read its replies is closed.
+ * Credentials come from SO_PEERCRED and SO_PEERGROUPS at accept, never from
+ * a message; a request that carries descriptors has them closed unread and
+ * ends its connection.  Connections past --max-connections are accepted and
+ * closed at once (so that the backlog never fills), and one silent past the
+ * silent timeout is closed.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "keeper.h"
+
+/* One received packet may carry this many descriptors before MSG_CTRUNC. */
+#define CONTROL_FDS 16
+
+struct connection {
+	int fd; /* -1: a free slot */
+	struct keeper_peer peer;
+	uint64_t last_heard_ns;
+};
+
+static struct connection *connections;
+static size_t connection_count;
+static uint64_t instance;
+static uint8_t in_buffer[MC_KEEPER_MESSAGE_MAX + 1];
+static uint8_t out_buffer[MC_KEEPER_MESSAGE_MAX];
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* --- the listening socket ---------------------------------------------------- */
+
+static int make_parent(const char *path)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char *slash;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;
+	*slash = '\0';
+	if (mkdir(dir, 0755) == 0) {
+		keeper_log("made the socket's directory %s (mode 0755)", dir);
+		return 0;
+	}
+	if (errno == EEXIST)
+		return 0;
+	if (errno == ENOENT && make_parent(dir) == 0 && mkdir(dir, 0755) == 0)
+		return 0;
+	keeper_log("cannot make the socket's directory %s: %s; make it, or choose another path with --socket",
+		   dir, strerror(errno));
+	return -errno;
+}
+
+/* Whether a keeper answers at @addr: connect() refused means a stale socket. */
+static int probe(const struct sockaddr_un *addr)
+{
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), err = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0)
+		err = -EADDRINUSE;
+	else if (errno != ECONNREFUSED)
+		err = -errno;
+	close(fd);
+	return err;
+}
+
+int server_listen(const struct keeper_config *config, bool *bound_here)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int fd = service_listen_fd(), err;
+
+	*bound_here = false;
+	if (fd >= 0) {
+		keeper_log("listening on the socket the service manager passed");
+		return fd;
+	}
+	if (strlen(config->socket_path) >= sizeof(addr.sun_path)) {
+		keeper_log("socket path %s is longer than %zu bytes; choose a shorter --socket",
+			   config->socket_path, sizeof(addr.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	memcpy(addr.sun_path, config->socket_path, strlen(config->socket_path) + 1);
+	err = make_parent(config->socket_path);
+	if (err)
+		return err;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		err = -errno;
+		keeper_log("cannot make a SOCK_SEQPACKET socket: %s", strerror(-err));
+		return err;
+	}
+	err = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 ? 0 : -errno;
+	if (err == -EADDRINUSE) {
+		err = probe(&addr);
+		if (err == -EADDRINUSE) {
+			keeper_log("another keeper answers at %s; stop it first, or choose another --socket",
+				   config->socket_path);
+			close(fd);
+			return err;
+		}
+		if (!err) {
+			/* Refused: nobody listens there, a keeper that died left it. */
+			keeper_log("replacing the stale socket %s", config->socket_path);
+			unlink(config->socket_path);
+			err = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 ? 0 : -errno;
+		}
+	}
+	if (err) {
+		keeper_log(
+			"cannot bind %s: %s; check the path and its directory's permissions, or choose another "
+			"--socket",
+			config->socket_path, strerror(-err));
+		close(fd);
+		return err;
+	}
+	*bound_here = true;
+	if (chmod(config->socket_path, config->socket_mode) != 0)
+		keeper_log("cannot set mode %04o on %s: %s", (unsigned)config->socket_mode,
+			   config->socket_path, strerror(errno));
+	if (listen(fd, 128) != 0) {
+		err = -errno;
+		keeper_log("cannot listen on %s: %s", config->socket_path, strerror(-err));
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+/* --- connections --------------------------------------------------------------- */
+
+static void drop(struct connection *c)
+{
+	close(c->fd);
+	c->fd = -1;
+	free(c->peer.groups);
+	c->peer.groups = NULL;
+	c->peer.group_count = 0;
+	connection_count--;
+}
+
+/* SO_PEERGROUPS (Linux 4.13): the peer's supplementary groups as they were
+ * at connect, with no race against a reused pid.  Without it the primary
+ * gid alone decides sharing by group. */
+static void read_groups(int fd, struct keeper_peer *peer)
+{
+	socklen_t len = 32 * sizeof(gid_t);
+	gid_t *groups = malloc(len);
+
+	if (groups && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+		gid_t *bigger = errno == ERANGE ? realloc(groups, len) : NULL;
+
+		if (bigger)
+			groups = bigger;
+		if (!bigger || getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0)
+			len = 0;
+	}
+	peer->groups = groups;
+	peer->group_count = groups ? len / sizeof(gid_t) : 0;
+}
+
+static void accept_all(int listen_fd, const struct keeper_config *config)
+{
+	for (;;) {
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+		struct connection *c = NULL;
+		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		size_t i;
+
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE)
+				keeper_log("cannot accept a connection: %s (raise the open file limit)",
+					   strerror(errno));
+			return;
+		}
+		if (connection_count >= config->max_connections ||
+		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+			close(fd); /* over --max-connections: the client sees its end closed */
+			continue;
+		}
+		for (i = 0; i < config->max_connections && !c; i++)
+			if (connections[i].fd < 0)
+				c = &connections[i];
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->peer.uid = cred.uid;
+		c->peer.gid = cred.gid;
+		c->peer.pid = cred.pid;
+		read_groups(fd, &c->peer);
+		c->last_heard_ns = monotonic_ns();
+		connection_count++;
+	}
+}
+
+/* Printable ASCII only, at most MC_KEEPER_TEXT_MAX: a library's sentence may hold anything. */
+static void clean_text(char *text)
+{
+	size_t i;
+
+	text[MC_KEEPER_TEXT_MAX] = '\0';
+	for (i = 0; text[i]; i++)
+		if (text[i] < 0x20 || text[i] > 0x7e)
+			text[i] = '?';
+}
+
+/* Send @rep (with @fds when it is a successful CREATE); false: close the connection. */
+static bool send_reply(struct connection *c, struct mc_keeper_reply *rep, const int fds[2])
+{
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} control;
+	struct iovec iov;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	char why[256];
+	int len, count = 0;
+
+	clean_text(rep->text);
+	len = mc_keeper_reply_encode(rep, out_buffer, sizeof(out_buffer), why, sizeof(why));
+	if (len < 0) {
+		keeper_log("cannot encode a reply to pid %d: %s", (int)c->peer.pid, why);
+		return false;
+	}
+	iov.iov_base = out_buffer;
+	iov.iov_len = (size_t)len;
+	if (rep->status == 0 && rep->type == (MC_KEEPER_CREATE | MC_KEEPER_REPLY))
+		count = rep->descriptors;
+	if (count) {
+		struct cmsghdr *cmsg;
+
+		memset(&control, 0, sizeof(control));
+		msg.msg_control = control.buf;
+		msg.msg_controllen = CMSG_SPACE((size_t)count * sizeof(int));
+		cmsg = CMSG_FIRSTHDR(&msg);
+		cmsg->cmsg_level = SOL_SOCKET;
+		cmsg->cmsg_type = SCM_RIGHTS;
+		cmsg->cmsg_len = CMSG_LEN((size_t)count * sizeof(int));
+		memcpy(CMSG_DATA(cmsg), fds, (size_t)count * sizeof(int));
+	}
+	if (sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == len)
+		return true;
+	/* EAGAIN: a client that does not read its replies; anything else: gone. */
+	return false;
+}
+
+static void reply_error(struct connection *c, uint32_t sequence, int status, const char *text)
+{
+	struct mc_keeper_reply rep;
+	const int none[2] = { -1, -1 };
+
+	memset(&rep, 0, sizeof(rep));
+	rep.type = MC_KEEPER_ERROR;
+	rep.sequence = sequence;
+	rep.status = (uint32_t)status;
+	snprintf(rep.text, sizeof(rep.text), "%s", text);
+	send_reply(c, &rep, none);
+}
+
+/* Close every descriptor a request carried; true when there was any. */
+static bool close_received(struct msghdr *msg)
+{
+	struct cmsghdr *cmsg;
+	bool any = false;
+
+	for (cmsg = CMSG_FIRSTHDR(msg); cmsg; cmsg = CMSG_NXTHDR(msg, cmsg)) {
+		size_t count, i;
+
+		if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS)
+			continue;
+		any = true;
+		count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < count; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(fd));
+			close(fd);
+		}
+	}
+	return any;
+}
+
+/* Read and answer one request; false: close the connection. */
+static bool serve(struct connection *c)
+{
+	union {
+		char buf[CMSG_SPACE(CONTROL_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} control;
+	struct iovec iov = { .iov_base = in_buffer, .iov_len = sizeof(in_buffer) };
+	struct msghdr msg = { .msg_iov = &iov,
+			      .msg_iovlen = 1,
+			      .msg_control = control.buf,
+			      .msg_controllen = sizeof(control.buf) };
+	static struct mc_keeper_request req;
+	static struct mc_keeper_reply rep;
+	char why[256];
+	int fds[2];
+	ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	bool carried;
+
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR;
+	if (n == 0 && !(msg.msg_flags & MSG_CTRUNC) && msg.msg_controllen == 0)
+		return false; /* the client closed its end */
+	c->last_heard_ns = monotonic_ns();
+	carried = close_received(&msg);
+	mc_keeper_request_decode(in_buffer, (size_t)n < sizeof(in_buffer) ? (size_t)n : sizeof(in_buffer),
+				 &req, why, sizeof(why));
+	if (carried || (msg.msg_flags & MSG_CTRUNC)) {
+		keeper_log("refused a request with descriptors from pid %d (uid %u)", (int)c->peer.pid,
+			   (unsigned)c->peer.uid);
+		reply_error(c, req.sequence, EPROTO, "keeper requests carry no descriptors");
+		return false;
+	}
+	if ((msg.msg_flags & MSG_TRUNC) ||
+	    mc_keeper_request_decode(in_buffer, (size_t)n, &req, why, sizeof(why)) != 0) {
+		if (msg.msg_flags & MSG_TRUNC)
+			snprintf(why, sizeof(why), "keeper request: over-long (more than %u bytes)",
+				 (unsigned)MC_KEEPER_MESSAGE_MAX);
+		reply_error(c, req.sequence, EPROTO, why);
+		return false;
+	}
+	memset(&rep, 0, sizeof(rep));
+	if (req.type == MC_KEEPER_HELLO) {
+		rep.type = MC_KEEPER_HELLO | MC_KEEPER_REPLY;
+		rep.sequence = req.sequence;
+		rep.version = MC_KEEPER_VERSION;
+		rep.keeper_pid = (uint32_t)getpid();
+		rep.instance = instance;
+		rep.message_max = MC_KEEPER_MESSAGE_MAX;
+		rep.kept = store_count();
+		rep.hello_flags = service_can_store() ? MC_KEEPER_HELLO_FDSTORE : 0;
+		fds[0] = fds[1] = -1;
+	} else {
+		store_handle(&req, &c->peer, &rep, fds);
+	}
+	return send_reply(c, &rep, fds);
+}
+
+/* --- the loop -------------------------------------------------------------- */
+
+static int wait_ms(const struct keeper_config *config, int store_ms)
+{
+	uint64_t now = monotonic_ns(), silent_ns = (uint64_t)config->silent_timeout_ms * 1000000u,
+		 soonest = 0;
+	size_t i;
+	int ms;
+
+	for (i = 0; i < config->max_connections; i++) {
+		uint64_t due;
+
+		if (connections[i].fd < 0)
+			continue;
+		due = connections[i].last_heard_ns + silent_ns;
+		if (!soonest || due < soonest)
+			soonest = due;
+	}
+	if (!soonest)
+		return store_ms;
+	ms = soonest <= now ? 0 : (int)((soonest - now) / 1000000u) + 1;
+	return store_ms >= 0 && store_ms < ms ? store_ms : ms;
+}
+
+static void close_silent(const struct keeper_config *config)
+{
+	uint64_t now = monotonic_ns(), silent_ns = (uint64_t)config->silent_timeout_ms * 1000000u;
+	size_t i;
+
+	for (i = 0; i < config->max_connections; i++)
+		if (connections[i].fd >= 0 && now - connections[i].last_heard_ns >= silent_ns)
+			drop(&connections[i]);
+}
+
+int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
+{
+	size_t slots = config->max_connections + 2, i;
+	struct pollfd *polls = calloc(slots, sizeof(*polls));
+	struct connection **polled = calloc(slots, sizeof(struct connection *));
+	int store_ms = store_tick(), err = 0;
+
+	connections = calloc(config->max_connections ? config->max_connections : 1, sizeof(*connections));
+	if (!polls || !polled || !connections) {
+		keeper_log("out of memory for %u connections; lower --max-connections",
+			   config->max_connections);
+		free(polls);
+		free(polled);
+		free(connections);
+		return -ENOMEM;
+	}
+	for (i = 0; i < config->max_connections; i++)
+		connections[i].fd = -1;
+	if (getrandom(&instance, sizeof(instance), 0) != (ssize_t)sizeof(instance))
+		instance = monotonic_ns() ^ ((uint64_t)getpid() << 32);
+
+	for (;;) {
+		size_t count = 0;
+		uint64_t before;
+		int ready;
+
+		polls[count++] = (struct pollfd){ .fd = signal_fd, .events = POLLIN };
+		polls[count++] = (struct pollfd){ .fd = listen_fd, .events = POLLIN };
+		for (i = 0; i < config->max_connections; i++)
+			if (connections[i].fd >= 0) {
+				polled[count] = &connections[i];
+				polls[count++] = (struct pollfd){ .fd = connections[i].fd, .events = POLLIN };
+			}
+		ready = poll(polls, count, wait_ms(config, store_ms));
+		if (ready < 0 && errno != EINTR) {
+			err = -errno;
+			keeper_log("poll failed: %s", strerror(errno));
+			break;
+		}
+		if (ready > 0 && polls[0].revents) {
+			struct signalfd_siginfo info;
+
+			if (read(signal_fd, &info, sizeof(info)) == (ssize_t)sizeof(info)) {
+				keeper_log("stopping on signal %u", info.ssi_signo);
+				break;
+			}
+		}
+		before = monotonic_ns();
+		for (i = 2; ready > 0 && i < count; i++) {
+			struct connection *c = polled[i];
+
+			if (!polls[i].revents || c->fd < 0)
+				continue;
+			if ((polls[i].revents & POLLIN) ? !serve(c) : true)
+				drop(c);
+		}
+		if (ready > 0 && polls[1].revents)
+			accept_all(listen_fd, config);
+		/* A long commit is no client's silence: their clocks restart. */
+		if (monotonic_ns() - before > (uint64_t)config->silent_timeout_ms * 500000u)
+			for (i = 0; i < config->max_connections; i++)
+				if (connections[i].fd >= 0 && connections[i].last_heard_ns < before)
+					connections[i].last_heard_ns = monotonic_ns();
+		close_silent(config);
+		store_ms = store_tick();
+	}
+	for (i = 0; i < config->max_connections; i++)
+		if (connections[i].fd >= 0)
+			drop(&connections[i]);
+	free(polls);
+	free(polled);
+	free(connections);
+	connections = NULL;
+	return err;
+}

@@ -1,0 +1,800 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The table of kept segments (keeper.h): create or attach, list, stat and
+ * release, who may do which, the budget, the segment limit and the idle
+ * timeout.  The table is sorted by name, so that LIST pages through it from
+ * a cursor.  Mappers are counted only when a request or the idle timeout
+ * asks, by one pass over /proc/PID/maps matching the memfds' device and
+ * inode.  A process whose maps the keeper may not read (one more privileged
+ * than the keeper, like a container runtime's init) is reported honestly: a
+ * segment with no mapper seen is "unknown" then, not 0.  The decisions
+ * (release freed or deferred, replace, the idle timeout) go by the mappers
+ * the keeper could see: a process it cannot see never got a descriptor from
+ * it, unless a client passed one on, and the kernel never frees pages under
+ * any mapping anyway.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "keeper.h"
+
+static const struct keeper_config *conf; /* main()'s, for the process's life */
+static struct kept_segment **table;	 /* sorted by name, byte order */
+static size_t table_count, table_room;
+static uint64_t next_generation = 1;
+static bool told_unreadable;
+
+#define CONTROL_MAX (UINT64_C(1) << 30)
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint32_t store_count(void)
+{
+	return (uint32_t)table_count;
+}
+
+/* The index of @name, or where it would go (*@found false). */
+static size_t find(const char *name, bool *found)
+{
+	size_t low = 0, high = table_count;
+
+	while (low < high) {
+		size_t mid = low + (high - low) / 2;
+		int order = strcmp(table[mid]->record.name, name);
+
+		if (order == 0) {
+			*found = true;
+			return mid;
+		}
+		if (order < 0)
+			low = mid + 1;
+		else
+			high = mid;
+	}
+	*found = false;
+	return low;
+}
+
+static void save(void)
+{
+	int err = state_save((const struct kept_segment *const *)table, table_count, next_generation);
+
+	if (err)
+		keeper_log("cannot save the table for a restart: %s", strerror(-err));
+}
+
+static void fd_name(char *out, size_t size, const char *kind, uint64_t generation)
+{
+	snprintf(out, size, "%s-%" PRIu64, kind, generation);
+}
+
+static void free_segment(struct kept_segment *seg)
+{
+	char name[48];
+
+	fd_name(name, sizeof(name), "pages", seg->record.generation);
+	service_remove(name);
+	if (seg->control_fd >= 0) {
+		fd_name(name, sizeof(name), "control", seg->record.generation);
+		service_remove(name);
+		close(seg->control_fd);
+	}
+	/* The kernel keeps the pages while any process still maps them. */
+	if (seg->pages_fd >= 0)
+		close(seg->pages_fd);
+	free(seg);
+}
+
+static void remove_at(size_t index)
+{
+	struct kept_segment *seg = table[index];
+
+	memmove(&table[index], &table[index + 1], (table_count - index - 1) * sizeof(struct kept_segment *));
+	table_count--;
+	free_segment(seg);
+	save();
+}
+
+static int insert_at(size_t index, struct kept_segment *seg)
+{
+	if (table_count == table_room) {
+		size_t room = table_room ? table_room * 2 : 64;
+		struct kept_segment **grown = realloc(table, room * sizeof(struct kept_segment *));
+
+		if (!grown)
+			return -ENOMEM;
+		table = grown;
+		table_room = room;
+	}
+	memmove(&table[index + 1], &table[index], (table_count - index) * sizeof(struct kept_segment *));
+	table[index] = seg;
+	table_count++;
+	return 0;
+}
+
+/* --- mappers ---------------------------------------------------------------- */
+
+struct inode_key {
+	unsigned int major, minor;
+	uint64_t ino;
+	struct kept_segment *seg;
+	pid_t last_pid; /* count each process once, however many VMAs it has */
+};
+
+static int key_order(const void *a, const void *b)
+{
+	const struct inode_key *x = a, *y = b;
+
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	if (x->major != y->major)
+		return x->major < y->major ? -1 : 1;
+	return x->minor < y->minor ? -1 : x->minor > y->minor;
+}
+
+static void count_line(const char *line, pid_t pid, struct inode_key *keys, size_t count)
+{
+	struct inode_key probe = { 0 }, *hit;
+	unsigned long long ino;
+	unsigned int major, minor;
+
+	if (!strstr(line, "/memfd:"))
+		return;
+	if (sscanf(line, "%*s %*s %*s %x:%x %llu", &major, &minor, &ino) != 3)
+		return;
+	probe.major = major;
+	probe.minor = minor;
+	probe.ino = ino;
+	hit = bsearch(&probe, keys, count, sizeof(*keys), key_order);
+	if (hit && hit->last_pid != pid) {
+		hit->last_pid = pid;
+		hit->seg->mappers_seen++;
+	}
+}
+
+/* Fill record.mappers of @segs: one pass over every process's maps. */
+static void count_mappers(struct kept_segment **segs, size_t count)
+{
+	struct inode_key *keys;
+	size_t keyed = 0, unreadable = 0, i, line_room = 0;
+	char *line = NULL, path[sizeof(((struct dirent *)0)->d_name) + 16];
+	struct dirent *entry;
+	pid_t self = getpid();
+	DIR *proc;
+
+	if (!count)
+		return;
+	keys = calloc(count, sizeof(*keys));
+	proc = opendir("/proc");
+	if (!keys || !proc) {
+		/* Blind: every segment counts as mapped, and its count unknown. */
+		for (i = 0; i < count; i++) {
+			segs[i]->record.mappers = MC_KEEPER_MAPPERS_UNKNOWN;
+			segs[i]->mappers_seen = 1;
+		}
+		free(keys);
+		if (proc)
+			closedir(proc);
+		return;
+	}
+	for (i = 0; i < count; i++) {
+		struct stat st;
+
+		segs[i]->mappers_seen = 0;
+		if (fstat(segs[i]->pages_fd, &st) != 0)
+			continue;
+		keys[keyed++] =
+			(struct inode_key){ major(st.st_dev), minor(st.st_dev), st.st_ino, segs[i], 0 };
+	}
+	qsort(keys, keyed, sizeof(*keys), key_order);
+	while ((entry = readdir(proc))) {
+		pid_t pid;
+		FILE *maps;
+
+		if (!isdigit((unsigned char)entry->d_name[0]))
+			continue;
+		pid = (pid_t)atoi(entry->d_name);
+		if (pid == self)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/maps", entry->d_name);
+		maps = fopen(path, "re");
+		if (!maps) {
+			/* Gone meanwhile is no mapper; refused is one we cannot see. */
+			if (errno != ENOENT && errno != ESRCH && !unreadable++ && !told_unreadable) {
+				keeper_log(
+					"cannot read /proc/%d/maps (%s): a segment that no process the keeper "
+					"can see maps reports its mappers as unknown (run the keeper as root in "
+					"its clients' PID namespace)",
+					(int)pid, strerror(errno));
+				told_unreadable = true;
+			}
+			continue;
+		}
+		while (getline(&line, &line_room, maps) > 0)
+			count_line(line, pid, keys, keyed);
+		if (ferror(maps))
+			unreadable++;
+		fclose(maps);
+	}
+	closedir(proc);
+	free(line);
+	free(keys);
+	for (i = 0; i < count; i++)
+		segs[i]->record.mappers = !segs[i]->mappers_seen && unreadable ? MC_KEEPER_MAPPERS_UNKNOWN
+									       : segs[i]->mappers_seen;
+}
+
+/* Whether a process the keeper can see maps @seg (after count_mappers). */
+static bool mapped(const struct kept_segment *seg)
+{
+	return seg->mappers_seen != 0;
+}
+
+/* --- replies ---------------------------------------------------------------- */
+
+static void refuse(struct mc_keeper_reply *rep, int status, uint16_t field, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void refuse(struct mc_keeper_reply *rep, int status, uint16_t field, const char *fmt, ...)
+{
+	va_list ap;
+
+	rep->status = (uint32_t)status;
+	rep->field = field;
+	va_start(ap, fmt);
+	vsnprintf(rep->text, sizeof(rep->text), fmt, ap);
+	va_end(ap);
+}
+
+static const char *sharing_name(uint8_t sharing)
+{
+	switch (sharing) {
+	case MC_KEEPER_SHARE_UID:
+		return "uid";
+	case MC_KEEPER_SHARE_GROUP:
+		return "group";
+	default:
+		return "any";
+	}
+}
+
+static bool in_group(const struct keeper_peer *peer, gid_t gid)
+{
+	size_t i;
+
+	if (peer->gid == gid)
+		return true;
+	for (i = 0; i < peer->group_count; i++)
+		if (peer->groups[i] == gid)
+			return true;
+	return false;
+}
+
+/* May @peer attach to (and STAT, LIST) @seg?  When not, the sentence. */
+static bool may_attach(const struct kept_segment *seg, const struct keeper_peer *peer,
+		       struct mc_keeper_reply *rep)
+{
+	const struct mc_keeper_segment *r = &seg->record;
+
+	if (peer->uid == 0 || peer->uid == r->owner_uid || r->sharing == MC_KEEPER_SHARE_ANY)
+		return true;
+	if (r->sharing == MC_KEEPER_SHARE_GROUP && in_group(peer, r->gid))
+		return true;
+	if (rep) {
+		if (r->sharing == MC_KEEPER_SHARE_GROUP)
+			refuse(rep, EACCES, 0,
+			       "uid %u may not use kept segment '%s': it belongs to uid %u and is shared with "
+			       "group %u only (sharing group), which uid %u is not in",
+			       (unsigned)peer->uid, r->name, (unsigned)r->owner_uid, (unsigned)r->gid,
+			       (unsigned)peer->uid);
+		else
+			refuse(rep, EACCES, 0,
+			       "uid %u may not use kept segment '%s': it belongs to uid %u and is shared with "
+			       "nobody else (sharing uid); its creator can keep it with sharing group or any",
+			       (unsigned)peer->uid, r->name, (unsigned)r->owner_uid);
+	}
+	return false;
+}
+
+static bool may_free(const struct kept_segment *seg, const struct keeper_peer *peer,
+		     struct mc_keeper_reply *rep, const char *what)
+{
+	if (peer->uid == 0 || peer->uid == seg->record.owner_uid)
+		return true;
+	refuse(rep, EACCES, 0, "uid %u may not %s kept segment '%s': only its creator (uid %u) or root may",
+	       (unsigned)peer->uid, what, seg->record.name, (unsigned)seg->record.owner_uid);
+	return false;
+}
+
+static void hex(const uint8_t *bytes, size_t len, char *out, size_t size)
+{
+	size_t i, used = 0;
+
+	out[0] = '\0';
+	for (i = 0; i < len && used + 3 <= size; i++)
+		used += (size_t)snprintf(out + used, size - used, "%02x", bytes[i]);
+	if (!len)
+		snprintf(out, size, "(none)");
+}
+
+/* The first field of @req that differs from @seg's, with its sentence in
+ * @rep; MC_KEEPER_FIELD_NONE when the declarations agree. */
+static uint16_t compare(const struct kept_segment *seg, const struct mc_keeper_request *req,
+			uint64_t page_size, struct mc_keeper_reply *rep)
+{
+	const struct mc_keeper_segment *r = &seg->record;
+	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0;
+	uint64_t asked_alloc = req->size + (r->page_size - 1) < req->size
+				       ? UINT64_MAX
+				       : (req->size + r->page_size - 1) / r->page_size * r->page_size;
+	char kept_text[2 * MC_KEEPER_IDENTITY_MAX + 8], asked_text[2 * MC_KEEPER_IDENTITY_MAX + 8];
+	const char *fix = "use the same declaration, another name, or replace it (only when nobody maps it)";
+
+	if (req->fingerprint != r->fingerprint) {
+		refuse(rep, EEXIST, MC_KEEPER_FIELD_FINGERPRINT,
+		       "'%s' is kept with fingerprint %016" PRIx64 ", this create declares %016" PRIx64
+		       " (the name, size or block layout differ); %s",
+		       r->name, r->fingerprint, req->fingerprint, fix);
+		return MC_KEEPER_FIELD_FINGERPRINT;
+	}
+	if (req->identity_bytes != r->identity_bytes ||
+	    memcmp(req->identity, r->identity, r->identity_bytes) != 0) {
+		hex(r->identity, r->identity_bytes, kept_text, sizeof(kept_text));
+		hex(req->identity, req->identity_bytes, asked_text, sizeof(asked_text));
+		refuse(rep, EEXIST, MC_KEEPER_FIELD_IDENTITY,
+		       "'%s' is kept with identity %s, this create gives %s; %s", r->name, kept_text,
+		       asked_text, fix);
+		return MC_KEEPER_FIELD_IDENTITY;
+	}
+	if (asked_alloc != r->size) {
+		refuse(rep, EEXIST, MC_KEEPER_FIELD_SIZE,
+		       "'%s' is kept with %" PRIu64 " bytes, this create asks %" PRIu64 " (%" PRIu64
+		       " in its pages of %" PRIu64 "); %s",
+		       r->name, r->size, req->size, asked_alloc, r->page_size, fix);
+		return MC_KEEPER_FIELD_SIZE;
+	}
+	if (page_size != r->page_size) {
+		refuse(rep, EEXIST, MC_KEEPER_FIELD_PAGE_SIZE,
+		       "'%s' is kept with pages of %" PRIu64 " bytes, this create asks %" PRIu64 "; %s",
+		       r->name, r->page_size, page_size, fix);
+		return MC_KEEPER_FIELD_PAGE_SIZE;
+	}
+	if (hugetlb != seg->hugetlb) {
+		refuse(rep, EEXIST, MC_KEEPER_FIELD_HUGETLB,
+		       "'%s' is kept with hugetlb %s, this create asks %s; %s", r->name,
+		       seg->hugetlb ? "true" : "false", hugetlb ? "true" : "false", fix);
+		return MC_KEEPER_FIELD_HUGETLB;
+	}
+	if (req->world_size != r->world_size) {
+		refuse(rep, EEXIST, MC_KEEPER_FIELD_WORLD_SIZE,
+		       "'%s' is kept for world size %u, this create declares %u; %s", r->name, r->world_size,
+		       req->world_size, fix);
+		return MC_KEEPER_FIELD_WORLD_SIZE;
+	}
+	if (req->control_bytes != r->control_bytes) {
+		refuse(rep, EEXIST, MC_KEEPER_FIELD_CONTROL_BYTES,
+		       "'%s' is kept with a control area of %" PRIu64 " bytes, this create asks %" PRIu64
+		       "; %s",
+		       r->name, r->control_bytes, req->control_bytes, fix);
+		return MC_KEEPER_FIELD_CONTROL_BYTES;
+	}
+	if (req->sharing != r->sharing || req->gid != r->gid) {
+		refuse(rep, EEXIST, MC_KEEPER_FIELD_SHARING,
+		       "'%s' is kept with sharing %s (gid %u), this create asks sharing %s (gid %u); %s",
+		       r->name, sharing_name(r->sharing), r->gid, sharing_name(req->sharing), req->gid, fix);
+		return MC_KEEPER_FIELD_SHARING;
+	}
+	return MC_KEEPER_FIELD_NONE;
+}
+
+static void reply_create(const struct kept_segment *seg, uint32_t flags, struct mc_keeper_reply *rep,
+			 int fds[2])
+{
+	const struct mc_keeper_segment *r = &seg->record;
+
+	rep->status = 0;
+	rep->generation = r->generation;
+	rep->size = r->size;
+	rep->page_size = r->page_size;
+	rep->control_bytes = r->control_bytes;
+	rep->attach_flags = flags | (seg->hugetlb ? MC_KEEPER_ATTACH_HUGETLB : 0);
+	rep->owner_uid = r->owner_uid;
+	rep->descriptors = seg->control_fd >= 0 ? 2 : 1;
+	fds[0] = seg->pages_fd;
+	fds[1] = seg->control_fd;
+}
+
+static uint64_t kept_bytes(void)
+{
+	uint64_t total = 0;
+	size_t i;
+
+	for (i = 0; i < table_count; i++)
+		total += table[i]->record.size + table[i]->record.control_bytes;
+	return total;
+}
+
+static int errno_of_commit(int err)
+{
+	switch (-err) {
+	case EMFILE:
+	case ENFILE:
+		return EMFILE;
+	case EINVAL:
+	case ENOTSUP:
+	case EFBIG:
+		return -err;
+	default:
+		return ENOMEM;
+	}
+}
+
+/* A new kept segment for @req (absent from the table, at @index). */
+static void create_new(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+		       uint64_t page_size, size_t index, uint32_t flags, struct mc_keeper_reply *rep,
+		       int fds[2])
+{
+	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0;
+	uint64_t alloc_size, need, kept = kept_bytes();
+	struct kept_pages pages;
+	struct kept_segment *seg;
+	struct timespec now;
+	char why[MC_KEEPER_TEXT_MAX + 1], name[48];
+	int err;
+
+	if (table_count >= conf->max_segments) {
+		refuse(rep, EMFILE, 0,
+		       "the keeper holds %zu segments, its --max-segments; release one (mooncake-segment keep "
+		       "release NAME) or raise --max-segments",
+		       table_count);
+		return;
+	}
+	/* The control area is the library's small shared header (readiness,
+	 * slots); a huge one would be memory outside the room check. */
+	if (req->control_bytes > CONTROL_MAX) {
+		refuse(rep, EINVAL, 0,
+		       "a control area of %" PRIu64
+		       " bytes is more than the keeper keeps (%llu); ask for less",
+		       req->control_bytes, (unsigned long long)CONTROL_MAX);
+		return;
+	}
+	if (req->size > UINT64_MAX - page_size) {
+		refuse(rep, EINVAL, 0, "size %" PRIu64 " is too large", req->size);
+		return;
+	}
+	alloc_size = (req->size + page_size - 1) / page_size * page_size;
+	need = alloc_size + req->control_bytes;
+	if (need < alloc_size ||
+	    (conf->budget_bytes && (need > conf->budget_bytes - kept || kept > conf->budget_bytes))) {
+		refuse(rep, ENOSPC, 0,
+		       "keeping '%s' (%" PRIu64
+		       " bytes) would hold more than the keeper's --budget of %" PRIu64 " bytes (%" PRIu64
+		       " kept now); release a kept segment (mooncake-segment keep release NAME) "
+		       "or raise --budget",
+		       req->name, need, conf->budget_bytes, kept);
+		return;
+	}
+	err = commit_segment(req->name, alloc_size, page_size, hugetlb, req->control_bytes, &pages, why,
+			     sizeof(why));
+	if (err) {
+		refuse(rep, errno_of_commit(err), 0, "the keeper cannot keep '%s': %s", req->name, why);
+		keeper_log("cannot keep '%s' for uid %u: %s", req->name, (unsigned)peer->uid, why);
+		return;
+	}
+	seg = calloc(1, sizeof(*seg));
+	if (!seg || insert_at(index, seg) != 0) {
+		free(seg);
+		close(pages.pages_fd);
+		if (pages.control_fd >= 0)
+			close(pages.control_fd);
+		refuse(rep, ENOMEM, 0, "the keeper is out of memory for its table");
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	memcpy(seg->record.name, req->name, sizeof(seg->record.name));
+	seg->record.fingerprint = req->fingerprint;
+	seg->record.size = alloc_size;
+	seg->record.page_size = page_size;
+	seg->record.control_bytes = req->control_bytes;
+	seg->record.generation = next_generation++;
+	seg->record.created = (uint64_t)now.tv_sec;
+	seg->record.world_size = req->world_size;
+	seg->record.owner_uid = peer->uid;
+	seg->record.gid = req->gid;
+	seg->record.sharing = req->sharing;
+	seg->record.flags = hugetlb ? MC_KEEPER_SEGMENT_HUGETLB : 0;
+	seg->record.identity_bytes = req->identity_bytes;
+	memcpy(seg->record.identity, req->identity, req->identity_bytes);
+	seg->pages_fd = pages.pages_fd;
+	seg->control_fd = pages.control_fd;
+	seg->hugetlb = hugetlb;
+	seg->last_mapped_ns = monotonic_ns();
+
+	fd_name(name, sizeof(name), "pages", seg->record.generation);
+	err = service_store(name, seg->pages_fd);
+	if (!err && seg->control_fd >= 0) {
+		fd_name(name, sizeof(name), "control", seg->record.generation);
+		err = service_store(name, seg->control_fd);
+	}
+	if (err)
+		keeper_log("cannot store '%s' in the service manager (%s): a restart of the keeper loses it",
+			   req->name, strerror(-err));
+	save();
+	keeper_log("kept '%s' (%" PRIu64 " bytes, generation %" PRIu64 ") for uid %u", req->name, alloc_size,
+		   seg->record.generation, (unsigned)peer->uid);
+	reply_create(seg, flags, rep, fds);
+}
+
+static void handle_create(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+			  struct mc_keeper_reply *rep, int fds[2])
+{
+	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0, found;
+	char why[MC_KEEPER_TEXT_MAX + 1];
+	size_t index = find(req->name, &found);
+	struct kept_segment *seg;
+	uint64_t page_size, generation;
+	int err;
+
+	err = commit_page_size(req->page_size, hugetlb, &page_size, why, sizeof(why));
+	if (err) {
+		refuse(rep, -err, 0, "%s", why);
+		return;
+	}
+	if (!found) {
+		if (req->flags & MC_KEEPER_CREATE_ATTACH_ONLY) {
+			refuse(rep, ENOENT, 0, "no kept segment '%s' (attach only); create it first",
+			       req->name);
+			return;
+		}
+		create_new(req, peer, page_size, index, 0, rep, fds);
+		return;
+	}
+	seg = table[index];
+	if (!may_attach(seg, peer, rep))
+		return;
+	if (req->flags & MC_KEEPER_CREATE_CREATE_ONLY) {
+		refuse(rep, EEXIST, 0,
+		       "'%s' is already kept (generation %" PRIu64 "); create only refuses it", req->name,
+		       seg->record.generation);
+		return;
+	}
+	if (compare(seg, req, page_size, rep) == MC_KEEPER_FIELD_NONE) {
+		seg->record.warm_attaches++;
+		seg->last_mapped_ns = monotonic_ns();
+		save();
+		keeper_log("attached uid %u to '%s' (generation %" PRIu64 ", warm)", (unsigned)peer->uid,
+			   req->name, seg->record.generation);
+		reply_create(seg, MC_KEEPER_ATTACH_WARM, rep, fds);
+		return;
+	}
+	if (!(req->flags & MC_KEEPER_CREATE_REPLACE))
+		return; /* refused with EEXIST and the field */
+	/* Replace: the old declaration goes only when nobody maps it. */
+	memset(rep->text, 0, sizeof(rep->text));
+	rep->status = 0;
+	rep->field = 0;
+	if (!may_free(seg, peer, rep, "replace"))
+		return;
+	count_mappers(&seg, 1);
+	if (mapped(seg)) {
+		refuse(rep, EBUSY, 0,
+		       "'%s' cannot be replaced: %u process(es) map it; stop them first, or use another name",
+		       req->name, seg->mappers_seen);
+		return;
+	}
+	generation = seg->record.generation;
+	remove_at(index);
+	keeper_log("replaced '%s' (generation %" PRIu64 ") for uid %u: a new declaration", req->name,
+		   generation, (unsigned)peer->uid);
+	create_new(req, peer, page_size, index, MC_KEEPER_ATTACH_REPLACED, rep, fds);
+}
+
+static void handle_stat(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+			struct mc_keeper_reply *rep)
+{
+	bool found;
+	size_t index = find(req->name, &found);
+
+	if (!found) {
+		refuse(rep, ENOENT, 0, "no kept segment '%s'", req->name);
+		return;
+	}
+	if (!may_attach(table[index], peer, rep))
+		return;
+	count_mappers(&table[index], 1);
+	rep->segments[0] = table[index]->record;
+	rep->count = 1;
+}
+
+static void handle_list(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+			struct mc_keeper_reply *rep)
+{
+	struct kept_segment *page[MC_KEEPER_LIST_MAX];
+	bool found;
+	size_t index = find(req->name, &found), taken = 0, i;
+
+	if (found)
+		index++; /* the names after the cursor */
+	for (; index < table_count; index++) {
+		if (!may_attach(table[index], peer, NULL))
+			continue;
+		if (taken == MC_KEEPER_LIST_MAX) {
+			rep->list_flags = MC_KEEPER_LIST_MORE;
+			break;
+		}
+		page[taken++] = table[index];
+	}
+	count_mappers(page, taken);
+	for (i = 0; i < taken; i++)
+		rep->segments[i] = page[i]->record;
+	rep->count = (uint16_t)taken;
+}
+
+static void handle_release(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+			   struct mc_keeper_reply *rep)
+{
+	bool found, in_use;
+	size_t index = find(req->name, &found);
+	struct kept_segment *seg;
+
+	if (!found) {
+		refuse(rep, ENOENT, 0, "no kept segment '%s'", req->name);
+		return;
+	}
+	seg = table[index];
+	if (!may_free(seg, peer, rep, "release"))
+		return;
+	count_mappers(&seg, 1);
+	in_use = mapped(seg);
+	rep->generation = seg->record.generation;
+	rep->release_flags = in_use ? MC_KEEPER_RELEASE_DEFERRED : MC_KEEPER_RELEASE_FREED;
+	if (in_use)
+		snprintf(rep->text, sizeof(rep->text), "'%s' is freed when its %u mapper(s) unmap it",
+			 req->name, seg->mappers_seen);
+	keeper_log("released '%s' (generation %" PRIu64 ") for uid %u: %s", req->name, seg->record.generation,
+		   (unsigned)peer->uid, in_use ? "freed with its last mapping" : "freed");
+	remove_at(index);
+}
+
+void store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+		  struct mc_keeper_reply *rep, int fds[2])
+{
+	fds[0] = fds[1] = -1;
+	rep->type = (uint16_t)(req->type | MC_KEEPER_REPLY);
+	rep->sequence = req->sequence;
+	switch (req->type) {
+	case MC_KEEPER_CREATE:
+		handle_create(req, peer, rep, fds);
+		break;
+	case MC_KEEPER_LIST:
+		handle_list(req, peer, rep);
+		break;
+	case MC_KEEPER_STAT:
+		handle_stat(req, peer, rep);
+		break;
+	case MC_KEEPER_RELEASE:
+		handle_release(req, peer, rep);
+		break;
+	default:
+		refuse(rep, EPROTO, 0, "keeper request: type %u is not served here", (unsigned)req->type);
+		break;
+	}
+}
+
+int store_tick(void)
+{
+	uint64_t now, idle_ns;
+	struct kept_segment **due;
+	size_t count = 0, i;
+	bool found;
+
+	if (!conf->idle_timeout_s)
+		return -1;
+	idle_ns = (uint64_t)conf->idle_timeout_s * 1000000000u;
+	now = monotonic_ns();
+	due = calloc(table_count ? table_count : 1, sizeof(struct kept_segment *));
+	if (!due)
+		return 1000;
+	for (i = 0; i < table_count; i++)
+		if (now - table[i]->last_mapped_ns >= idle_ns)
+			due[count++] = table[i];
+	/* Only the segments past their time cost a look at /proc. */
+	count_mappers(due, count);
+	for (i = 0; i < count; i++) {
+		struct kept_segment *seg = due[i];
+
+		if (mapped(seg)) {
+			seg->last_mapped_ns = now;
+			continue;
+		}
+		keeper_log("freed '%s' (generation %" PRIu64 "): nobody mapped it for %u s (--idle-timeout)",
+			   seg->record.name, seg->record.generation, conf->idle_timeout_s);
+		remove_at(find(seg->record.name, &found));
+	}
+	free(due);
+	/* Look again within a quarter of the timeout, at most every 30 s. */
+	return conf->idle_timeout_s >= 120 ? 30000 : (int)(conf->idle_timeout_s * 250u);
+}
+
+int store_start(const struct keeper_config *config)
+{
+	struct kept_segment *loaded = NULL;
+	size_t count = 0, i;
+	char name[48];
+	int err;
+
+	conf = config;
+	err = state_load(&loaded, &count, &next_generation);
+	if (err) {
+		keeper_log("cannot read the saved table (%s): starting empty", strerror(-err));
+		count = 0;
+	}
+	if (next_generation == 0)
+		next_generation = 1;
+	for (i = 0; i < count; i++) {
+		struct kept_segment *seg = malloc(sizeof(*seg));
+		bool found;
+		size_t index;
+
+		if (!seg)
+			break;
+		*seg = loaded[i];
+		fd_name(name, sizeof(name), "pages", seg->record.generation);
+		seg->pages_fd = service_take(name);
+		seg->control_fd = -1;
+		if (seg->record.control_bytes) {
+			fd_name(name, sizeof(name), "control", seg->record.generation);
+			seg->control_fd = service_take(name);
+		}
+		seg->last_mapped_ns = monotonic_ns();
+		if (seg->record.generation >= next_generation)
+			next_generation = seg->record.generation + 1;
+		index = find(seg->record.name, &found);
+		if (seg->pages_fd < 0 || (seg->record.control_bytes && seg->control_fd < 0) || found ||
+		    insert_at(index, seg) != 0) {
+			keeper_log("lost '%s' (generation %" PRIu64 "): its descriptors were not stored",
+				   seg->record.name, seg->record.generation);
+			free_segment(seg);
+			continue;
+		}
+		keeper_log("kept '%s' (%" PRIu64 " bytes, generation %" PRIu64
+			   ") for uid %u, from before the restart",
+			   seg->record.name, seg->record.size, seg->record.generation, seg->record.owner_uid);
+	}
+	free(loaded);
+	return 0;
+}
+
+void store_stop(void)
+{
+	size_t i;
+
+	/* Not free_segment(): the descriptor store keeps them for the next keeper. */
+	for (i = 0; i < table_count; i++) {
+		close(table[i]->pages_fd);
+		if (table[i]->control_fd >= 0)
+			close(table[i]->control_fd);
+		free(table[i]);
+	}
+	free(table);
+	table = NULL;
+	table_count = table_room = 0;
+}
