@@ -47,8 +47,6 @@ struct keeper_config {
 	mode_t socket_mode;	    /* --socket-mode (default 0666: the directory gates) */
 };
 
-#define MC_KEEPER_DEFAULT_SOCKET "/run/mooncake-segment/keeper.sock"
-
 /* --- one kept segment (store.c) -------------------------------------------- */
 
 struct kept_segment {

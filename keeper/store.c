@@ -738,7 +738,6 @@ int store_start(const struct keeper_config *config)
 {
 	struct kept_segment *loaded = NULL;
 	size_t count = 0, i;
-	char name[48];
 	int err;
 
 	conf = config;
@@ -756,21 +755,16 @@ int store_start(const struct keeper_config *config)
 
 		if (!seg)
 			break;
+		/* state_load() took its descriptors from the store and checked them. */
 		*seg = loaded[i];
-		fd_name(name, sizeof(name), "pages", seg->record.generation);
-		seg->pages_fd = service_take(name);
-		seg->control_fd = -1;
-		if (seg->record.control_bytes) {
-			fd_name(name, sizeof(name), "control", seg->record.generation);
-			seg->control_fd = service_take(name);
-		}
 		seg->last_mapped_ns = monotonic_ns();
 		if (seg->record.generation >= next_generation)
 			next_generation = seg->record.generation + 1;
 		index = find(seg->record.name, &found);
 		if (seg->pages_fd < 0 || (seg->record.control_bytes && seg->control_fd < 0) || found ||
 		    insert_at(index, seg) != 0) {
-			keeper_log("lost '%s' (generation %" PRIu64 "): its descriptors were not stored",
+			keeper_log("lost '%s' (generation %" PRIu64
+				   "): its descriptors were not stored, or it is twice in the state",
 				   seg->record.name, seg->record.generation);
 			free_segment(seg);
 			continue;
