@@ -99,6 +99,13 @@ int server_listen(const struct keeper_config *config, bool *bound_here)
 
 	*bound_here = false;
 	if (fd >= 0) {
+		/* A socket unit passes it blocking (NonBlocking=no): accept_all()
+		 * reads the backlog until EAGAIN, so it must not block. */
+		if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) {
+			err = -errno;
+			keeper_log("cannot make the passed socket non-blocking: %s", strerror(-err));
+			return err;
+		}
 		keeper_log("listening on the socket the service manager passed");
 		return fd;
 	}
