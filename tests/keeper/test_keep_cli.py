@@ -1,0 +1,101 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`mooncake-segment keep list|stat|release` against the real mooncake-segmentd.
+
+The keeper runs on a temporary socket (tests/keeper/test_keeper.py's
+Keeper), segments are made with the protocol's CREATE, and the CLI must
+show, describe and release them as the keeper says, in a table and in JSON
+(doc/keep-json.md), and fail with the keeper's sentence or the client's
+where it must."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_keeper import BUILDDIR, MIB, SHARE_ANY, Keeper, create_request, hello_request  # noqa: E402
+
+TOOL = BUILDDIR / "tools" / "mooncake-segment"
+if not TOOL.exists():
+    pytest.skip(f"{TOOL} is not built (run make first)", allow_module_level=True)
+
+
+def keep(*args, env=None):
+    return subprocess.run([str(TOOL), "keep", *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+@pytest.fixture
+def keeper():
+    k = Keeper()
+    yield k
+    k.stop()
+
+
+def make(keeper, name, **kw):
+    reply = keeper.ask(create_request(name, **kw))
+    assert reply.status == 0, reply.text
+    reply.close_fds()
+    return reply
+
+
+def test_list_shows_what_the_keeper_keeps_as_a_table_and_as_json(keeper):
+    kv = make(keeper, "kv-llama", size=8 * MIB, world=4, identity=b"\x01\xff", sharing=SHARE_ANY)
+    make(keeper, "kv-other", size=2 * MIB)
+    table = keep("list", "--socket", str(keeper.path))
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith(f"keeper pid {keeper.proc.pid} at {keeper.path};"), lines[0]
+    assert lines[1].split() == ["NAME", "SIZE", "PAGE", "GEN", "UID", "SHARE", "MAPPERS", "WARM", "AGE"]
+    assert [line.split()[0] for line in lines[2:]] == ["kv-llama", "kv-other"]
+    row = lines[2].split()
+    assert row[1:3] == ["8.0", "MiB"] and row[5] == str(kv.generation) and row[7] == "any", row
+
+    listed = keep("list", "--json", "--socket", str(keeper.path))
+    assert listed.returncode == 0, listed.stderr
+    doc = json.loads(listed.stdout)
+    assert doc["keeper"]["socket"] == str(keeper.path) and doc["keeper"]["pid"] == keeper.proc.pid
+    assert doc["keeper"]["instance"] == f"{keeper.ask(hello_request()).instance:016x}"
+    first = doc["segments"][0]
+    assert first["name"] == "kv-llama" and first["size"] == 8 * MIB and first["world_size"] == 4
+    assert first["generation"] == kv.generation and first["sharing"] == "any" and first["identity_hex"] == "01ff"
+    assert first["uid"] == os.geteuid() and first["warm_attaches"] == 0 and first["released"] is False
+    assert [s["name"] for s in doc["segments"]] == ["kv-llama", "kv-other"]
+
+
+def test_list_pages_through_more_segments_than_one_reply_holds(keeper):
+    for i in range(40):
+        make(keeper, f"s{i:02d}", size=MIB)
+    doc = json.loads(keep("list", "--json", "--socket", str(keeper.path)).stdout)
+    assert [s["name"] for s in doc["segments"]] == [f"s{i:02d}" for i in range(40)]
+
+
+def test_stat_and_release(keeper):
+    kv = make(keeper, "kv", size=4 * MIB)
+    make(keeper, "kv", size=4 * MIB)  # a warm attach
+    stat = keep("stat", "kv", "--json", "--socket", str(keeper.path))
+    assert stat.returncode == 0, stat.stderr
+    record = json.loads(stat.stdout)
+    assert record["name"] == "kv" and record["warm_attaches"] == 1 and record["generation"] == kv.generation
+
+    released = keep("release", "kv", "--socket", str(keeper.path))
+    assert released.returncode == 0, released.stderr
+    assert released.stdout == f"released 'kv' (generation {kv.generation}): its pages are freed\n"
+    gone = keep("stat", "kv", "--socket", str(keeper.path))
+    assert gone.returncode == 1 and "the keeper refused (No such file or directory)" in gone.stderr, gone.stderr
+    assert "kv" in gone.stderr
+
+
+def test_bad_names_and_no_keeper_are_clear_errors(keeper, tmp_path):
+    bad = keep("stat", "a/b", "--socket", str(keeper.path))
+    assert bad.returncode == 2 and "segment name has '/' at byte 1" in bad.stderr, bad.stderr
+    missing = keep("list", env=dict(os.environ, MOONCAKE_SEGMENT_KEEPER=str(tmp_path / "none.sock")))
+    assert missing.returncode == 1
+    assert f"No node keeper answers at {tmp_path / 'none.sock'}" in missing.stderr, missing.stderr
+    assert "systemctl enable --now mooncake-segmentd.socket" in missing.stderr
+    usage = keep("frobnicate")
+    assert usage.returncode == 2 and "unknown command 'frobnicate'" in usage.stderr
+    assert keep("release", "kv", "--json").returncode == 2

@@ -1,0 +1,169 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The real mooncake-segmentd restarted through the descriptor store.
+
+The keeper runs under tests/keeper/fake_service_manager.py, which speaks
+systemd's own protocols (socket activation with LISTEN_FDS/LISTEN_FDNAMES,
+the notification socket with FDSTORE=1/FDNAME= and SCM_RIGHTS), because no
+real systemd can run here as PID 1.  A kept segment is written, the keeper
+is SIGKILLed (a crash) or SIGTERMed (`systemctl restart`), a new keeper
+starts with what the store kept, and the bytes, the generation and the
+declaration are all still there; what was released stays gone; new
+generations keep growing."""
+
+import mmap
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fake_service_manager import FakeServiceManager  # noqa: E402
+from test_keeper import (  # noqa: E402
+    CREATE,
+    F_ATTACH_ONLY,
+    HELLO,
+    BUILDDIR,
+    KEEPER,
+    LIST,
+    MIB,
+    RELEASE,
+    REPLY,
+    WARM,
+    Client,
+    create_request,
+    hello_request,
+    named_request,
+)
+
+HELLO_FDSTORE = 1
+
+CONFIG = BUILDDIR / "config.h"
+if not CONFIG.exists() or not re.search(r"^#define HAVE_LIBSYSTEMD 1$", CONFIG.read_text(), re.M):
+    pytest.skip(
+        "this build has no libsystemd (configure --with-systemd): the keeper has no descriptor store",
+        allow_module_level=True,
+    )
+
+
+class ManagedKeeper:
+    """The keeper as a service of the fake manager, with its socket unit."""
+
+    def __init__(self, tmp_path):
+        self.dir = tmp_path
+        self.manager = FakeServiceManager(tmp_path, socket_path=tmp_path / "run" / "keeper.sock")
+        self.path = self.manager.socket_path
+        self.log = open(tmp_path / "keeper.log", "a+")
+        self.start()
+
+    def start(self):
+        self.manager.start([str(KEEPER), "--socket", self.path], stdout=self.log, stderr=self.log)
+        try:
+            self.manager.wait_ready(timeout=20)
+        except (TimeoutError, RuntimeError) as e:
+            raise AssertionError(f"{e}: {self.text()}") from None
+
+    def text(self):
+        self.log.flush()
+        return (self.dir / "keeper.log").read_text()
+
+    def ask(self, request):
+        with Client(self.path) as client:
+            return client.ask(request)
+
+    def close(self):
+        if self.manager.process is not None and self.manager.process.poll() is None:
+            self.manager.stop()
+        self.manager.close()
+        self.log.close()
+
+
+@pytest.fixture
+def managed(tmp_path):
+    keeper = ManagedKeeper(tmp_path)
+    yield keeper
+    keeper.close()
+
+
+KV = dict(size=64 * MIB, fingerprint=0xABCD, control=4096, world=4, identity=b"llama-70b/fp8")
+
+
+def write_pattern(reply):
+    """A pattern over the pages and a mark in the control area, then nothing of ours maps it."""
+    with mmap.mmap(reply.fds[0], reply.size) as pages:
+        for off in range(0, reply.size, MIB):
+            pages[off : off + 8] = (off // MIB + 0x5EED).to_bytes(8, "little")
+    with mmap.mmap(reply.fds[1], reply.control) as control:
+        control[:5] = b"front"
+    reply.close_fds()
+
+
+def assert_pattern(reply):
+    with mmap.mmap(reply.fds[0], reply.size) as pages:
+        for off in range(0, reply.size, MIB):
+            assert pages[off : off + 8] == (off // MIB + 0x5EED).to_bytes(8, "little"), off
+    with mmap.mmap(reply.fds[1], reply.control) as control:
+        assert control[:5] == b"front"
+
+
+@pytest.mark.parametrize("how", ["crash", "restart"])
+def test_a_kept_segment_survives_the_keepers_restart_through_the_descriptor_store(managed, how):
+    hello = managed.ask(hello_request())
+    assert hello.flags & HELLO_FDSTORE, "under a service manager the keeper says its segments survive"
+    made = managed.ask(create_request("kv", **KV))
+    assert made.type == CREATE | REPLY and made.status == 0, made.text
+    assert not made.flags & WARM
+    generation = made.generation
+    write_pattern(made)
+    managed.manager.process_notifications(0.5)
+    stored = managed.manager.stored_names()
+    assert {f"pages-{generation}", f"control-{generation}", "state"} <= set(stored), stored
+
+    managed.manager.kill(9 if how == "crash" else 15)
+    managed.start()
+
+    again = managed.ask(hello_request())
+    assert again.instance != hello.instance and again.kept == 1, managed.text()
+    attached = managed.ask(create_request("kv", flags=F_ATTACH_ONLY, **KV))
+    assert attached.status == 0, attached.text + managed.text()
+    assert attached.flags & WARM and attached.generation == generation
+    assert (attached.size, attached.control) == (64 * MIB, 4096)
+    assert_pattern(attached)
+    attached.close_fds()
+    # Another declaration under the name is still refused: the record came back whole.
+    other = managed.ask(create_request("kv", **dict(KV, identity=b"llama-70b/bf16")))
+    assert other.status == 17 and "identity" in other.text, other.text  # EEXIST
+    # Generations go on growing past the restart.
+    newer = managed.ask(create_request("kv2", size=MIB))
+    assert newer.status == 0 and newer.generation > generation, newer.text
+    newer.close_fds()
+    listed = managed.ask(named_request(LIST, ""))
+    assert [s["name"] for s in listed.segments] == ["kv", "kv2"]
+
+
+def test_a_released_segment_stays_gone_after_a_restart(managed):
+    made = managed.ask(create_request("gone", size=4 * MIB))
+    assert made.status == 0, made.text
+    made.close_fds()
+    released = managed.ask(named_request(RELEASE, "gone"))
+    assert released.status == 0 and released.generation == made.generation
+    managed.manager.process_notifications(0.5)
+    assert f"pages-{made.generation}" not in managed.manager.stored_names()
+
+    managed.manager.kill()
+    managed.start()
+    assert managed.ask(hello_request()).kept == 0
+    absent = managed.ask(create_request("gone", size=4 * MIB, flags=F_ATTACH_ONLY))
+    assert absent.status == 2, absent.text  # ENOENT
+
+
+def test_a_stop_that_empties_the_store_starts_empty(managed):
+    made = managed.ask(create_request("kv", size=4 * MIB))
+    assert made.status == 0
+    made.close_fds()
+    managed.manager.stop()  # systemctl stop on systemd 252: the store goes with it
+    managed.start()
+    hello = managed.ask(hello_request())
+    assert hello.type == HELLO | REPLY and hello.kept == 0
