@@ -11,7 +11,6 @@ declaration are all still there; what was released stays gone; new
 generations keep growing."""
 
 import mmap
-import os
 import re
 import sys
 from pathlib import Path
