@@ -6,7 +6,8 @@
  * doc/keeper-protocol.md (lib/route/keeper-wire.h).
  *
  * One job per file:
- *   main.c     options, logging, signals, the start and the stop;
+ *   main.c     options, signals, the start and the stop;
+ *   log.c      the one log: stderr, with the journal's priorities;
  *   server.c   the listening socket, the poll loop, connections (credentials,
  *              limits, timeouts), decoding requests and sending replies;
  *   store.c    the table of kept segments: create or attach, list, stat,
@@ -27,6 +28,7 @@
 #ifndef MOONCAKE_SEGMENTD_KEEPER_H
 #define MOONCAKE_SEGMENTD_KEEPER_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -58,9 +60,19 @@ struct kept_segment {
 	uint32_t mappers_seen;	 /* the last count: processes whose maps the keeper could read */
 };
 
-/* --- logging and the start (main.c) ---------------------------------------- */
+/* --- logging (log.c) ------------------------------------------------------- */
 
-/* One line on stderr, "mooncake-segmentd: " and the message. */
+/* syslog(3)'s priorities, as the journal reads them from a "<N>" prefix. */
+#define KEEPER_LOG_ERR	   3
+#define KEEPER_LOG_WARNING 4
+#define KEEPER_LOG_NOTICE  5
+#define KEEPER_LOG_INFO	   6
+
+/* One line on stderr: "<priority>" when stderr is the journal, else
+ * "mooncake-segmentd: ", then the message. */
+void keeper_say(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void keeper_vsay(int priority, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* keeper_say() at KEEPER_LOG_INFO. */
 void keeper_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* --- the socket and the loop (server.c) ------------------------------------ */

@@ -23,17 +23,6 @@
 
 #include "keeper.h"
 
-void keeper_log(const char *fmt, ...)
-{
-	char line[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "mooncake-segmentd: %s\n", line);
-}
-
 static void usage(FILE *out)
 {
 	fprintf(out, "Usage: mooncake-segmentd [OPTIONS]\n"

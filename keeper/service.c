@@ -38,11 +38,6 @@
 #include "keeper.h"
 #include "state-format.h"
 
-#define LOG_ERR_LEVEL	  3
-#define LOG_WARNING_LEVEL 4
-#define LOG_NOTICE_LEVEL  5
-#define LOG_INFO_LEVEL	  6
-
 struct passed_fd {
 	int fd; /* -1 once taken or closed */
 	bool taken;
@@ -52,28 +47,6 @@ struct passed_fd {
 static struct passed_fd *passed;
 static size_t passed_count;
 static int listen_fd = -1;
-
-static void say(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* stderr, with the journal's priority prefix when it is the journal
- * (JOURNAL_STREAM names stderr's device and inode, systemd.exec(5)). */
-static void say(int priority, const char *fmt, ...)
-{
-	const char *stream = getenv("JOURNAL_STREAM");
-	unsigned long long dev, ino;
-	struct stat st;
-	va_list ap;
-
-	if (stream && sscanf(stream, "%llu:%llu", &dev, &ino) == 2 && fstat(STDERR_FILENO, &st) == 0 &&
-	    st.st_dev == dev && st.st_ino == ino)
-		fprintf(stderr, "<%d>", priority);
-	else
-		fputs("mooncake-segmentd: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
 
 /* What systemd accepts as FDNAME= (fdname_is_valid()): 1..255 printable
  * ASCII bytes without ':' (the separator of LISTEN_FDNAMES). */
@@ -107,8 +80,8 @@ int service_start(void)
 
 	n = sd_listen_fds_with_names(1, &names);
 	if (n < 0) {
-		say(LOG_ERR_LEVEL, "cannot read the descriptors systemd passed (LISTEN_FDS): %s",
-		    strerror(-n));
+		keeper_say(KEEPER_LOG_ERR, "cannot read the descriptors systemd passed (LISTEN_FDS): %s",
+			   strerror(-n));
 		n = 0;
 	}
 	table = n > 0 ? calloc((size_t)n, sizeof(*table)) : NULL;
@@ -122,8 +95,9 @@ int service_start(void)
 				listen_fd = fd;
 				continue;
 			}
-			say(LOG_ERR_LEVEL,
-			    "descriptor %d named \"keeper\" is no listening SOCK_SEQPACKET socket", fd);
+			keeper_say(KEEPER_LOG_ERR,
+				   "descriptor %d named \"keeper\" is no listening SOCK_SEQPACKET socket",
+				   fd);
 		}
 		copy = table ? strdup(name) : NULL;
 		if (!copy) {
@@ -142,8 +116,9 @@ int service_start(void)
 		if (is_keeper_socket(passed[i].fd)) {
 			listen_fd = passed[i].fd;
 			passed[i].fd = -1;
-			say(LOG_NOTICE_LEVEL, "listening on the socket systemd passed as \"%s\" (fd %d)",
-			    passed[i].name, listen_fd);
+			keeper_say(KEEPER_LOG_NOTICE,
+				   "listening on the socket systemd passed as \"%s\" (fd %d)", passed[i].name,
+				   listen_fd);
 		}
 	}
 	for (int i = 0; names && i < n; i++)
@@ -151,11 +126,11 @@ int service_start(void)
 	free(names);
 
 	if (listen_fd >= 0)
-		say(LOG_INFO_LEVEL, "socket activation: listening on the socket systemd passed (fd %d)",
-		    listen_fd);
+		keeper_say(KEEPER_LOG_INFO,
+			   "socket activation: listening on the socket systemd passed (fd %d)", listen_fd);
 	if (passed_count)
-		say(LOG_INFO_LEVEL, "%zu descriptor%s from the descriptor store of the previous run",
-		    passed_count, passed_count == 1 ? "" : "s");
+		keeper_say(KEEPER_LOG_INFO, "%zu descriptor%s from the descriptor store of the previous run",
+			   passed_count, passed_count == 1 ? "" : "s");
 
 	/* NOTIFY_SOCKET: a service manager runs us and reads FDSTORE=1.
 	 * Whether the unit allows a store cannot be asked (systemd silently
@@ -163,19 +138,20 @@ int service_start(void)
 	 * systemd 254 and later export the maximum as $FDSTORE. */
 	fdstore = getenv("FDSTORE");
 	if (!getenv("NOTIFY_SOCKET")) {
-		say(LOG_WARNING_LEVEL,
-		    "not run by a service manager (no NOTIFY_SOCKET): a restart of the keeper "
-		    "loses every kept segment; run it as mooncake-segmentd.service to keep them");
+		keeper_say(KEEPER_LOG_WARNING,
+			   "not run by a service manager (no NOTIFY_SOCKET): a restart of the keeper "
+			   "loses every kept segment; run it as mooncake-segmentd.service to keep them");
 	} else if (fdstore) {
 		can_store = strtoull(fdstore, NULL, 10) > 0;
-		say(can_store ? LOG_INFO_LEVEL : LOG_WARNING_LEVEL,
-		    "the descriptor store holds %s descriptors (FileDescriptorStoreMax=)%s", fdstore,
-		    can_store ? ": kept segments survive a restart of the keeper"
-			      : ": a restart of the keeper loses every kept segment");
+		keeper_say(can_store ? KEEPER_LOG_INFO : KEEPER_LOG_WARNING,
+			   "the descriptor store holds %s descriptors (FileDescriptorStoreMax=)%s", fdstore,
+			   can_store ? ": kept segments survive a restart of the keeper"
+				     : ": a restart of the keeper loses every kept segment");
 	} else {
 		can_store = true;
-		say(LOG_INFO_LEVEL, "kept segments survive a restart of the keeper only if its unit sets "
-				    "FileDescriptorStoreMax= (mooncake-segmentd.service sets 4096)");
+		keeper_say(KEEPER_LOG_INFO,
+			   "kept segments survive a restart of the keeper only if its unit sets "
+			   "FileDescriptorStoreMax= (mooncake-segmentd.service sets 4096)");
 	}
 	return err;
 }
@@ -197,8 +173,8 @@ static int notify_fd(const char *what, const char *fdname, const int *fd, unsign
 	snprintf(message, sizeof(message), "%s\nFDNAME=%s", what, fdname);
 	r = sd_pid_notify_with_fds(0, 0, message, fd, n);
 	if (r < 0) {
-		say(LOG_ERR_LEVEL, "cannot send %s for \"%s\" to the service manager: %s", what, fdname,
-		    strerror(-r));
+		keeper_say(KEEPER_LOG_ERR, "cannot send %s for \"%s\" to the service manager: %s", what,
+			   fdname, strerror(-r));
 		return r;
 	}
 	return 0;
@@ -237,10 +213,10 @@ static void notify_text(const char *prefix, const char *status)
 
 int service_start(void)
 {
-	say(LOG_WARNING_LEVEL,
-	    "built without libsystemd: no socket activation and no descriptor store, so a "
-	    "restart of the keeper loses every kept segment; build it with libsystemd and run it "
-	    "as mooncake-segmentd.service to keep them");
+	keeper_say(KEEPER_LOG_WARNING,
+		   "built without libsystemd: no socket activation and no descriptor store, so a "
+		   "restart of the keeper loses every kept segment; build it with libsystemd and run it "
+		   "as mooncake-segmentd.service to keep them");
 	return 0;
 }
 
@@ -332,16 +308,16 @@ void service_ready(const char *status)
 		close(passed[i].fd);
 		passed[i].fd = -1;
 		if (name_was_taken(i)) {
-			say(LOG_WARNING_LEVEL,
-			    "closed a second stored descriptor named \"%s\"; it stays in the store "
-			    "until the service stops",
-			    passed[i].name);
+			keeper_say(KEEPER_LOG_WARNING,
+				   "closed a second stored descriptor named \"%s\"; it stays in the store "
+				   "until the service stops",
+				   passed[i].name);
 			continue;
 		}
-		say(LOG_WARNING_LEVEL,
-		    "closed the orphan descriptor \"%s\" (no saved state names it) and removed it "
-		    "from the descriptor store",
-		    passed[i].name);
+		keeper_say(KEEPER_LOG_WARNING,
+			   "closed the orphan descriptor \"%s\" (no saved state names it) and removed it "
+			   "from the descriptor store",
+			   passed[i].name);
 		if (fdname_valid(passed[i].name))
 			(void)service_remove(passed[i].name);
 	}

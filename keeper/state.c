@@ -39,32 +39,6 @@ static int state_fd = -1;
 static int newest_slot = -1; /* 0 A, 1 B, -1 none valid */
 static struct state_slot slots[2];
 
-static void say(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* stderr, with the journal's priority prefix when it is the journal
- * (JOURNAL_STREAM names stderr's device and inode, systemd.exec(5)). */
-static void say(int priority, const char *fmt, ...)
-{
-	const char *stream = getenv("JOURNAL_STREAM");
-	unsigned long long dev, ino;
-	struct stat st;
-	va_list ap;
-
-	if (stream && sscanf(stream, "%llu:%llu", &dev, &ino) == 2 && fstat(STDERR_FILENO, &st) == 0 &&
-	    st.st_dev == dev && st.st_ino == ino)
-		fprintf(stderr, "<%d>", priority);
-	else
-		fputs("mooncake-segmentd: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-#define LOG_ERR_LEVEL	  3
-#define LOG_WARNING_LEVEL 4
-#define LOG_INFO_LEVEL	  6
-
 /* --- the format: pure functions -------------------------------------------- */
 
 uint64_t state_checksum(const uint8_t *bytes, size_t len)
@@ -439,7 +413,7 @@ int state_save(const struct kept_segment *const *segments, size_t count, uint64_
 		state_fd = memfd_create("mooncake-segmentd-state", MFD_CLOEXEC);
 		if (state_fd < 0 || ftruncate(state_fd, STATE_PAYLOAD_START) != 0) {
 			err = -errno;
-			say(LOG_ERR_LEVEL, "cannot make the state memfd: %s", strerror(-err));
+			keeper_say(KEEPER_LOG_ERR, "cannot make the state memfd: %s", strerror(-err));
 			if (state_fd >= 0)
 				close(state_fd);
 			state_fd = -1;
@@ -447,7 +421,7 @@ int state_save(const struct kept_segment *const *segments, size_t count, uint64_
 		}
 		err = service_store("state", state_fd);
 		if (err) {
-			say(LOG_ERR_LEVEL, "cannot store the state memfd: %s", strerror(-err));
+			keeper_say(KEEPER_LOG_ERR, "cannot store the state memfd: %s", strerror(-err));
 			close(state_fd);
 			state_fd = -1;
 			return err;
@@ -471,8 +445,8 @@ int state_save(const struct kept_segment *const *segments, size_t count, uint64_
 		err = state_payload_decode(payload, need, &check, why, sizeof(why));
 		free(check.segments);
 		if (err) {
-			say(LOG_ERR_LEVEL, "not saving a state the next keeper would refuse: %s",
-			    err == -EPROTO ? why : strerror(-err));
+			keeper_say(KEEPER_LOG_ERR, "not saving a state the next keeper would refuse: %s",
+				   err == -EPROTO ? why : strerror(-err));
 			free(payload);
 			return err == -EPROTO ? -EINVAL : err;
 		}
@@ -496,8 +470,9 @@ int state_save(const struct kept_segment *const *segments, size_t count, uint64_
 		err = write_all(state_fd, header, sizeof(header), (uint64_t)STATE_HEADER_BYTES * target);
 	}
 	if (err) {
-		say(LOG_ERR_LEVEL, "cannot write the saved state: %s (a restart finds the previous one)",
-		    strerror(-err));
+		keeper_say(KEEPER_LOG_ERR,
+			   "cannot write the saved state: %s (a restart finds the previous one)",
+			   strerror(-err));
 		return err;
 	}
 	slots[target] = slot;
@@ -600,8 +575,8 @@ int state_load(struct kept_segment **segments, size_t *count, uint64_t *next_gen
 	if (fd >= 0) {
 		err = read_file(fd, &file, &len);
 		if (err) {
-			say(LOG_ERR_LEVEL, "the stored state is unreadable (%s): starting without it",
-			    strerror(-err));
+			keeper_say(KEEPER_LOG_ERR, "the stored state is unreadable (%s): starting without it",
+				   strerror(-err));
 			close(fd);
 			(void)service_remove("state");
 		} else {
@@ -626,15 +601,15 @@ int state_load(struct kept_segment **segments, size_t *count, uint64_t *next_gen
 			free(best.segments);
 			return err;
 		} else if (strstr(why, "never written") == NULL) {
-			say(LOG_WARNING_LEVEL, "saved state: %s", why);
+			keeper_say(KEEPER_LOG_WARNING, "saved state: %s", why);
 		}
 		/* A slot that failed is the older one for the next save. */
 	}
 	free(file);
 	if (state_fd >= 0 && newest_slot < 0)
-		say(LOG_ERR_LEVEL,
-		    "the stored state has no valid slot: the kept segments of the previous run "
-		    "cannot be named and are freed");
+		keeper_say(KEEPER_LOG_ERR,
+			   "the stored state has no valid slot: the kept segments of the previous run "
+			   "cannot be named and are freed");
 
 	for (size_t i = 0; i < best.count; i++) {
 		struct kept_segment *k = &best.segments[i];
@@ -652,8 +627,9 @@ int state_load(struct kept_segment **segments, size_t *count, uint64_t *next_gen
 				release_segment(k);
 		}
 		if (k->pages_fd < 0) {
-			say(LOG_ERR_LEVEL, "kept segment \"%s\" (generation %" PRIu64 ") is dropped: %s",
-			    k->record.name, k->record.generation, why);
+			keeper_say(KEEPER_LOG_ERR,
+				   "kept segment \"%s\" (generation %" PRIu64 ") is dropped: %s",
+				   k->record.name, k->record.generation, why);
 			release_segment(k);
 			dropped++;
 			continue;
@@ -680,9 +656,10 @@ int state_load(struct kept_segment **segments, size_t *count, uint64_t *next_gen
 	*segments = best.segments;
 	*count = kept;
 	if (newest_slot >= 0 || kept)
-		say(LOG_INFO_LEVEL,
-		    "restored %zu kept segment%s from the descriptor store (%zu dropped); next generation %" PRIu64,
-		    kept, kept == 1 ? "" : "s", dropped, *next_generation);
+		keeper_say(
+			KEEPER_LOG_INFO,
+			"restored %zu kept segment%s from the descriptor store (%zu dropped); next generation %" PRIu64,
+			kept, kept == 1 ? "" : "s", dropped, *next_generation);
 	/* What was dropped must not come back at the next restart. */
 	if (dropped || (newest_slot >= 0 && *next_generation != best.next_generation)) {
 		/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, as state_save() takes */

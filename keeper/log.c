@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The keeper's one log (keeper.h): a line on stderr per event, with the
+ * journal's priority prefix when stderr is the journal (JOURNAL_STREAM names
+ * stderr's device and inode, systemd.exec(5)), else the program's name.
+ */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "keeper.h"
+
+static bool stderr_is_the_journal(void)
+{
+	const char *stream = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	return stream && sscanf(stream, "%llu:%llu", &dev, &ino) == 2 && fstat(STDERR_FILENO, &st) == 0 &&
+	       st.st_dev == dev && st.st_ino == ino;
+}
+
+void keeper_vsay(int priority, const char *fmt, va_list ap)
+{
+	char line[1024];
+
+	vsnprintf(line, sizeof(line), fmt, ap);
+	if (stderr_is_the_journal())
+		fprintf(stderr, "<%d>%s\n", priority, line);
+	else
+		fprintf(stderr, "mooncake-segmentd: %s\n", line);
+}
+
+void keeper_say(int priority, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	keeper_vsay(priority, fmt, ap);
+	va_end(ap);
+}
+
+void keeper_log(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	keeper_vsay(KEEPER_LOG_INFO, fmt, ap);
+	va_end(ap);
+}
