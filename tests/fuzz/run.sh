@@ -73,7 +73,7 @@ if [ "$keeper_seconds" -gt 0 ]; then
 fi
 
 if [ "$state_seconds" -gt 0 ]; then
-	state=("$top/keeper/state.c" "$top/lib/route/keeper-wire.c" "$here/fuzz-keeper-state.c")
+	state=("$top/keeper/state.c" "$top/keeper/log.c" "$top/lib/route/keeper-wire.c" "$here/fuzz-keeper-state.c")
 	clang "${sanitize[@]}" -I"$builddir" -I"$top/lib" -I"$top/keeper" "${state[@]}" -o "$work/fuzz-keeper-state"
 	clang -g -O1 -DMC_FUZZ_WRITE_SEEDS -I"$builddir" -I"$top/lib" -I"$top/keeper" "${state[@]}" \
 		-o "$work/keeper-state-seeds"

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_install import make_install  # noqa: E402
+
 SRCDIR = Path(os.environ.get("MOONCAKE_SEGMENT_SRCDIR", Path(__file__).resolve().parents[2]))
 BUILDDIR = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", SRCDIR))
 # What the Python build may read: no lib/ source, so it cannot compile a copy of the library.
@@ -52,10 +55,7 @@ def python_sources(tmp_path_factory):
 def installed_library(tmp_path_factory):
     """This build's library, `make install`ed into a scratch DESTDIR: the pkg-config environment pointing at it."""
     dest = tmp_path_factory.mktemp("destdir")
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    subprocess.run(
-        ["make", "-s", "-C", str(BUILDDIR), "install", f"DESTDIR={dest}"], env=env, capture_output=True, check=True
-    )
+    make_install(BUILDDIR, dest)
     (pc,) = dest.rglob("mooncake-segment.pc")
     return dict(
         PKG_CONFIG_PATH=str(pc.parent),

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_install import make_env, make_install  # noqa: E402
+
 SRCDIR = Path(os.environ.get("MOONCAKE_SEGMENT_SRCDIR", Path(__file__).resolve().parents[2]))
 BUILDDIR = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", SRCDIR))
 # (build, dist and *.egg-info: what `pip install .` / `python3 -m build` leave in the tree)
@@ -95,7 +98,7 @@ def test_setup_py_reports_the_project_version():
 
 def install_tree():
     """Run `make install` into a scratch DESTDIR; map each file to a canonical path."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env = make_env()
     dirs = dict(
         line.split("=", 1)
         for line in subprocess.run(
@@ -107,13 +110,7 @@ def install_tree():
         ).stdout.splitlines()
     )
     dest = tempfile.mkdtemp(prefix="mooncake-segment-install-")
-    subprocess.run(
-        ["make", "-s", "-C", str(BUILDDIR), "install", f"DESTDIR={dest}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    make_install(BUILDDIR, dest)
     files = []
     for root, _, names in os.walk(dest):
         for name in names:
