@@ -73,10 +73,12 @@ class ManagedKeeper:
             return client.ask(request)
 
     def close(self):
-        if self.manager.process is not None and self.manager.process.poll() is None:
-            self.manager.stop()
-        self.manager.close()
-        self.log.close()
+        try:
+            if self.manager.process is not None and self.manager.process.poll() is None:
+                self.manager.stop()
+        finally:
+            self.manager.close()  # SIGKILLs a keeper that did not stop, so no test leaves one behind
+            self.log.close()
 
 
 @pytest.fixture
