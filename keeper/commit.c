@@ -135,6 +135,7 @@ int commit_segment(const char *name, uint64_t alloc_size, uint64_t page_size, bo
 	mem.placement.mode = MC_PLACE_DEFAULT;
 	mem.placement.node = -1;
 	mem.companion_fd = -1;
+	mem.adopt_fd = -1; /* the keeper makes the pages */
 
 	mc_clear_error();
 	if (backend->charges_memory_cgroup(&opt)) {

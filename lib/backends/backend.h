@@ -50,6 +50,10 @@ struct mc_memory {
 	 * closes it), -1 when the owner passed none. */
 	int companion_fd;
 	struct mc_tracked_fd companion_tracking; /* peer: closes companion_fd in a forked child */
+	/* Owner: pages that exist already, committed and sealed (a kept
+	 * segment's memfd from the node keeper), to map instead of allocating;
+	 * the backend takes a descriptor of its own.  -1: allocate. */
+	int adopt_fd;
 
 	/* Written by the backend. */
 	void *base;  /* this rank's mapping or reservation */

@@ -235,20 +235,26 @@ static int memfd_commit_rest(struct mc_memory *mem)
 	return commit_ended(mem, err);
 }
 
-static int memfd_create_owner(struct mc_memory *mem)
+/* A kept segment's pages (mem->adopt_fd): a descriptor of our own, and
+ * nothing to commit; the caller checked its size and seals. */
+static int adopt_pages(struct mc_memory *mem, struct memfd_state *state)
+{
+	mc_fd_track_begin();
+	state->fd = fcntl(mem->adopt_fd, F_DUPFD_CLOEXEC, 0);
+	mc_fd_track_end(&state->tracking, &state->fd);
+	if (state->fd < 0)
+		return mc_error_sys(mc_fold_errno(errno), errno,
+				    "Shared segment cannot duplicate the kept segment's memfd");
+	return 0;
+}
+
+/* A new memfd of alloc_size bytes, sealed against shrinking and growing. */
+static int make_pages(struct mc_memory *mem, struct memfd_state *state)
 {
 	char name[96];
 	unsigned int flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
-	struct mc_peer_fd handle, companion;
-	struct memfd_state *state = calloc(1, sizeof(*state));
 	int err;
 
-	if (!state)
-		return mc_error(ENOMEM, "Shared segment: out of memory");
-	state->fd = -1;
-	state->commit_fd = -1;
-	state->need = (struct mc_room_need){ .label = mem->label, .bytes = mem->alloc_size };
-	mem->state = state;
 	if (mem->opt->hugetlb)
 		flags |= MFD_HUGETLB | hugetlb_size_flag(mem->page_size);
 	snprintf(name, sizeof(name), "mooncake-segment:%s|owner=%d", mem->label, (int)getpid());
@@ -274,6 +280,25 @@ static int memfd_create_owner(struct mc_memory *mem)
 	/* Nobody may shrink or grow the file under the others' mappings. */
 	if (fcntl(state->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno, "Shared segment cannot seal its memfd");
+	return 0;
+}
+
+static int memfd_create_owner(struct mc_memory *mem)
+{
+	struct mc_peer_fd handle, companion;
+	struct memfd_state *state = calloc(1, sizeof(*state));
+	bool adopted = mem->adopt_fd >= 0;
+	int err;
+
+	if (!state)
+		return mc_error(ENOMEM, "Shared segment: out of memory");
+	state->fd = -1;
+	state->commit_fd = -1;
+	state->need = (struct mc_room_need){ .label = mem->label, .bytes = mem->alloc_size };
+	mem->state = state;
+	err = adopted ? adopt_pages(mem, state) : make_pages(mem, state);
+	if (err)
+		return err;
 
 	mem->base = mc_window_reserve(mem->alloc_size, window_alignment(mem));
 	if (!mem->base)
@@ -289,12 +314,15 @@ static int memfd_create_owner(struct mc_memory *mem)
 	if (mem->opt->hugetlb)
 		mem->info_flags |= MOONCAKE_SEGMENT_INFO_HUGETLB;
 	advise_after_map(mem);
-	/* The policy is in place before the first page exists. */
-	mc_placement_apply(&mem->placement, mem->base, mem->alloc_size);
-
-	err = commit_first(mem);
-	if (err)
-		return err;
+	if (adopted) {
+		mem->committed = mem->alloc_size; /* the keeper committed them */
+	} else {
+		/* The policy is in place before the first page exists. */
+		mc_placement_apply(&mem->placement, mem->base, mem->alloc_size);
+		err = commit_first(mem);
+		if (err)
+			return err;
+	}
 	if (mem->committed < mem->alloc_size) {
 		/* finish() may close fd while the committer still fallocates: it
 		 * gets a descriptor of its own (a closed number could be reused by

@@ -96,11 +96,21 @@ struct mooncake_segment_options {
 	uint64_t register_offset;   /* host_register: this rank registers only [offset, offset + length) */
 	uint64_t register_length;   /* 0: to the end of the segment */
 	uint32_t slot_count;	    /* publish slots beside the segment (0: none); part of the declaration */
+	/* A kept segment (0.3): its pages live in the node keeper (mooncake-segmentd)
+	 * under this name, past the group; see "Kept segments" below.  NULL: not kept. */
+	const char *keep_name;
+	const void *keep_identity;    /* the caller's own bytes (model, dtype, engine version) */
+	uint32_t keep_identity_bytes; /* at most MOONCAKE_SEGMENT_KEEP_IDENTITY_MAX */
+	uint32_t keep_flags;	      /* MOONCAKE_SEGMENT_KEEP_* */
+	uint32_t keep_sharing;	      /* MOONCAKE_SEGMENT_KEEP_SHARE_*: who else may attach */
+	uint32_t keep_gid;	      /* KEEP_SHARE_GROUP: the group */
+	int64_t keep_owner_uid;	      /* -1: this user's segment; else that uid's, shared with us */
 };
 
 /**
  * Fill @opt with the defaults: world_size 1, rank 0, owner 0, device -1,
- * mmap true, everything else off or automatic.  Leaves errno alone.
+ * mmap true, keep_owner_uid -1, everything else off or automatic.  Leaves
+ * errno alone.
  */
 void mooncake_segment_options_init(struct mooncake_segment_options *opt);
 
@@ -411,6 +421,70 @@ int64_t mooncake_segment_wait_slot_on_stream(struct mooncake_segment *seg, uint3
 int mooncake_segment_slot_device_words(const struct mooncake_segment *seg, uint64_t *device_addr,
 				       size_t *stride);
 
+/* --- Kept segments (0.3) ----------------------------------------------- */
+
+/*
+ * With keep_name set, the owner's create() asks the node keeper
+ * (mooncake-segmentd, doc/keeper.md) for the pages instead of allocating
+ * them: at its socket, MOONCAKE_SEGMENT_KEEPER or
+ * /run/mooncake-segment/keeper.sock.  The first create of a name makes the
+ * segment in the keeper, which commits the pages (charged to the keeper's
+ * memory cgroup, after its own room check) and keeps them past the group;
+ * a later create of the same name and declaration attaches to those pages
+ * (no commit, no copy) and mooncake_segment_warm() says so.  The other
+ * ranks reach the pages through the owner as for any segment, and learn at
+ * complete() whether they are warm.  The declaration the keeper compares is
+ * the name passed to create() (which carries the block layout), the size,
+ * the page size, hugetlb, world_size, keep_sharing and keep_identity: a
+ * create that differs is -EEXIST naming the field, unless keep_flags has
+ * MOONCAKE_SEGMENT_KEEP_REPLACE and nobody maps the old pages.  keep_name,
+ * keep_identity, keep_sharing, keep_gid and keep_owner_uid are part of the
+ * group's declaration: every rank passes the same.
+ *
+ * A kept segment is mmap=true only, with numa_node automatic (the keeper
+ * places its pages); background_commit changes nothing (the pages come
+ * committed).  The control area (the readiness front, publish slots) is the
+ * group's own and starts anew with each group: durable state belongs in the
+ * pages.  create() also returns:
+ *  -ENOENT  no keeper answers at the socket (the message names it and the
+ *           fix), or KEEP_ATTACH_ONLY and no such kept segment
+ *  -EEXIST  a kept segment of that name with another declaration (the
+ *           message names the field), or KEEP_CREATE_ONLY and it exists
+ *  -EBUSY   KEEP_REPLACE while the old pages are still mapped
+ *  -EACCES  another user's segment not shared with this one, or a keeper
+ *           run by neither root nor this user
+ *  -ENOMEM  the keeper's cgroup, budget or the host has no room for it
+ *  -ETIMEDOUT, -ECONNRESET, -EPROTO  the keeper did not answer in time,
+ *           went away, or does not speak this library's protocol
+ */
+
+/** keep_identity_bytes: at most this many. */
+#define MOONCAKE_SEGMENT_KEEP_IDENTITY_MAX 64
+/** keep_name: 1 to this many bytes of printable ASCII, no space or '/', not "." or "..". */
+#define MOONCAKE_SEGMENT_KEEP_NAME_MAX 255
+
+/** keep_flags: a declaration that differs replaces the kept segment when nobody maps it. */
+#define MOONCAKE_SEGMENT_KEEP_REPLACE (1u << 0)
+/** keep_flags: attach only; -ENOENT when the keeper holds no such segment. */
+#define MOONCAKE_SEGMENT_KEEP_ATTACH_ONLY (1u << 1)
+/** keep_flags: create only; -EEXIST when it exists. */
+#define MOONCAKE_SEGMENT_KEEP_CREATE_ONLY (1u << 2)
+
+/** keep_sharing: only the creating uid (and root) may attach (the default). */
+#define MOONCAKE_SEGMENT_KEEP_SHARE_UID 0
+/** keep_sharing: and the members of keep_gid. */
+#define MOONCAKE_SEGMENT_KEEP_SHARE_GROUP 1
+/** keep_sharing: every uid that reaches the keeper's socket. */
+#define MOONCAKE_SEGMENT_KEEP_SHARE_ANY 2
+
+/**
+ * Whether this rank's pages existed before this group: a kept segment that
+ * this create attached to rather than made.  The owner knows from create(),
+ * the other ranks from complete(); false before, for a segment that is not
+ * kept, and for NULL.
+ */
+bool mooncake_segment_warm(const struct mooncake_segment *seg);
+
 /* --- What a segment actually got ---------------------------------------- */
 
 /** info.flags: THP was advised on the mapping before the first touch. */
@@ -425,6 +499,10 @@ int mooncake_segment_slot_device_words(const struct mooncake_segment *seg, uint6
 #define MOONCAKE_SEGMENT_INFO_OWNER (1u << 4)
 /** info.flags: THP was dropped because it committed slower than base pages. */
 #define MOONCAKE_SEGMENT_INFO_THP_FALLBACK (1u << 5)
+/** info.flags: the pages are a kept segment's, held by the node keeper. */
+#define MOONCAKE_SEGMENT_INFO_KEPT (1u << 6)
+/** info.flags: a kept segment that existed before this group (mooncake_segment_warm()). */
+#define MOONCAKE_SEGMENT_INFO_WARM (1u << 7)
 
 struct mooncake_segment_info {
 	uint64_t size;		     /* as create() was asked */
@@ -442,6 +520,7 @@ struct mooncake_segment_info {
 	char commit_method[32];	     /* how the owner committed, e.g. "fallocate+populate" */
 	char accelerator[16];	     /* the runtime the pages are registered with ("cuda"), or "" */
 	uint64_t register_ns;	     /* time this rank spent registering its mapping */
+	uint64_t keep_generation;    /* a kept segment's generation in its keeper (0.3), else 0 */
 };
 
 /**

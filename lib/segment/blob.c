@@ -37,7 +37,8 @@ enum {
 	OFF_RESERVED1 = 82,
 	OFF_HANDLE = 88,
 	OFF_NET_NS = OFF_HANDLE + MC_HANDLE_MAX,
-	OFF_RESERVED2 = OFF_NET_NS + 8,
+	OFF_KEEP_GENERATION = OFF_NET_NS + 8,
+	OFF_RESERVED2 = OFF_KEEP_GENERATION + 8,
 	OFF_CHECKSUM = MOONCAKE_SEGMENT_BLOB_SIZE - 8,
 };
 
@@ -117,6 +118,7 @@ int mc_blob_encode(const struct mc_blob *b, uint8_t out[MOONCAKE_SEGMENT_BLOB_SI
 	mc_put_le16(out + OFF_HANDLE_BYTES, b->handle_bytes);
 	memcpy(out + OFF_HANDLE, b->handle, b->handle_bytes);
 	mc_put_le64(out + OFF_NET_NS, b->net_namespace);
+	mc_put_le64(out + OFF_KEEP_GENERATION, b->keep_generation);
 	mc_put_le64(out + OFF_CHECKSUM, checksum(out));
 	return 0;
 }
@@ -165,6 +167,7 @@ int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, 
 	b->uid = mc_get_le32(in + OFF_UID);
 	b->handle_bytes = mc_get_le16(in + OFF_HANDLE_BYTES);
 	b->net_namespace = mc_get_le64(in + OFF_NET_NS);
+	b->keep_generation = mc_get_le64(in + OFF_KEEP_GENERATION);
 
 	if (b->flags & ~MC_BLOB_FLAGS_KNOWN)
 		return MALFORMED("has unknown flags 0x%x", b->flags & ~MC_BLOB_FLAGS_KNOWN);
@@ -173,6 +176,10 @@ int mc_blob_decode(const uint8_t in[MOONCAKE_SEGMENT_BLOB_SIZE], uint32_t rank, 
 				 MC_HANDLE_MAX);
 	if (!!(b->flags & MC_BLOB_FLAG_HANDLE) != (b->handle_bytes > 0))
 		return MALFORMED("handle flag and handle length %u disagree", b->handle_bytes);
+	if (b->flags & MC_BLOB_FLAG_WARM && !(b->flags & MC_BLOB_FLAG_KEPT))
+		return MALFORMED("says warm but not kept");
+	if (b->keep_generation && !(b->flags & MC_BLOB_FLAG_KEPT))
+		return MALFORMED("carries a keeper generation but is not kept");
 	if (!all_zero(in + OFF_RESERVED1, OFF_HANDLE - OFF_RESERVED1) ||
 	    !all_zero(in + OFF_HANDLE + b->handle_bytes, OFF_NET_NS - OFF_HANDLE - b->handle_bytes) ||
 	    !all_zero(in + OFF_RESERVED2, OFF_CHECKSUM - OFF_RESERVED2))

@@ -22,8 +22,11 @@
 #define MC_BLOB_FLAG_HOST_REGISTER (1u << 1)
 #define MC_BLOB_FLAG_HUGETLB	   (1u << 2)
 #define MC_BLOB_FLAG_HANDLE	   (1u << 3)
-#define MC_BLOB_FLAGS_KNOWN \
-	(MC_BLOB_FLAG_MMAP | MC_BLOB_FLAG_HOST_REGISTER | MC_BLOB_FLAG_HUGETLB | MC_BLOB_FLAG_HANDLE)
+#define MC_BLOB_FLAG_KEPT	   (1u << 4) /* a kept segment (the fingerprint covers its keep options) */
+#define MC_BLOB_FLAG_WARM	   (1u << 5) /* owner: the keeper's pages existed before this group */
+#define MC_BLOB_FLAGS_KNOWN                                                                            \
+	(MC_BLOB_FLAG_MMAP | MC_BLOB_FLAG_HOST_REGISTER | MC_BLOB_FLAG_HUGETLB | MC_BLOB_FLAG_HANDLE | \
+	 MC_BLOB_FLAG_KEPT | MC_BLOB_FLAG_WARM)
 /* The flags that are part of the declaration (the fingerprint covers them). */
 #define MC_BLOB_FLAGS_DECLARED (MC_BLOB_FLAG_MMAP | MC_BLOB_FLAG_HOST_REGISTER | MC_BLOB_FLAG_HUGETLB)
 
@@ -45,6 +48,7 @@ struct mc_blob {
 	uint16_t handle_bytes;
 	uint8_t handle[MC_HANDLE_MAX];
 	uint64_t net_namespace;
+	uint64_t keep_generation; /* owner of a kept segment: the keeper's generation; else 0 */
 };
 
 uint64_t mc_fnv1a_bytes(uint64_t hash, const void *data, size_t len);

@@ -42,7 +42,11 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 	}
 	full.flags = (commit_settled ? seg->memory.info_flags : seg->create_info_flags) |
 		     (seg->memory.is_owner ? MOONCAKE_SEGMENT_INFO_OWNER : 0) |
-		     (mooncake_segment_device_addr(seg) ? MOONCAKE_SEGMENT_INFO_REGISTERED : 0);
+		     (mooncake_segment_device_addr(seg) ? MOONCAKE_SEGMENT_INFO_REGISTERED : 0) |
+		     (seg->keep.kept ? MOONCAKE_SEGMENT_INFO_KEPT : 0) |
+		     (mooncake_segment_warm(seg) ? MOONCAKE_SEGMENT_INFO_WARM : 0);
+	if (seg->keep.kept && (seg->memory.is_owner || seg->ready))
+		full.keep_generation = seg->keep.generation;
 	full.numa_node_requested = seg->numa_node_requested;
 	full.numa_node = -1;
 	if (seg->memory.mapped)

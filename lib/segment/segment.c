@@ -49,6 +49,7 @@ MC_EXPORT void mooncake_segment_options_init(struct mooncake_segment_options *op
 	opt->device_id = -1;
 	opt->mmap = true;
 	opt->numa_node = MOONCAKE_SEGMENT_NUMA_AUTO;
+	opt->keep_owner_uid = -1;
 }
 
 MC_EXPORT const char *mooncake_segment_version(void)
@@ -100,7 +101,7 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 				"Shared segment numa_node must be a node, -1 (automatic) or -2 "
 				"(interleave), got %d",
 				opt->numa_node);
-	return 0;
+	return mc_keep_check_options(opt);
 }
 
 /* Fields that mooncake_segment_options_init() never leaves at zero all are:
@@ -247,7 +248,12 @@ static void fill_blob(const struct mooncake_segment *seg, struct mc_blob *b)
 	b->owner_rank = seg->opt.owner_rank;
 	b->flags = (seg->opt.mmap ? MC_BLOB_FLAG_MMAP : 0) |
 		   (seg->opt.host_register ? MC_BLOB_FLAG_HOST_REGISTER : 0) |
-		   (seg->opt.hugetlb ? MC_BLOB_FLAG_HUGETLB : 0);
+		   (seg->opt.hugetlb ? MC_BLOB_FLAG_HUGETLB : 0) | (seg->keep.kept ? MC_BLOB_FLAG_KEPT : 0);
+	/* The owner's answer from the keeper, which the peers take at complete. */
+	if (seg->keep.kept && seg->memory.is_owner) {
+		b->flags |= seg->keep.warm ? MC_BLOB_FLAG_WARM : 0;
+		b->keep_generation = seg->keep.generation;
+	}
 	b->page_size = seg->memory.page_size;
 	b->fingerprint = seg->fingerprint;
 	b->alloc_size = seg->memory.alloc_size;
@@ -304,7 +310,12 @@ static struct mooncake_segment *new_segment(const char *name, uint64_t size,
 	seg->size = size;
 	seg->numa_node_requested = opt->numa_node;
 	copy_label(seg->label, sizeof(seg->label), name);
-	seg->fingerprint = mc_fingerprint(name, size, opt);
+	/* The keeper compares the name (it carries the block layout) and the
+	 * rest field by field, so that a refusal can name the field. */
+	seg->fingerprint = mc_keep_fold(mc_fingerprint(name, size, opt), opt);
+	seg->keep_fingerprint = mc_fnv1a_bytes(MC_FNV1A_OFFSET, name, strlen(name));
+	seg->keep = (struct mc_keep){ .kept = opt->keep_name != NULL, .fd = -1 };
+	seg->memory.adopt_fd = -1;
 	seg->memory.opt = &seg->opt;
 	seg->memory.label = seg->label;
 	seg->memory.is_owner = opt->rank_id == opt->owner_rank;
@@ -366,7 +377,15 @@ static int allocate_memory(struct mooncake_segment *seg)
 	bool behind;
 	int err;
 
-	if (mem->is_owner && seg->backend->charges_memory_cgroup(&seg->opt)) {
+	if (mem->is_owner && seg->keep.kept) {
+		/* The keeper commits a kept segment's pages, in its own cgroup after
+		 * its own room check: there is nothing to charge here. */
+		err = mc_keep_acquire(&seg->opt, seg->keep_fingerprint, seg->size, mem->page_size,
+				      mem->alloc_size, &seg->keep);
+		if (err)
+			return mc_error_name_rank(err, seg->opt.rank_id);
+		mem->adopt_fd = seg->keep.fd;
+	} else if (mem->is_owner && seg->backend->charges_memory_cgroup(&seg->opt)) {
 		/* An oversized commit ends in the OOM killer: refuse it first, and
 		 * hold the cgroup's commit lock until the pages are charged. */
 		err = mc_check_memory_room(mem->label, mem->alloc_size, &mem->check_commit_room,
@@ -378,6 +397,13 @@ static int allocate_memory(struct mooncake_segment *seg)
 	if (!err)
 		err = mem->is_owner ? seg->backend->create_owner(mem) : seg->backend->reserve(mem);
 	err = mc_error_name_rank(err, seg->opt.rank_id);
+	if (mem->adopt_fd >= 0) {
+		/* The backend holds its own descriptor of the kept pages now. */
+		mem->adopt_fd = -1;
+		mc_keep_drop_fd(&seg->keep);
+		snprintf(mem->commit.method, sizeof(mem->commit.method), "%s",
+			 seg->keep.warm ? "none (kept, warm)" : "by the node keeper");
+	}
 	behind = !err && mem->is_owner && seg->control.area && mem->committed < mem->alloc_size;
 	if (!err && mem->is_owner && seg->control.area && !behind)
 		mc_control_committed(seg->control.area, mem->commit.ns);
@@ -488,7 +514,7 @@ static int check_agreement(const struct mooncake_segment *seg, uint32_t k, const
 	if (b->fingerprint != local->fingerprint)
 		return mc_error(EINVAL,
 				"Shared segment declaration of rank %u differs from the local one (name, "
-				"size or block layout)",
+				"size, block layout or keep options)",
 				k);
 	if (b->page_size != local->page_size)
 		return mc_error(EINVAL,
@@ -584,6 +610,8 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			.handle_bytes = owner.handle_bytes,
 		};
 
+		seg->keep.warm = (owner.flags & MC_BLOB_FLAG_WARM) != 0;
+		seg->keep.generation = owner.keep_generation;
 		err = seg->backend->import(&seg->memory, &ref);
 		if (!err)
 			err = attach_control(seg);
@@ -597,6 +625,8 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			unregister_mapping(seg);
 			mc_control_release(&seg->control);
 			seg->backend->unimport(&seg->memory); /* a failed complete leaves nothing mapped */
+			seg->keep.warm = false;
+			seg->keep.generation = 0;
 			return mc_error_name_rank(err, seg->opt.rank_id);
 		}
 	}
@@ -638,6 +668,11 @@ MC_EXPORT void mooncake_segment_destroy(struct mooncake_segment *seg)
 	}
 	free(seg);
 	errno = saved_errno;
+}
+
+MC_EXPORT bool mooncake_segment_warm(const struct mooncake_segment *seg)
+{
+	return seg && seg->keep.warm && (seg->memory.is_owner || seg->ready);
 }
 
 MC_EXPORT bool mooncake_segment_ready(const struct mooncake_segment *seg)

@@ -19,6 +19,7 @@
 #include "host/populate.h"
 #include "mooncake/segment.h"
 #include "control.h"
+#include "keep.h"
 
 struct mooncake_segment {
 	const struct mc_backend_ops *backend;
@@ -46,6 +47,8 @@ struct mooncake_segment {
 	char register_message[320];	       /* why the background registration failed */
 	int register_error;		       /* its positive errno */
 	uint32_t create_info_flags;	       /* memory.info_flags when create returned */
+	struct mc_keep keep;		       /* a kept segment's: warm, generation (keep.h) */
+	uint64_t keep_fingerprint;	       /* what the keeper compares: the name, with its layout */
 
 	/* Publish slots in stream order (slots-stream.c): the slot words'
 	 * registration with this rank's device, and per slot the last value

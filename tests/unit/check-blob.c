@@ -168,7 +168,15 @@ static void oversized_handle(uint8_t *raw)
 }
 static void reserved_byte(uint8_t *raw)
 {
-	raw[230] = 1;
+	raw[240] = 1;
+}
+static void warm_without_kept(uint8_t *raw)
+{
+	raw[20] |= MC_BLOB_FLAG_WARM;
+}
+static void generation_without_kept(uint8_t *raw)
+{
+	raw[226] = 1;
 }
 static void reserved_header(uint8_t *raw)
 {
@@ -202,9 +210,31 @@ START_TEST(test_rejects_corrupted_blobs)
 	expect_malformed(reserved_byte, 1, "reserved bytes");
 	expect_malformed(reserved_header, 1, "reserved bytes");
 	expect_malformed(handle_flag_without_handle, 1, "handle flag");
+	expect_malformed(warm_without_kept, 1, "warm but not kept");
+	expect_malformed(generation_without_kept, 1, "generation but is not kept");
 	expect_malformed(rank_beyond_world, 1, "do not fit world size");
 	expect_malformed(page_not_power_of_two, 1, "power of two");
 	expect_malformed(alloc_not_multiple, 1, "multiple of the page size");
+}
+END_TEST
+
+/* A kept segment's owner tells its peers what the keeper answered: warm, and the generation. */
+START_TEST(test_kept_owner_blob_carries_warm_and_generation)
+{
+	struct mc_blob in = sample(), out;
+	uint8_t raw[MOONCAKE_SEGMENT_BLOB_SIZE];
+
+	in.flags |= MC_BLOB_FLAG_KEPT | MC_BLOB_FLAG_WARM;
+	in.keep_generation = UINT64_C(0x1122334455667788);
+	ck_assert_int_eq(mc_blob_encode(&in, raw), 0);
+	ck_assert_uint_eq(le64(raw + 224), UINT64_C(0x1122334455667788));
+	ck_assert_uint_eq(raw[20] & (MC_BLOB_FLAG_KEPT | MC_BLOB_FLAG_WARM),
+			  MC_BLOB_FLAG_KEPT | MC_BLOB_FLAG_WARM);
+	for (int i = 232; i < 248; i++)
+		ck_assert_uint_eq(raw[i], 0);
+	ck_assert_int_eq(mc_blob_decode(raw, 2, &out), 0);
+	ck_assert_uint_eq(out.keep_generation, in.keep_generation);
+	ck_assert_uint_eq(out.flags & MC_BLOB_FLAG_WARM, MC_BLOB_FLAG_WARM);
 }
 END_TEST
 
@@ -262,6 +292,7 @@ Suite *suite_blob(void)
 	tcase_add_test(tc, test_non_owner_blob_has_same_length_and_no_handle);
 	tcase_add_test(tc, test_rejects_handles_that_do_not_fit);
 	tcase_add_test(tc, test_rejects_corrupted_blobs);
+	tcase_add_test(tc, test_kept_owner_blob_carries_warm_and_generation);
 	tcase_add_test(tc, test_version_is_checked_before_checksum);
 	tcase_add_test(tc, test_a_version_1_blob_is_refused_naming_both_versions_and_the_fix);
 	tcase_add_test(tc, test_decoder_survives_every_single_byte_flip);

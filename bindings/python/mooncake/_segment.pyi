@@ -42,6 +42,12 @@ class SharedSegment:
         register_length: int = ...,
         register_pause_us: int = ...,
         slot_count: int = ...,
+        keep_name: Optional[str] = ...,
+        keep_identity: Optional[bytes] = ...,
+        keep_flags: int = ...,
+        keep_sharing: int = ...,
+        keep_gid: int = ...,
+        keep_owner_uid: int = ...,
     ) -> Tuple["SharedSegment", bytes]: ...
     @staticmethod
     def supported(mmap: bool = ..., host_register: bool = ..., hugetlb: bool = ...) -> bool: ...

@@ -19,7 +19,10 @@ PyObject *segment_error; /* made by PyInit__segment() */
  * InvalidArgument, a missing capability NotImplemented, and a failure of the
  * system or the runtime (no memory, a gone owner) Memory.  Ours: the publish
  * slots' refusals are Busy (a write in progress) and PermissionDenied (a
- * claim this rank does not hold), not a failure of memory.
+ * claim this rank does not hold), not a failure of memory; a kept
+ * segment's refusals (doc/keeper.md) are InvalidArgument (another
+ * declaration), PermissionDenied (another user's) and NotFound (no keeper,
+ * or attach only and absent).
  */
 static const char *status_code_name(int err)
 {
@@ -30,6 +33,7 @@ static const char *status_code_name(int err)
 	case EXDEV:
 	case ERANGE:
 	case EDOM:
+	case EEXIST: /* a kept segment with another declaration */
 		return "InvalidArgument";
 	case ENOTSUP:
 #if EOPNOTSUPP != ENOTSUP
@@ -40,7 +44,10 @@ static const char *status_code_name(int err)
 	case EBUSY:
 		return "Busy";
 	case EPERM:
+	case EACCES: /* another user's kept segment */
 		return "PermissionDenied";
+	case ENOENT: /* no keeper, or no such kept segment */
+		return "NotFound";
 	default:
 		return "Memory";
 	}

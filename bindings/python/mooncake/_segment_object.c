@@ -104,6 +104,68 @@ SegmentObject *check_usable(SegmentObject *self, const char *call, enum segment_
 	return self;
 }
 
+/* create()'s keep_* arguments, as given (NULL: not given). */
+struct keep_arguments {
+	PyObject *name, *identity, *flags, *sharing, *gid, *owner_uid;
+};
+
+/* The keep_* arguments into @opt; the strings and bytes stay the
+ * arguments' own, alive for the call.  0, or -1 with the exception set. */
+static int keep_options(const struct keep_arguments *keep, struct mooncake_segment_options *opt)
+{
+	unsigned long long u;
+	long long s;
+	char *bytes;
+	Py_ssize_t len;
+
+	if (keep->name && keep->name != Py_None) {
+		if (!PyUnicode_Check(keep->name)) {
+			PyErr_SetString(PyExc_TypeError, "keep_name must be a str or None");
+			return -1;
+		}
+		opt->keep_name = PyUnicode_AsUTF8(keep->name);
+		if (!opt->keep_name)
+			return -1;
+	}
+	if (keep->identity && keep->identity != Py_None) {
+		if (!PyBytes_Check(keep->identity)) {
+			PyErr_SetString(PyExc_TypeError, "keep_identity must be bytes or None");
+			return -1;
+		}
+		if (PyBytes_AsStringAndSize(keep->identity, &bytes, &len) < 0)
+			return -1;
+		if (len > MOONCAKE_SEGMENT_KEEP_IDENTITY_MAX) {
+			PyErr_Format(PyExc_ValueError, "keep_identity must be at most %d bytes, got %zd",
+				     MOONCAKE_SEGMENT_KEEP_IDENTITY_MAX, len);
+			return -1;
+		}
+		opt->keep_identity = bytes;
+		opt->keep_identity_bytes = (uint32_t)len;
+	}
+	if (keep->flags) {
+		if (int_argument(keep->flags, "keep_flags", 0, UINT32_MAX, &u, NULL) < 0)
+			return -1;
+		opt->keep_flags = (uint32_t)u;
+	}
+	if (keep->sharing) {
+		if (int_argument(keep->sharing, "keep_sharing", 0, MOONCAKE_SEGMENT_KEEP_SHARE_ANY, &u,
+				 NULL) < 0)
+			return -1;
+		opt->keep_sharing = (uint32_t)u;
+	}
+	if (keep->gid) {
+		if (int_argument(keep->gid, "keep_gid", 0, UINT32_MAX - 1, &u, NULL) < 0)
+			return -1;
+		opt->keep_gid = (uint32_t)u;
+	}
+	if (keep->owner_uid) {
+		if (int_argument(keep->owner_uid, "keep_owner_uid", -1, UINT32_MAX - 1, NULL, &s) < 0)
+			return -1;
+		opt->keep_owner_uid = s;
+	}
+	return 0;
+}
+
 static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
 	static const char *const keywords[] = { "name",
@@ -124,6 +186,12 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 						"register_length",
 						"register_pause_us",
 						"slot_count",
+						"keep_name",
+						"keep_identity",
+						"keep_flags",
+						"keep_sharing",
+						"keep_gid",
+						"keep_owner_uid",
 						NULL };
 	const char *name;
 	PyObject *size_obj, *world_obj, *rank_obj,
@@ -131,6 +199,7 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 		*huge_size_obj = NULL, *mmap_obj = NULL, *host_register_obj = NULL, *hugetlb_obj = NULL,
 		*populate_obj = NULL, *background_obj = NULL, *register_offset_obj = NULL,
 		*register_length_obj = NULL, *register_pause_obj = NULL, *slot_count_obj = NULL;
+	struct keep_arguments keep = { 0 };
 	int use_mmap = 1, host_register = 0, hugetlb = 0, populate = 0, background = 0;
 	struct mooncake_segment_options opt;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
@@ -142,11 +211,12 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 	int ret;
 
 	(void)cls;
-	if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOOO|OOOOO$OOOOOOOOO:create", (char **)keywords,
-					 &name, &size_obj, &world_obj, &rank_obj, &owner_obj, &device_obj,
-					 &mmap_obj, &host_register_obj, &hugetlb_obj, &numa_obj, &threads_obj,
-					 &populate_obj, &huge_size_obj, &background_obj, &register_offset_obj,
-					 &register_length_obj, &register_pause_obj, &slot_count_obj) ||
+	if (!PyArg_ParseTupleAndKeywords(
+		    args, kwargs, "sOOO|OOOOO$OOOOOOOOOOOOOOO:create", (char **)keywords, &name, &size_obj,
+		    &world_obj, &rank_obj, &owner_obj, &device_obj, &mmap_obj, &host_register_obj,
+		    &hugetlb_obj, &numa_obj, &threads_obj, &populate_obj, &huge_size_obj, &background_obj,
+		    &register_offset_obj, &register_length_obj, &register_pause_obj, &slot_count_obj,
+		    &keep.name, &keep.identity, &keep.flags, &keep.sharing, &keep.gid, &keep.owner_uid) ||
 	    bool_argument(mmap_obj, "mmap", &use_mmap) < 0 ||
 	    bool_argument(host_register_obj, "host_register", &host_register) < 0 ||
 	    bool_argument(hugetlb_obj, "hugetlb", &hugetlb) < 0 ||
@@ -210,6 +280,8 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 			return NULL;
 		opt.slot_count = (uint32_t)u;
 	}
+	if (keep_options(&keep, &opt) < 0)
+		return NULL;
 	opt.background_commit = background;
 	opt.mmap = use_mmap;
 	opt.host_register = host_register;
@@ -671,21 +743,24 @@ static PyObject *segment_info(SegmentObject *self, PyObject *unused)
 	if (ret < 0)
 		return raise_library_error(ret);
 	return Py_BuildValue(
-		"{s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:I,s:s,s:s,s:s,s:i,s:i,s:K,s:O,s:O,s:O,s:O,s:O,s:O}", "size",
-		(unsigned long long)info.size, "alloc_size", (unsigned long long)info.alloc_size, "page_size",
-		(unsigned long long)info.page_size, "resident_bytes", (unsigned long long)info.resident_bytes,
-		"huge_bytes", (unsigned long long)info.huge_bytes, "commit_seconds",
-		(double)info.commit_ns / 1e9, "register_seconds", (double)info.register_ns / 1e9,
-		"commit_threads", info.commit_threads, "backend", info.backend, "commit_method",
-		info.commit_method, "accelerator", info.accelerator, "numa_node_requested",
-		info.numa_node_requested, "numa_node", info.numa_node, "numa_node_mask",
-		(unsigned long long)info.numa_node_mask, "owner",
+		"{s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:I,s:s,s:s,s:s,s:i,s:i,s:K,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:K}",
+		"size", (unsigned long long)info.size, "alloc_size", (unsigned long long)info.alloc_size,
+		"page_size", (unsigned long long)info.page_size, "resident_bytes",
+		(unsigned long long)info.resident_bytes, "huge_bytes", (unsigned long long)info.huge_bytes,
+		"commit_seconds", (double)info.commit_ns / 1e9, "register_seconds",
+		(double)info.register_ns / 1e9, "commit_threads", info.commit_threads, "backend",
+		info.backend, "commit_method", info.commit_method, "accelerator", info.accelerator,
+		"numa_node_requested", info.numa_node_requested, "numa_node", info.numa_node,
+		"numa_node_mask", (unsigned long long)info.numa_node_mask, "owner",
 		(info.flags & MOONCAKE_SEGMENT_INFO_OWNER) ? Py_True : Py_False, "thp_advised",
 		(info.flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) ? Py_True : Py_False, "thp_fallback",
 		(info.flags & MOONCAKE_SEGMENT_INFO_THP_FALLBACK) ? Py_True : Py_False, "hugetlb",
 		(info.flags & MOONCAKE_SEGMENT_INFO_HUGETLB) ? Py_True : Py_False, "numa_degraded",
 		(info.flags & MOONCAKE_SEGMENT_INFO_NUMA_DEGRADED) ? Py_True : Py_False, "registered",
-		(info.flags & MOONCAKE_SEGMENT_INFO_REGISTERED) ? Py_True : Py_False);
+		(info.flags & MOONCAKE_SEGMENT_INFO_REGISTERED) ? Py_True : Py_False, "kept",
+		(info.flags & MOONCAKE_SEGMENT_INFO_KEPT) ? Py_True : Py_False, "warm",
+		(info.flags & MOONCAKE_SEGMENT_INFO_WARM) ? Py_True : Py_False, "keep_generation",
+		(unsigned long long)info.keep_generation);
 }
 
 /* What complete() learned: no system call, no walk of the page tables. */
@@ -701,14 +776,17 @@ static PyObject *segment_facts(SegmentObject *self, PyObject *unused)
 				"facts(): the segment is not complete yet: call complete() first");
 		return NULL;
 	}
-	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:s,s:s,s:O,s:O,s:O}", "size", (unsigned long long)f->size,
-			     "alloc_size", (unsigned long long)f->alloc_size, "page_size",
-			     (unsigned long long)f->page_size, "device_addr",
+	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:s,s:s,s:O,s:O,s:O,s:O,s:O,s:K}", "size",
+			     (unsigned long long)f->size, "alloc_size", (unsigned long long)f->alloc_size,
+			     "page_size", (unsigned long long)f->page_size, "device_addr",
 			     (unsigned long long)self->facts_device_addr, "backend", f->backend,
 			     "accelerator", f->accelerator, "owner",
 			     (f->flags & MOONCAKE_SEGMENT_INFO_OWNER) ? Py_True : Py_False, "hugetlb",
 			     (f->flags & MOONCAKE_SEGMENT_INFO_HUGETLB) ? Py_True : Py_False, "registered",
-			     (f->flags & MOONCAKE_SEGMENT_INFO_REGISTERED) ? Py_True : Py_False);
+			     (f->flags & MOONCAKE_SEGMENT_INFO_REGISTERED) ? Py_True : Py_False, "kept",
+			     (f->flags & MOONCAKE_SEGMENT_INFO_KEPT) ? Py_True : Py_False, "warm",
+			     (f->flags & MOONCAKE_SEGMENT_INFO_WARM) ? Py_True : Py_False, "keep_generation",
+			     (unsigned long long)f->keep_generation);
 }
 
 static void segment_dealloc(SegmentObject *self)
@@ -756,9 +834,11 @@ static PyMethodDef segment_methods[] = {
 	  "create(name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=True, host_register=False,\n"
 	  "       hugetlb=False, *, numa_node=-1, commit_threads=0, populate_on_import=False,\n"
 	  "       hugetlb_page_size=0, background_commit=False, register_offset=0, register_length=0,\n"
-	  "       register_pause_us=0, slot_count=0) -> (SharedSegment, bytes)\n\n"
+	  "       register_pause_us=0, slot_count=0, keep_name=None, keep_identity=None, keep_flags=0,\n"
+	  "       keep_sharing=0, keep_gid=0, keep_owner_uid=-1) -> (SharedSegment, bytes)\n\n"
 	  "Phase one; returns (segment, blob).  background_commit: the owner returns after the first\n"
-	  "chunk and commits the rest behind the readiness front (see wait_ready())." },
+	  "chunk and commits the rest behind the readiness front (see wait_ready()).  keep_name: the\n"
+	  "owner takes the pages from the node keeper (mooncake-segmentd) under that name." },
 	{ "supported", (PyCFunction)(void (*)(void))segment_supported,
 	  METH_VARARGS | METH_KEYWORDS | METH_STATIC,
 	  "supported(mmap=True, host_register=False, hugetlb=False) -> bool" },
@@ -792,7 +872,7 @@ static PyMethodDef segment_methods[] = {
 	  "info() -> dict: what the segment actually got, residency included (reads /proc/self/smaps)" },
 	{ "facts", (PyCFunction)segment_facts, METH_NOARGS,
 	  "facts() -> dict: size, alloc_size, page_size, device_addr, backend, accelerator, owner,\n"
-	  "hugetlb, registered, as complete() found them; costs nothing" },
+	  "hugetlb, registered, kept, warm, keep_generation, as complete() found them; costs nothing" },
 	{ "view", (PyCFunction)(void (*)(void))segment_view, METH_VARARGS | METH_KEYWORDS,
 	  "view(offset=0, nbytes=None) -> memoryview over [offset, offset+nbytes)" },
 	{ "publish", (PyCFunction)segment_publish, METH_VARARGS,

@@ -81,6 +81,7 @@ from ._shared_segment_group import (
 from ._shared_segment_layout import _DTYPE_SIZES  # noqa: F401  # element sizes by torch's dtype name
 from ._shared_segment_layout import _BlockSpec, _build_layout, _Declaration, _declaration
 from ._shared_segment_layout import alignment  # noqa: F401  # public, as upstream's module constant
+from ._shared_segment_keep import keep_options as _keep_options
 from ._shared_segment_slots import SegmentSlots, SlotClaim, _slot_count
 
 SlotClaim.__module__ = SegmentSlots.__module__ = __name__  # ours, not upstream's: outside __all__
@@ -325,9 +326,26 @@ class SharedSegment:
         # background=True with host_register: the device address comes once this rank has registered.
         self._registering = bool(self._accelerator) and self._device_base is None
         self._backend = str(facts.get("backend", ""))
+        self._warm = bool(facts.get("warm", False))
+        self._keep_generation = int(facts.get("keep_generation", 0)) or None
         # ready_future()'s one future per process (a fork child's watcher thread is gone).
         self._ready_lock = threading.Lock()
         self._ready: Optional[Tuple[int, "Future[int]"]] = None
+
+    @property
+    def warm(self) -> bool:
+        """True when this is a kept segment (``keep=``) whose pages existed before this group.
+
+        The bytes are then what the last group left in them: check your own
+        index in the segment before reusing them.  False for a segment that
+        the keeper made for this group, and for one that is not kept.
+        """
+        return self._warm
+
+    @property
+    def keep_generation(self) -> Optional[int]:
+        """A kept segment's generation in its keeper (never reused for its name), else None."""
+        return self._keep_generation
 
     @property
     def device_base(self) -> Optional[int]:
@@ -614,6 +632,13 @@ def create_shared_segment(
     register_length: Optional[int] = None,
     register_pause_us: Optional[int] = None,
     slots: int = 0,
+    keep: Optional[str] = None,
+    keep_identity: Any = None,
+    keep_replace: bool = False,
+    keep_mode: str = "create_or_attach",
+    keep_sharing: str = "uid",
+    keep_gid: Optional[int] = None,
+    keep_owner: Optional[int] = None,
 ) -> SharedSegment:
     """Create one segment shared by ``world_size`` ranks; collective over ``comm_group``.
 
@@ -652,6 +677,21 @@ def create_shared_segment(
     of the declaration, so every rank passes the same number; see
     :attr:`SharedSegment.slots`.
 
+    ``keep="name"`` makes it a kept segment: the owner takes the pages from
+    the node keeper (mooncake-segmentd; its socket from
+    ``MOONCAKE_SEGMENT_KEEPER``) under that name, and they outlive the group.
+    A later group creating the same name with the same blocks attaches to
+    them in well under a second at any size and sees
+    :attr:`SharedSegment.warm` True; different blocks, size, world size or
+    ``keep_identity`` (your own str or bytes, at most 64: model, KV dtype,
+    engine version) raise naming the field, unless ``keep_replace=True`` and
+    nobody maps the old pages.  ``keep_mode``: ``"create_or_attach"``,
+    ``"attach"`` (raise if absent) or ``"create"`` (raise if present).
+    ``keep_sharing``: ``"uid"`` (this user only), ``"group"`` (and
+    ``keep_gid``'s members) or ``"any"``; ``keep_owner``: attach to that
+    uid's segment shared with this user.  Every rank passes the same
+    ``keep*`` arguments.  Release it with ``mooncake-segment keep release``.
+
     Raises SharedSegmentError on every rank when any rank fails.  A failure
     of a background commit after create returned is every rank's too, at
     :meth:`SharedSegment.wait_ready`.
@@ -670,6 +710,7 @@ def create_shared_segment(
     native = blob = None
     declaration: Optional[_Declaration] = None
     front: Dict[str, Any] = {}
+    keep_args: Dict[str, Any] = {}
     specs: Dict[str, _BlockSpec] = {}
     offsets: Dict[str, int] = {}
     stride = 0
@@ -691,6 +732,9 @@ def create_shared_segment(
         mmap, host_register, hugetlb, background = bool(mmap), bool(host_register), bool(hugetlb), bool(background)
         if host_register and not mmap:
             raise SharedSegmentError("host_register requires mmap=True")
+        keep_args = _keep_options(keep, keep_identity, keep_replace, keep_mode, keep_sharing, keep_gid, keep_owner)
+        if keep is not None and not mmap:
+            raise SharedSegmentError("keep= needs mmap=True: a kept segment is host memory (the keeper's memfd)")
         capability = _capability_error(mmap, host_register, hugetlb, device_id)
         if capability:
             raise SharedSegmentError(capability)
@@ -725,6 +769,7 @@ def create_shared_segment(
             extra.update(front)
             if slot_count:
                 extra["slot_count"] = slot_count
+            extra.update(keep_args)
             if hugetlb:
                 args.append(hugetlb)
             native, blob = _native.SharedSegment.create(*args, **extra)

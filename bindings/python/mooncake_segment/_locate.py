@@ -33,6 +33,7 @@ PRIVATE_PARTS = (
     "_shared_segment_group",
     "_shared_segment_front",
     "_shared_segment_slots",
+    "_shared_segment_keep",
 )
 
 

@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A segment's side of the node keeper (keep.h): the owner of a kept segment
+ * asks mooncake-segmentd for its pages with one CREATE (create or attach)
+ * and checks what comes back before mapping it: the segment is this user's
+ * (or the one named), of the allocation size, sealed against shrinking and
+ * growing, so that no rank can ever SIGBUS on it.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/linux-compat.h"
+#include "base/tracked-fd.h"
+#include "mooncake/segment.h"
+#include "route/keeper-client.h"
+#include "blob.h"
+#include "keep.h"
+
+/* How long connecting to the keeper may take; the CREATE itself waits as
+ * long as the keeper commits (minutes at a terabyte), or until it goes. */
+#define CONNECT_TIMEOUT_MS 10000
+
+#define KEEP_FLAGS_KNOWN                                                     \
+	(MOONCAKE_SEGMENT_KEEP_REPLACE | MOONCAKE_SEGMENT_KEEP_ATTACH_ONLY | \
+	 MOONCAKE_SEGMENT_KEEP_CREATE_ONLY)
+
+/* keep_owner_uid is left out: a zeroed struct (no options_init) has 0 there,
+ * and create() then tells the caller about options_init, not about keeping. */
+static bool keep_options_unset(const struct mooncake_segment_options *opt)
+{
+	return !opt->keep_identity && !opt->keep_identity_bytes && !opt->keep_flags && !opt->keep_sharing &&
+	       !opt->keep_gid;
+}
+
+int mc_keep_check_options(const struct mooncake_segment_options *opt)
+{
+	char why[160];
+
+	if (!opt->keep_name) {
+		if (keep_options_unset(opt))
+			return 0;
+		return mc_error(EINVAL,
+				"Shared segment keep_identity, keep_flags, keep_sharing and keep_gid need "
+				"keep_name: set it, or leave them at zero");
+	}
+	if (!mc_keeper_name_valid(opt->keep_name, strlen(opt->keep_name), why, sizeof(why)))
+		return mc_error(EINVAL, "Shared segment keep_name is not valid: %s", why);
+	if (!opt->mmap)
+		return mc_error(EINVAL,
+				"Shared segment keep_name '%s': a kept segment is host memory; use mmap=true",
+				opt->keep_name);
+	if (opt->numa_node != MOONCAKE_SEGMENT_NUMA_AUTO)
+		return mc_error(EINVAL,
+				"Shared segment keep_name '%s': the keeper places a kept segment's pages, so "
+				"numa_node must be automatic (-1), got %d; place the keeper instead "
+				"(numactl or CPUAffinity= in its unit)",
+				opt->keep_name, opt->numa_node);
+	if (opt->keep_identity_bytes > MOONCAKE_SEGMENT_KEEP_IDENTITY_MAX ||
+	    (opt->keep_identity_bytes && !opt->keep_identity))
+		return mc_error(EINVAL,
+				"Shared segment keep_identity must be at most %d bytes and not NULL when "
+				"keep_identity_bytes is set (got %u bytes at %p)",
+				MOONCAKE_SEGMENT_KEEP_IDENTITY_MAX, opt->keep_identity_bytes,
+				opt->keep_identity);
+	if (opt->keep_flags & ~KEEP_FLAGS_KNOWN || (opt->keep_flags & MOONCAKE_SEGMENT_KEEP_ATTACH_ONLY &&
+						    opt->keep_flags & MOONCAKE_SEGMENT_KEEP_CREATE_ONLY))
+		return mc_error(
+			EINVAL,
+			"Shared segment keep_flags 0x%x: the known flags are REPLACE, ATTACH_ONLY and "
+			"CREATE_ONLY (0x%x), and ATTACH_ONLY excludes CREATE_ONLY",
+			opt->keep_flags, KEEP_FLAGS_KNOWN);
+	if (opt->keep_sharing > MOONCAKE_SEGMENT_KEEP_SHARE_ANY ||
+	    (opt->keep_gid && opt->keep_sharing != MOONCAKE_SEGMENT_KEEP_SHARE_GROUP))
+		return mc_error(
+			EINVAL,
+			"Shared segment keep_sharing must be 0 (this uid), 1 (keep_gid's members) or 2 "
+			"(any uid), and keep_gid is for 1 only (got sharing %u, gid %u)",
+			opt->keep_sharing, opt->keep_gid);
+	if (opt->keep_owner_uid < -1 || opt->keep_owner_uid >= (int64_t)UINT32_MAX)
+		return mc_error(EINVAL,
+				"Shared segment keep_owner_uid must be -1 (this user) or a uid, got %lld",
+				(long long)opt->keep_owner_uid);
+	return 0;
+}
+
+uint64_t mc_keep_fold(uint64_t fingerprint, const struct mooncake_segment_options *opt)
+{
+	uint64_t h = fingerprint;
+
+	if (!opt->keep_name)
+		return fingerprint;
+	h = mc_fnv1a_bytes(h, "keep", 4);
+	h = mc_fnv1a_bytes(h, opt->keep_name, strlen(opt->keep_name) + 1);
+	h = mc_fnv1a_u64(h, opt->keep_identity_bytes);
+	h = mc_fnv1a_bytes(h, opt->keep_identity, opt->keep_identity_bytes);
+	h = mc_fnv1a_u64(h, opt->keep_sharing);
+	h = mc_fnv1a_u64(h, opt->keep_gid);
+	return mc_fnv1a_u64(h, (uint64_t)opt->keep_owner_uid);
+}
+
+static void fill_request(const struct mooncake_segment_options *opt, uint64_t layout_fingerprint,
+			 uint64_t size, uint64_t page_size, struct mc_keeper_request *req)
+{
+	memset(req, 0, sizeof(*req));
+	req->type = MC_KEEPER_CREATE;
+	snprintf(req->name, sizeof(req->name), "%s", opt->keep_name);
+	req->fingerprint = layout_fingerprint;
+	req->size = size;
+	req->page_size = page_size;
+	/* The control area is the group's own: a new group starts it anew. */
+	req->control_bytes = 0;
+	req->world_size = opt->world_size;
+	req->flags =
+		(opt->hugetlb ? MC_KEEPER_CREATE_HUGETLB : 0) |
+		((opt->keep_flags & MOONCAKE_SEGMENT_KEEP_REPLACE) ? MC_KEEPER_CREATE_REPLACE : 0) |
+		((opt->keep_flags & MOONCAKE_SEGMENT_KEEP_ATTACH_ONLY) ? MC_KEEPER_CREATE_ATTACH_ONLY : 0) |
+		((opt->keep_flags & MOONCAKE_SEGMENT_KEEP_CREATE_ONLY) ? MC_KEEPER_CREATE_CREATE_ONLY : 0);
+	req->sharing = (uint8_t)opt->keep_sharing;
+	req->gid = opt->keep_gid;
+	req->identity_bytes = (uint16_t)opt->keep_identity_bytes;
+	if (opt->keep_identity_bytes)
+		memcpy(req->identity, opt->keep_identity, opt->keep_identity_bytes);
+	if (opt->keep_owner_uid >= 0) {
+		req->owner_given = true;
+		req->owner_uid = (uint32_t)opt->keep_owner_uid;
+	}
+}
+
+/* The keeper's refusal as create()'s error, its sentence quoted. */
+static int refused(const struct mooncake_segment_options *opt, const char *path,
+		   const struct mc_keeper_reply *rep)
+{
+	int err;
+
+	switch (rep->status) {
+	case ENOENT:
+	case EEXIST:
+	case EBUSY:
+	case ENOMEM:
+	case ENOSPC:
+	case EACCES:
+		err = (int)rep->status;
+		break;
+	case EPERM:
+		err = EACCES;
+		break;
+	default:
+		err = EIO;
+	}
+	if (rep->status == EEXIST && rep->field)
+		return mc_error(
+			err,
+			"Shared segment keep_name '%s': the node keeper at %s holds it with another %s: "
+			"%s",
+			opt->keep_name, path, mc_keeper_field_name(rep->field), rep->text);
+	return mc_error(err, "Shared segment keep_name '%s': the node keeper at %s refused it (%s): %s",
+			opt->keep_name, path, strerror((int)rep->status), rep->text);
+}
+
+/* What the keeper answered is what we asked for, whoever else asks. */
+static int check_reply(const struct mooncake_segment_options *opt, const char *path,
+		       const struct mc_keeper_reply *rep, uint64_t page_size, uint64_t alloc_size)
+{
+	uint32_t expected_uid =
+		opt->keep_owner_uid >= 0 ? (uint32_t)opt->keep_owner_uid : (uint32_t)geteuid();
+
+	if (rep->owner_uid != expected_uid)
+		return mc_error(
+			EACCES,
+			"Shared segment keep_name '%s': the node keeper at %s handed uid %u's segment, "
+			"not uid %u's; refusing pages that another user controls (set keep_owner_uid "
+			"to attach to another user's shared segment)",
+			opt->keep_name, path, (unsigned)rep->owner_uid, (unsigned)expected_uid);
+	if (rep->size != alloc_size || rep->page_size != page_size)
+		return mc_error(EPROTO,
+				"Shared segment keep_name '%s': the node keeper at %s answered %llu bytes in "
+				"pages of %llu, this create needs %llu in pages of %llu",
+				opt->keep_name, path, (unsigned long long)rep->size,
+				(unsigned long long)rep->page_size, (unsigned long long)alloc_size,
+				(unsigned long long)page_size);
+	return 0;
+}
+
+/* The descriptor is the sealed file of @alloc_size bytes that every rank can trust. */
+static int check_file(const struct mooncake_segment_options *opt, const char *path, int fd,
+		      uint64_t alloc_size)
+{
+	const int needed = F_SEAL_SHRINK | F_SEAL_GROW;
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) != 0)
+		return mc_error_sys(EIO, errno,
+				    "Shared segment keep_name '%s': fstat of the keeper's memfd failed",
+				    opt->keep_name);
+	seals = fcntl(fd, F_GET_SEALS);
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != alloc_size || seals < 0 ||
+	    (seals & needed) != needed)
+		return mc_error(
+			EPROTO,
+			"Shared segment keep_name '%s': the node keeper at %s sent a file of %llu bytes "
+			"with seals 0x%x, not a memfd of %llu bytes sealed against shrinking and "
+			"growing",
+			opt->keep_name, path, (unsigned long long)st.st_size, seals < 0 ? 0 : seals,
+			(unsigned long long)alloc_size);
+	return 0;
+}
+
+int mc_keep_acquire(const struct mooncake_segment_options *opt, uint64_t layout_fingerprint, uint64_t size,
+		    uint64_t page_size, uint64_t alloc_size, struct mc_keep *keep)
+{
+	struct mc_keeper_request req;
+	struct mc_keeper_reply *rep = malloc(sizeof(*rep));
+	struct mc_keeper_conn conn;
+	int fds[2] = { -1, -1 }, err;
+
+	if (!rep)
+		return mc_error(ENOMEM, "Shared segment: out of memory");
+	fill_request(opt, layout_fingerprint, size, page_size, &req);
+	err = mc_keeper_open(&conn, NULL, CONNECT_TIMEOUT_MS);
+	if (!err) {
+		/* No fork may copy the descriptors unseen; but a fork elsewhere
+		 * must not wait for a commit of minutes in the keeper. */
+		mc_fd_track_begin();
+		mc_fd_track_pause();
+		err = mc_keeper_exchange(&conn, &req, rep, fds, -1);
+		mc_fd_track_resume();
+		keep->fd = fds[0];
+		mc_fd_track_end(&keep->tracking, &keep->fd);
+		if (fds[1] >= 0)
+			close(fds[1]); /* a control area we did not ask for */
+	}
+	if (!err && rep->status)
+		err = refused(opt, conn.path, rep);
+	if (!err)
+		err = check_reply(opt, conn.path, rep, page_size, alloc_size);
+	if (!err)
+		err = check_file(opt, conn.path, keep->fd, alloc_size);
+	if (!err) {
+		keep->warm = (rep->attach_flags & MC_KEEPER_ATTACH_WARM) != 0;
+		keep->generation = rep->generation;
+		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
+		       "Shared segment keep_name '%s': %s generation %llu from the node keeper at %s%s",
+		       opt->keep_name, keep->warm ? "attached to" : "created",
+		       (unsigned long long)rep->generation, conn.path,
+		       rep->attach_flags & MC_KEEPER_ATTACH_REPLACED ? " (replaced the old one)" : "");
+	} else {
+		mc_keep_drop_fd(keep);
+	}
+	mc_keeper_close(&conn);
+	free(rep);
+	return err;
+}
+
+void mc_keep_drop_fd(struct mc_keep *keep)
+{
+	if (keep->fd >= 0)
+		mc_fd_close(&keep->tracking);
+	keep->fd = -1;
+}

@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Kept segments through the library: create_shared_segment(..., keep="name").
+
+The real mooncake-segmentd runs on a temporary socket (test_keeper.py's
+Keeper); the binding and the C library ask it for the pages.  A group of
+torch.distributed gloo ranks writes a pattern and is SIGKILLed; a new group
+attaches warm and finds the pattern; another declaration is refused naming
+the field; replace, attach-only and create-only do what they say; the
+keeper's restart through the descriptor store (the fake service manager of
+test_restart.py) keeps the bytes for the next group; nothing leaks."""
+
+import errno
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from test_keeper import Keeper  # noqa: E402
+
+from mooncake.shared_segment import SharedSegmentError, create_shared_segment  # noqa: E402
+
+MIB = 1 << 20
+GIB = 1 << 30
+BLOCKS = {"kv": {"count": 4, "shape": (MIB,), "dtype": "uint8"}}
+
+
+@pytest.fixture
+def keeper(monkeypatch):
+    k = Keeper()
+    monkeypatch.setenv("MOONCAKE_SEGMENT_KEEPER", str(k.path))
+    yield k
+    k.stop()
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def mappings():
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def group_bytes():
+    """256 MiB in make check; MOONCAKE_SEGMENT_KEPT_TEST_BYTES for the issue's acceptance size (4 GiB)."""
+    return int(os.environ.get("MOONCAKE_SEGMENT_KEPT_TEST_BYTES", 256 * MIB))
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(scenario, world, out, keeper_path, **params):
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("python3-torch is not installed: the ranks are a torch.distributed gloo group")
+    out.mkdir(exist_ok=True)
+    for old in out.glob("*.json"):
+        old.unlink()
+    env = dict(
+        os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), MOONCAKE_SEGMENT_KEEPER=str(keeper_path)
+    )
+    params = dict(params, out=str(out))
+    return [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "kept_rank.py"), scenario, str(rank), str(world), json.dumps(params)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(world)
+    ]
+
+
+def results(procs, out, timeout=300, running=False):
+    """Each rank's JSON report; with @running the ranks stay alive after reporting."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            done = [out / f"{rank}.json" for rank in range(len(procs))]
+            if all(p.exists() for p in done):
+                return [json.loads(p.read_text()) for p in done]
+            for rank, proc in enumerate(procs):
+                if proc.poll() is not None and not done[rank].exists():
+                    pytest.fail(f"rank {rank} exited with {proc.returncode}: {proc.stderr.read()[-3000:]}")
+            assert time.monotonic() < deadline, "the ranks hung"
+            time.sleep(0.05)
+    finally:
+        if not running:
+            for proc in procs:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+
+
+def sigkill(procs):
+    for proc in procs:
+        proc.send_signal(signal.SIGKILL)
+    for proc in procs:
+        proc.wait()
+        proc.stderr.close()
+
+
+def test_a_group_sigkilled_finds_its_pages_warm_in_the_next_group(keeper, tmp_path, capsys):
+    size, world = group_bytes(), 4
+    writers = launch("write", world, tmp_path / "w", keeper.path, name="kv-llama", bytes=size)
+    try:
+        wrote = results(writers, tmp_path / "w", running=True)
+    finally:
+        sigkill(writers)  # every rank dies with the segment mapped: nothing unmaps it in order
+    assert [r["warm"] for r in wrote] == [False] * world
+    generation = wrote[0]["generation"]
+    assert generation and all(r["generation"] == generation for r in wrote), wrote
+    assert wrote[0]["info"]["commit_method"] == "by the node keeper" and wrote[0]["info"]["kept"]
+
+    readers = launch("read", world, tmp_path / "r", keeper.path, name="kv-llama", bytes=size)
+    read = results(readers, tmp_path / "r")
+    for rank, r in enumerate(read):
+        assert r["warm"] and r["kept"] and r["generation"] == generation, (rank, r)
+        assert r["intact"] == [True] * world, (rank, r)
+    assert read[0]["commit_method"] == "none (kept, warm)", read[0]
+    assert [p.returncode for p in readers] == [0] * world
+    with capsys.disabled():
+        print(
+            f"\nkept {size >> 20} MiB, {world} ranks SIGKILLed; the next group's create to usable: "
+            + ", ".join(f"{r['seconds']:.3f}" for r in read)
+            + " s"
+        )
+
+
+@pytest.mark.parametrize("change,field", [("blocks", "fingerprint"), ("identity", "identity")])
+def test_another_declaration_is_refused_on_every_rank_naming_the_field(keeper, tmp_path, change, field):
+    writers = launch("write", 2, tmp_path / "w", keeper.path, name="kv", bytes=8 * MIB)
+    try:
+        results(writers, tmp_path / "w", running=True)
+    finally:
+        sigkill(writers)
+    refused = results(
+        launch("refuse", 2, tmp_path / "r", keeper.path, name="kv", bytes=8 * MIB, change=change), tmp_path / "r"
+    )
+    for r in refused:
+        assert r["errno"] == errno.EEXIST, r
+        assert f"holds it with another {field}" in r["error"] and "keep_name 'kv'" in r["error"], r
+
+
+def test_one_rank_creates_cold_then_attaches_warm_to_the_same_bytes(keeper):
+    fds, maps = open_fds(), mappings()
+    seg = create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-one")
+    assert not seg.warm and seg.keep_generation
+    info = seg.info()
+    assert info["kept"] and not info["warm"] and info["keep_generation"] == seg.keep_generation
+    generation = seg.keep_generation
+    buf = seg.buffers("kv")[3]
+    buf[:4] = b"kept"
+    del buf
+    seg.close()
+    assert (open_fds(), mappings()) == (fds, maps), "the keeper holds the pages, not this process"
+
+    again = create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-one")
+    assert again.warm and again.keep_generation == generation
+    assert bytes(again.buffers("kv")[3][:4]) == b"kept"
+    assert again.info()["warm"] and again.info()["commit_method"] == "none (kept, warm)"
+    again.close()
+    plain = create_shared_segment("kv", BLOCKS, 1, 0)
+    assert not plain.warm and plain.keep_generation is None and not plain.info()["kept"]
+    plain.close()
+    assert (open_fds(), mappings()) == (fds, maps)
+
+
+def test_replace_makes_a_new_generation_only_when_nobody_maps_the_old_one(keeper):
+    old = create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-r")
+    other = {"kv": {"count": 2, "shape": (MIB,), "dtype": "uint8"}}
+    with pytest.raises(SharedSegmentError) as busy:
+        create_shared_segment("kv", other, 1, 0, keep="kv-r", keep_replace=True)
+    assert busy.value.errno == errno.EBUSY and "cannot be replaced" in str(busy.value), busy.value
+    generation = old.keep_generation
+    old.close()
+    new = create_shared_segment("kv", other, 1, 0, keep="kv-r", keep_replace=True)
+    assert not new.warm and new.keep_generation != generation
+    new.close()
+
+
+def test_attach_only_and_create_only(keeper):
+    with pytest.raises(SharedSegmentError) as absent:
+        create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-a", keep_mode="attach")
+    assert absent.value.errno == errno.ENOENT and str(absent.value).startswith("NotFound: "), absent.value
+    create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-a", keep_mode="create").close()
+    with pytest.raises(SharedSegmentError) as present:
+        create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-a", keep_mode="create")
+    assert present.value.errno == errno.EEXIST and "create only" in str(present.value), present.value
+    seg = create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-a", keep_mode="attach")
+    assert seg.warm
+    seg.close()
+
+
+def test_no_keeper_is_a_clear_error_naming_the_socket_and_the_fix(tmp_path, monkeypatch):
+    missing = tmp_path / "none.sock"
+    monkeypatch.setenv("MOONCAKE_SEGMENT_KEEPER", str(missing))
+    fds = open_fds()
+    with pytest.raises(SharedSegmentError) as e:
+        create_shared_segment("kv", BLOCKS, 1, 0, keep="kv")
+    assert e.value.errno == errno.ENOENT
+    assert f"No node keeper answers at {missing}" in str(e.value) and "mooncake-segmentd" in str(e.value)
+    assert open_fds() == fds
+
+
+@pytest.mark.parametrize(
+    "kwargs,text",
+    [
+        (dict(keep="a/b"), "keep_name is not valid"),
+        (dict(keep="kv", mmap=False), "a kept segment is host memory"),
+        (dict(keep="kv", numa_node=0), "numa_node must be automatic"),
+        (dict(keep="kv", keep_identity=b"x" * 65), "at most 64 bytes"),
+        (dict(keep="kv", keep_sharing="group"), "keep_gid"),
+        (dict(keep="kv", keep_sharing="world"), "keep_sharing must be one of"),
+        (dict(keep="kv", keep_mode="sometimes"), "keep_mode must be one of"),
+        (dict(keep_identity="model"), "need keep='name'"),
+    ],
+)
+def test_bad_keep_arguments_name_themselves(keeper, kwargs, text):
+    with pytest.raises((SharedSegmentError, ValueError, TypeError)) as e:
+        create_shared_segment("kv", BLOCKS, 1, 0, **kwargs)
+    assert text in str(e.value), e.value
