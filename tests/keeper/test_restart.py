@@ -168,3 +168,28 @@ def test_a_stop_that_empties_the_store_starts_empty(managed):
     managed.start()
     hello = managed.ask(hello_request())
     assert hello.type == HELLO | REPLY and hello.kept == 0
+
+
+@pytest.mark.parametrize("how", ["crash", "restart"])
+def test_a_groups_kept_segment_survives_the_keepers_restart(managed, monkeypatch, how):
+    """Through the library: create(keep=) writes, the keeper restarts, the next create is warm on the same bytes."""
+    from mooncake.shared_segment import create_shared_segment
+
+    monkeypatch.setenv("MOONCAKE_SEGMENT_KEEPER", str(managed.path))
+    blocks = {"kv": {"count": 4, "shape": (MIB,), "dtype": "uint8"}}
+    seg = create_shared_segment("kv", blocks, 1, 0, keep="kv-lib", keep_identity="model-a")
+    assert not seg.warm
+    generation = seg.keep_generation
+    entry = seg.buffers("kv")[2]
+    entry[-6:] = b"stored"
+    del entry
+    seg.close()
+    managed.manager.process_notifications(0.5)
+
+    managed.manager.kill(9 if how == "crash" else 15)
+    managed.start()
+
+    again = create_shared_segment("kv", blocks, 1, 0, keep="kv-lib", keep_identity="model-a")
+    assert again.warm and again.keep_generation == generation, managed.text()
+    assert bytes(again.buffers("kv")[2][-6:]) == b"stored"
+    again.close()
