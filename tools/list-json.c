@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -62,6 +63,28 @@ static void write_json_front(FILE *out, const struct segment *s)
 	fputs("}}, ", out);
 }
 
+/* "kept", "file_bytes" and "keeper" (doc/list-json.md). */
+static void write_json_kept(FILE *out, const struct segment *s)
+{
+	fprintf(out, "\"kept\": %s, \"file_bytes\": ", s->kept ? "true" : "false");
+	if (s->has_file_bytes)
+		fprintf(out, "%llu, ", (unsigned long long)s->file_bytes);
+	else
+		fputs("null, ", out);
+	if (!s->has_keeper) {
+		fputs("\"keeper\": null, ", out);
+		return;
+	}
+	fprintf(out,
+		"\"keeper\": {\"generation\": %llu, \"warm_attaches\": %u, \"uid\": %u, \"sharing\": \"%s\", "
+		"\"age_seconds\": %lld, \"released\": %s}, ",
+		(unsigned long long)s->keeper.generation, s->keeper.warm_attaches, s->keeper.uid,
+		s->keeper.sharing == 2	 ? "any"
+		: s->keeper.sharing == 1 ? "group"
+					 : "uid",
+		(long long)(time(NULL) - (time_t)s->keeper.created), s->keeper.released ? "true" : "false");
+}
+
 void list_write_json(FILE *out, const struct segment_scan *scan)
 {
 	fprintf(out,
@@ -88,6 +111,7 @@ void list_write_json(FILE *out, const struct segment_scan *scan)
 			fprintf(out, "\"owner_pid_in_namespace\": %ld, ", s->named_owner);
 		else
 			fputs("\"owner_pid_in_namespace\": null, ", out);
+		write_json_kept(out, s);
 		write_json_front(out, s);
 		if (s->has_front)
 			fprintf(out, "\"slots\": %u, ", s->slot_count);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -47,7 +48,7 @@ static const char *ready_text(const struct segment *s, char *buf, size_t size)
 	const char *state = segment_front_state(s);
 
 	if (!state)
-		return "-";
+		return s->kept ? "kept" : "-";
 	if (s->front.state == MC_FRONT_VIEW_FAILED)
 		return "failed";
 	if (s->front.state == MC_FRONT_VIEW_COMMITTED)
@@ -73,6 +74,25 @@ static void write_front(FILE *out, const struct segment *s)
 		fprintf(out, ", reported by rank %u", s->front.error_rank);
 	fprintf(out, ", %s of %s committed: %s\n", size_text(s->front.committed, b1),
 		size_text(s->front.alloc_size, b2), printable(s->front.message, message, sizeof(message)));
+}
+
+/* What the file holds and what the keeper says, after the segment's title. */
+static void write_kept(FILE *out, const struct segment *s)
+{
+	char b[32];
+	time_t now = time(NULL);
+
+	if (s->has_file_bytes)
+		fprintf(out, "; %s in its file", size_text(s->file_bytes, b));
+	if (!s->kept)
+		return;
+	fputs("; kept by the node keeper", out);
+	if (!s->has_keeper)
+		return;
+	fprintf(out, ", generation %llu, %u warm attach%s, uid %u, age %llds%s",
+		(unsigned long long)s->keeper.generation, s->keeper.warm_attaches,
+		s->keeper.warm_attaches == 1 ? "" : "es", s->keeper.uid,
+		(long long)(now - (time_t)s->keeper.created), s->keeper.released ? ", released" : "");
 }
 
 static const char *role(const struct segment_process *p)
@@ -115,6 +135,7 @@ void list_write_table(FILE *out, const struct segment_scan *scan)
 			s->dev_major, s->dev_minor, (unsigned long long)s->ino);
 		write_nodes(out, &s->resident);
 		fprintf(out, "; one copy for %u mapping processes", s->mappers);
+		write_kept(out, s);
 		if (s->has_front && s->slot_count)
 			fprintf(out, "; %u publish slot%s", s->slot_count, s->slot_count == 1 ? "" : "s");
 		if (s->named_owner >= 0 && s->owner < 0)
@@ -139,6 +160,9 @@ void list_write_table(FILE *out, const struct segment_scan *scan)
 				p->cgroup[0] ? printable(p->cgroup, cgroup, sizeof(cgroup)) : "-");
 		}
 	}
+	if (scan->keeper_asked && !scan->keeper_answered)
+		fprintf(out, "\nThe node keeper did not answer: kept segments are shown without its records "
+			     "(give its socket with --keeper SOCKET).\n");
 	if (scan->unreadable && geteuid() != 0)
 		fprintf(out,
 			"\n%u of %u processes could not be read (another user's maps or descriptors): "

@@ -28,6 +28,8 @@ struct list_config {
 	uint64_t watch; /* seconds; 0: once */
 	const char *output;
 	const char *proc;
+	const char *keeper; /* --keeper; NULL: the library's default socket */
+	bool ask_keeper;    /* not with --proc: another host's keeper is not ours to ask */
 };
 
 static void usage(FILE *out)
@@ -40,7 +42,9 @@ static void usage(FILE *out)
 		"  --prometheus       Prometheus text format (node_exporter's textfile collector)\n"
 		"  --watch SECONDS    scan again every SECONDS until interrupted\n"
 		"  --output FILE      write FILE atomically (a temporary file renamed over it)\n"
-		"  --proc DIR         read processes from DIR instead of /proc\n",
+		"  --proc DIR         read processes from DIR instead of /proc (the keeper is not asked)\n"
+		"  --keeper SOCKET    the node keeper to ask about kept segments (default:\n"
+		"                     $MOONCAKE_SEGMENT_KEEPER or /run/mooncake-segment/keeper.sock)\n",
 		PROGRAM);
 }
 
@@ -118,6 +122,8 @@ static int list_once(const struct list_config *cfg)
 			PROGRAM, cfg->proc, strerror(errno), cfg->proc);
 		return 1;
 	}
+	if (cfg->ask_keeper)
+		segments_join_keeper(&scan, cfg->keeper);
 	if (cfg->output) {
 		ret = write_atomically(cfg, &scan);
 	} else {
@@ -139,15 +145,12 @@ static int list_once(const struct list_config *cfg)
 int cmd_list(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{ "json", no_argument, NULL, 'j' },
-		{ "prometheus", no_argument, NULL, 'p' },
-		{ "watch", required_argument, NULL, 'w' },
-		{ "output", required_argument, NULL, 'o' },
-		{ "proc", required_argument, NULL, 'P' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "json", no_argument, NULL, 'j' },	   { "prometheus", no_argument, NULL, 'p' },
+		{ "watch", required_argument, NULL, 'w' }, { "output", required_argument, NULL, 'o' },
+		{ "proc", required_argument, NULL, 'P' },  { "keeper", required_argument, NULL, 'k' },
+		{ "help", no_argument, NULL, 'h' },	   { NULL, 0, NULL, 0 },
 	};
-	struct list_config cfg = { .format = FORMAT_TABLE, .proc = "/proc" };
+	struct list_config cfg = { .format = FORMAT_TABLE, .proc = "/proc", .ask_keeper = true };
 	int c, ret;
 
 	while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -174,6 +177,10 @@ int cmd_list(int argc, char **argv)
 			break;
 		case 'P':
 			cfg.proc = optarg;
+			cfg.ask_keeper = false;
+			break;
+		case 'k':
+			cfg.keeper = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -188,6 +195,8 @@ int cmd_list(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (cfg.keeper)
+		cfg.ask_keeper = true; /* named: asked, with --proc too */
 	for (;;) {
 		ret = list_once(&cfg);
 		/* Output that cannot be written ends --watch too: nobody reads it. */

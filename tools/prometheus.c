@@ -124,6 +124,27 @@ void prometheus_write(FILE *out, const struct segment_scan *scan)
 		    "Resident bytes of the segment in huge pages (THP or HugeTLB).", HUGE_PAGES);
 	per_segment(out, scan, "private_copies_bytes", "What a private copy per mapping process would take.",
 		    PRIVATE_COPIES);
+	family(out, "kept", "1 when the node keeper holds the segment past its ranks.");
+	for (unsigned int i = 0; i < scan->nsegs; i++) {
+		sample_start(out, "kept", &scan->segs[i]);
+		fprintf(out, "} %d\n", scan->segs[i].kept ? 1 : 0);
+	}
+	family(out, "file_bytes",
+	       "Bytes the segment's file holds, mapped or not (where a descriptor was read).");
+	for (unsigned int i = 0; i < scan->nsegs; i++) {
+		if (!scan->segs[i].has_file_bytes)
+			continue;
+		sample_start(out, "file_bytes", &scan->segs[i]);
+		fprintf(out, "} %llu\n", (unsigned long long)scan->segs[i].file_bytes);
+	}
+	family(out, "keeper_warm_attaches",
+	       "Attaches that found a kept segment already there, as its keeper counts.");
+	for (unsigned int i = 0; i < scan->nsegs; i++) {
+		if (!scan->segs[i].has_keeper)
+			continue;
+		sample_start(out, "keeper_warm_attaches", &scan->segs[i]);
+		fprintf(out, "} %u\n", scan->segs[i].keeper.warm_attaches);
+	}
 	per_process(out, scan, "process_resident_bytes",
 		    "Resident bytes of the segment in one process's mappings.",
 		    offsetof(struct segment_process, resident_bytes));

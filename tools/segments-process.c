@@ -282,6 +282,10 @@ static bool scan_descriptors(struct segment_scan *scan, int piddir, pid_t pid)
 		p->holds_descriptor = true;
 		if ((uint64_t)st.st_size > s->size)
 			s->size = (uint64_t)st.st_size;
+		/* What the file holds, mapped or not: a kept segment's pages live
+		 * in the keeper's descriptor alone. */
+		s->has_file_bytes = true;
+		s->file_bytes = (uint64_t)st.st_blocks * 512;
 	}
 	closedir(dir);
 	return true;

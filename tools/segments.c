@@ -124,6 +124,7 @@ static void derive(int procfd, struct segment *s)
 		s->huge_page_bytes = s->procs[best].pmd_bytes;
 	}
 	s->private_copies_bytes = (uint64_t)s->mappers * s->size;
+	s->kept = !strncmp(s->label, KEPT_LABEL_PREFIX, strlen(KEPT_LABEL_PREFIX));
 }
 
 static bool has_process(const struct segment *s, pid_t pid)
@@ -271,6 +272,9 @@ static bool merge(struct segment_scan *scan, struct segment_scan *part)
 		if (!to->page_size)
 			to->page_size = from->page_size;
 		to->hugetlb = to->hugetlb || from->hugetlb;
+		if (from->has_file_bytes && (!to->has_file_bytes || from->file_bytes > to->file_bytes))
+			to->file_bytes = from->file_bytes;
+		to->has_file_bytes = to->has_file_bytes || from->has_file_bytes;
 	}
 	return true;
 }
@@ -351,6 +355,7 @@ bool segments_scan(const char *proc, struct segment_scan *scan)
 		for (unsigned int i = 0; i < scan->nsegs; i++) {
 			derive(procfd, &scan->segs[i]);
 			read_front(procfd, scan, &scan->segs[i]);
+			scan->kept += scan->segs[i].kept;
 		}
 	close(procfd);
 	if (!ok) {

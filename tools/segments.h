@@ -20,6 +20,8 @@
 /* What every memfd of the library is called (lib/backends/host-memfd.c), as /proc shows it. */
 #define SEGMENT_MEMFD_PREFIX "/memfd:mooncake-segment:"
 #define SEGMENT_OWNER_TAG    "|owner="
+/* A kept segment's label: the keeper names its memfds "keep:NAME" (keeper/commit.c). */
+#define KEPT_LABEL_PREFIX "keep:"
 /* Its control area, the readiness front (lib/segment/control.c): same label and owner. */
 #define SEGMENT_CONTROL_PREFIX "/memfd:mooncake-segment-control:"
 
@@ -47,6 +49,16 @@ struct segment_process {
 	unsigned long long pid_ns_pid; /* its pid in its own namespace */
 };
 
+/* A kept segment as its keeper describes it (keeper-view.c). */
+struct keeper_record {
+	uint64_t generation;
+	uint64_t created; /* CLOCK_REALTIME seconds */
+	uint32_t warm_attaches;
+	uint32_t uid;
+	uint8_t sharing; /* 0 uid, 1 group, 2 any */
+	bool released;
+};
+
 struct segment {
 	unsigned int dev_major, dev_minor;
 	uint64_t ino;
@@ -64,6 +76,11 @@ struct segment {
 	uint64_t resident_bytes;       /* sum of resident */
 	uint64_t huge_page_bytes;      /* resident bytes in huge pages */
 	uint64_t private_copies_bytes; /* mappers x size */
+	bool kept;		       /* held by the node keeper: its label is "keep:NAME" */
+	bool has_file_bytes;	       /* a descriptor of it could be read */
+	uint64_t file_bytes;	       /* the bytes its file holds, mapped or not (st_blocks) */
+	bool has_keeper;	       /* the keeper's record was joined (keeper-view.c) */
+	struct keeper_record keeper;   /* what the keeper says of it, when has_keeper */
 	bool has_front;		       /* its control area was found and read */
 	struct mc_front_view front;    /* the readiness front, when has_front */
 	uint32_t slot_count;	       /* publish slots it declares, when has_front */
@@ -89,12 +106,21 @@ struct segment_scan {
 	uint64_t duration_ns;
 	struct segment_control *controls; /* the scan's own: the renderers read segs[i].front */
 	unsigned int ncontrols;
+	unsigned int kept;    /* segments held by a node keeper */
+	bool keeper_asked;    /* kept segments were found and the keeper was asked (keeper-view.c) */
+	bool keeper_answered; /* and it answered */
 };
 
 /* Scan @proc ("/proc", or a host's /proc mounted elsewhere) into @scan; false with errno set
  * when @proc itself cannot be read.  Free with segments_free(). */
 bool segments_scan(const char *proc, struct segment_scan *scan);
 void segments_free(struct segment_scan *scan);
+
+/* Join the node keeper's records (its socket @socket, NULL: the
+ * library's default) to the kept segments of @scan, by name, size and the
+ * keeper's pid.  A keeper that does not answer leaves them unjoined:
+ * nothing is printed, scan->keeper_answered stays false. */
+void segments_join_keeper(struct segment_scan *scan, const char *socket);
 
 /* "LABEL|owner=PID (deleted)" -> label and owner pid (-1 when the name carries none). */
 void segments_parse_name(const char *name, char *label, size_t size, long *owner);

@@ -232,3 +232,117 @@ def test_bad_keep_arguments_name_themselves(keeper, kwargs, text):
     with pytest.raises((SharedSegmentError, ValueError, TypeError)) as e:
         create_shared_segment("kv", BLOCKS, 1, 0, **kwargs)
     assert text in str(e.value), e.value
+
+
+OTHER_UID = 65534  # nobody
+
+AS_OTHER_USER = """
+import json, os, sys
+from mooncake.shared_segment import SharedSegmentError, create_shared_segment
+kwargs = json.loads(sys.argv[1])
+try:
+    seg = create_shared_segment("kv", {"kv": {"count": 4, "shape": (1 << 20,), "dtype": "uint8"}}, 1, 0, **kwargs)
+    out = {"warm": seg.warm, "generation": seg.keep_generation, "head": bytes(seg.buffers("kv")[0][:4]).hex()}
+    seg.close()
+except SharedSegmentError as e:
+    out = {"error": str(e), "errno": e.errno}
+print(json.dumps(out))
+"""
+
+
+def as_other_user(keeper, **kwargs):
+    def drop():
+        os.setgroups([])
+        os.setgid(OTHER_UID)
+        os.setuid(OTHER_UID)
+
+    env = dict(os.environ, MOONCAKE_SEGMENT_KEEPER=str(keeper.path))
+    done = subprocess.run(
+        [sys.executable, "-c", AS_OTHER_USER, json.dumps(kwargs)],
+        env=env,
+        preexec_fn=drop,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def root_only():
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the test runs a client as another uid")
+
+
+def test_another_user_neither_attaches_nor_squats_a_kept_name(keeper, root_only):
+    mine = create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-u")
+    mine.buffers("kv")[0][:4] = b"root"
+    # The same name from another uid is that uid's own segment, never this one's pages.
+    theirs = as_other_user(keeper, keep="kv-u")
+    assert theirs.get("error") is None, theirs
+    assert not theirs["warm"] and theirs["generation"] != mine.keep_generation and theirs["head"] == "00000000"
+    # Asking for root's by owner is refused: it is not shared.
+    refused = as_other_user(keeper, keep="kv-u", keep_owner=0)
+    assert refused["errno"] == errno.EACCES and refused["error"].startswith("PermissionDenied: "), refused
+    mine.close()
+
+
+def test_a_segment_shared_with_any_user_is_attached_by_naming_its_owner(keeper, root_only):
+    mine = create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-any", keep_sharing="any")
+    mine.buffers("kv")[0][:4] = b"root"
+    theirs = as_other_user(keeper, keep="kv-any", keep_sharing="any", keep_owner=0)
+    assert theirs.get("error") is None, theirs
+    assert theirs["warm"] and theirs["generation"] == mine.keep_generation and theirs["head"] == b"root".hex()
+    mine.close()
+
+
+TOOL = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", HERE.parents[1])) / "tools" / "mooncake-segment"
+
+
+def listed(keeper_path, *args):
+    env = dict(os.environ, MOONCAKE_SEGMENT_KEEPER=str(keeper_path))
+    done = subprocess.run([str(TOOL), "list", *args], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def kept_entries(keeper_path, name):
+    doc = json.loads(listed(keeper_path, "--json"))
+    return [s for s in doc["segments"] if s["label"] == f"keep:{name}"]
+
+
+def test_list_shows_a_kept_segment_with_its_file_bytes_and_the_keepers_record(keeper, tmp_path):
+    seg = create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-list")
+    generation = seg.keep_generation
+    seg.close()
+    create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-list").close()  # a warm attach
+
+    (entry,) = kept_entries(keeper.path, "kv-list")
+    assert entry["kept"] and entry["mapped_processes"] == 0 and entry["owner_pid"] == keeper.proc.pid
+    assert entry["file_bytes"] == 4 * MIB, "the keeper committed every page; nobody maps them"
+    assert entry["keeper"]["generation"] == generation and entry["keeper"]["warm_attaches"] == 1, entry
+    assert entry["keeper"]["uid"] == os.geteuid() and entry["keeper"]["released"] is False
+
+    table = listed(keeper.path)
+    row = next(line for line in table.splitlines() if line.startswith("keep:kv-list "))
+    assert row.split()[-1] == "kept", row
+    assert f"4.0 MiB in its file; kept by the node keeper, generation {generation}, 1 warm attach," in table
+    prom = listed(keeper.path, "--prometheus")
+    assert 'mooncake_segment_kept{segment="keep:kv-list",' in prom
+    assert re_sample(prom, "file_bytes", "keep:kv-list") == 4 * MIB
+    assert re_sample(prom, "keeper_warm_attaches", "keep:kv-list") == 1
+
+    # With no keeper to ask, it is still listed kept, without the record, and list succeeds.
+    doc = json.loads(listed(tmp_path / "none.sock", "--json"))
+    (alone,) = [s for s in doc["segments"] if s["label"] == "keep:kv-list"]
+    assert alone["kept"] and alone["keeper"] is None and alone["file_bytes"] == 4 * MIB
+    assert "The node keeper did not answer" in listed(tmp_path / "none.sock")
+
+
+def re_sample(text, family, label):
+    import re
+
+    found = re.search(rf'^mooncake_segment_{family}{{segment="{re.escape(label)}",[^}}]*}} (\d+)$', text, re.M)
+    assert found, f"no {family} sample for {label}"
+    return int(found.group(1))

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The node keeper's view of the kept segments a scan found (segments.h):
+ * one connection, HELLO for the keeper's pid, LIST page by page, and each
+ * record joined to the segment of the same name and size whose memfd the
+ * keeper named as its owner.  Two records that fit one segment (two users'
+ * segments of one name and size) join neither: the list never shows one
+ * user's figures under another's segment.  Quiet by design: list must work,
+ * and fast, with no keeper at all.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "route/keeper-client.h"
+#include "route/keeper-wire.h"
+#include "segments.h"
+
+/* The keeper answers at once or not at all, as far as list is concerned. */
+#define ASK_TIMEOUT_MS 1000
+
+static void join(struct segment_scan *scan, uint32_t keeper_pid, const struct mc_keeper_segment *r,
+		 bool *ambiguous)
+{
+	for (unsigned int i = 0; i < scan->nsegs; i++) {
+		struct segment *s = &scan->segs[i];
+
+		if (!s->kept || s->named_owner != (long)keeper_pid || s->size != r->size ||
+		    strcmp(s->label + strlen(KEPT_LABEL_PREFIX), r->name) != 0)
+			continue;
+		if (s->has_keeper)
+			ambiguous[i] = true;
+		s->has_keeper = true;
+		s->keeper = (struct keeper_record){
+			.generation = r->generation,
+			.created = r->created,
+			.warm_attaches = r->warm_attaches,
+			.uid = r->owner_uid,
+			.sharing = r->sharing,
+			.released = (r->flags & MC_KEEPER_SEGMENT_RELEASED) != 0,
+		};
+	}
+}
+
+void segments_join_keeper(struct segment_scan *scan, const char *socket)
+{
+	struct mc_keeper_request req = { .type = MC_KEEPER_HELLO };
+	struct mc_keeper_reply *rep;
+	struct mc_keeper_conn conn;
+	bool *ambiguous;
+	uint32_t keeper_pid;
+	int fds[2];
+
+	if (!scan->kept)
+		return;
+	scan->keeper_asked = true;
+	rep = malloc(sizeof(*rep));
+	ambiguous = calloc(scan->nsegs, sizeof(*ambiguous));
+	if (!rep || !ambiguous || mc_keeper_open(&conn, socket, ASK_TIMEOUT_MS) != 0)
+		goto out;
+	if (mc_keeper_exchange(&conn, &req, rep, fds, ASK_TIMEOUT_MS) != 0 || rep->status)
+		goto close;
+	keeper_pid = rep->keeper_pid;
+	memset(&req, 0, sizeof(req));
+	req.type = MC_KEEPER_LIST;
+	do {
+		if (mc_keeper_exchange(&conn, &req, rep, fds, ASK_TIMEOUT_MS) != 0 || rep->status)
+			goto close;
+		for (unsigned int i = 0; i < rep->count; i++)
+			join(scan, keeper_pid, &rep->segments[i], ambiguous);
+		/* The cursor: the last record's name and owner. */
+		if (rep->count) {
+			snprintf(req.name, sizeof(req.name), "%s", rep->segments[rep->count - 1].name);
+			req.owner_given = true;
+			req.owner_uid = rep->segments[rep->count - 1].owner_uid;
+		}
+	} while (rep->list_flags & MC_KEEPER_LIST_MORE);
+	scan->keeper_answered = true;
+close:
+	/* A keeper that stopped answering half way joins nothing. */
+	for (unsigned int i = 0; i < scan->nsegs; i++)
+		if (ambiguous[i] || !scan->keeper_answered)
+			scan->segs[i].has_keeper = false;
+	mc_keeper_close(&conn);
+out:
+	free(ambiguous);
+	free(rep);
+}
