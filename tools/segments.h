@@ -76,14 +76,14 @@ struct segment {
 	uint64_t resident_bytes;       /* sum of resident */
 	uint64_t huge_page_bytes;      /* resident bytes in huge pages */
 	uint64_t private_copies_bytes; /* mappers x size */
-	bool kept;		       /* held by the node keeper: its label is "keep:NAME" */
-	bool has_file_bytes;	       /* a descriptor of it could be read */
 	uint64_t file_bytes;	       /* the bytes its file holds, mapped or not (st_blocks) */
-	bool has_keeper;	       /* the keeper's record was joined (keeper-view.c) */
 	struct keeper_record keeper;   /* what the keeper says of it, when has_keeper */
-	bool has_front;		       /* its control area was found and read */
 	struct mc_front_view front;    /* the readiness front, when has_front */
 	uint32_t slot_count;	       /* publish slots it declares, when has_front */
+	bool kept;		       /* held by the node keeper: its label is "keep:NAME" */
+	bool has_file_bytes;	       /* a descriptor of it could be read: file_bytes */
+	bool has_keeper;	       /* the keeper's record was joined (keeper-view.c) */
+	bool has_front;		       /* its control area was found and read */
 };
 
 /* A control area a process holds or maps, found by the scan and matched
