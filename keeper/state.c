@@ -242,7 +242,8 @@ int state_payload_decode(const uint8_t *in, size_t len, struct state_image *imag
 			goto fail;
 		for (size_t j = 0; j < i; j++) {
 			if (segments[j].record.generation == segments[i].record.generation ||
-			    strcmp(segments[j].record.name, segments[i].record.name) == 0) {
+			    (strcmp(segments[j].record.name, segments[i].record.name) == 0 &&
+			     segments[j].record.owner_uid == segments[i].record.owner_uid)) {
 				err = refuse(why, why_size, "\"%s\" (generation %" PRIu64 ") is there twice",
 					     segments[i].record.name, segments[i].record.generation);
 				goto fail;
@@ -436,8 +437,8 @@ int state_save(const struct kept_segment *const *segments, size_t count, uint64_
 		free(payload);
 		return n;
 	}
-	/* Never write what the loader would refuse (two segments of one name or
-	 * generation, a bad field): the previous state stays the newest. */
+	/* Never write what the loader would refuse (two segments of one name and
+	 * owner, or of one generation, a bad field): the previous state stays the newest. */
 	{
 		struct state_image check;
 		char why[192];

@@ -2,8 +2,9 @@
 /*
  * The table of kept segments (keeper.h): create or attach, list, stat and
  * release, who may do which, the budget, the segment limit and the idle
- * timeout.  The table is sorted by name, so that LIST pages through it from
- * a cursor.  Mappers are counted only when a request or the idle timeout
+ * timeout.  Names are per uid: the table's key is (name, owner uid), so that
+ * nobody squats another user's name, and it is sorted by that key, so that
+ * LIST pages through it from a cursor.  Mappers are counted only when a request or the idle timeout
  * asks, by one pass over /proc/PID/maps matching the memfds' device and
  * inode.  A process whose maps the keeper may not read (one more privileged
  * than the keeper, like a container runtime's init) is reported honestly: a
@@ -51,26 +52,58 @@ uint32_t store_count(void)
 	return (uint32_t)table_count;
 }
 
-/* The index of @name, or where it would go (*@found false). */
-static size_t find(const char *name, bool *found)
+/* (name, owner uid) against a segment: the table's order. */
+static int key_cmp(const char *name, uint32_t owner, const struct kept_segment *seg)
+{
+	int order = strcmp(name, seg->record.name);
+
+	if (order)
+		return order;
+	return owner < seg->record.owner_uid ? -1 : owner > seg->record.owner_uid;
+}
+
+/* The index of @owner's @name, or where it would go (*@found false). */
+static size_t find(const char *name, uint32_t owner, bool *found)
 {
 	size_t low = 0, high = table_count;
 
 	while (low < high) {
 		size_t mid = low + (high - low) / 2;
-		int order = strcmp(table[mid]->record.name, name);
+		int order = key_cmp(name, owner, table[mid]);
 
 		if (order == 0) {
 			*found = true;
 			return mid;
 		}
-		if (order < 0)
+		if (order > 0)
 			low = mid + 1;
 		else
 			high = mid;
 	}
 	*found = false;
 	return low;
+}
+
+/* The index of the first segment whose name sorts after @name (any owner). */
+static size_t after_name(const char *name)
+{
+	size_t low = 0, high = table_count;
+
+	while (low < high) {
+		size_t mid = low + (high - low) / 2;
+
+		if (strcmp(table[mid]->record.name, name) <= 0)
+			low = mid + 1;
+		else
+			high = mid;
+	}
+	return low;
+}
+
+/* Whose segment @req names: the caller's own unless it names an owner. */
+static uint32_t owner_of(const struct mc_keeper_request *req, const struct keeper_peer *peer)
+{
+	return req->owner_given ? req->owner_uid : (uint32_t)peer->uid;
 }
 
 static void save(void)
@@ -548,7 +581,8 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 {
 	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0, found;
 	char why[MC_KEEPER_TEXT_MAX + 1];
-	size_t index = find(req->name, &found);
+	uint32_t owner = owner_of(req, peer);
+	size_t index = find(req->name, owner, &found);
 	struct kept_segment *seg;
 	uint64_t page_size, generation;
 	int err;
@@ -559,6 +593,14 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 		return;
 	}
 	if (!found) {
+		/* Nobody, root included, creates a segment another uid owns. */
+		if (owner != (uint32_t)peer->uid) {
+			refuse(rep, ENOENT, 0,
+			       "uid %u keeps no segment '%s'; only uid %u can create it (leave the owner out to "
+			       "use your own)",
+			       (unsigned)owner, req->name, (unsigned)owner);
+			return;
+		}
 		if (req->flags & MC_KEEPER_CREATE_ATTACH_ONLY) {
 			refuse(rep, ENOENT, 0, "no kept segment '%s' (attach only); create it first",
 			       req->name);
@@ -607,16 +649,28 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 	create_new(req, peer, page_size, index, MC_KEEPER_ATTACH_REPLACED, rep, fds);
 }
 
+/* @owner's @name, or NULL with ENOENT in @rep. */
+static struct kept_segment *lookup(const char *name, uint32_t owner, size_t *index,
+				   struct mc_keeper_reply *rep)
+{
+	bool found;
+
+	*index = find(name, owner, &found);
+	if (found)
+		return table[*index];
+	refuse(rep, ENOENT, 0,
+	       "uid %u keeps no segment '%s'; mooncake-segment keep list shows what you may see",
+	       (unsigned)owner, name);
+	return NULL;
+}
+
 static void handle_stat(const struct mc_keeper_request *req, const struct keeper_peer *peer,
 			struct mc_keeper_reply *rep)
 {
-	bool found;
-	size_t index = find(req->name, &found);
+	size_t index;
 
-	if (!found) {
-		refuse(rep, ENOENT, 0, "no kept segment '%s'", req->name);
+	if (!lookup(req->name, owner_of(req, peer), &index, rep))
 		return;
-	}
 	if (!may_attach(table[index], peer, rep))
 		return;
 	count_mappers(&table[index], 1);
@@ -628,11 +682,17 @@ static void handle_list(const struct mc_keeper_request *req, const struct keeper
 			struct mc_keeper_reply *rep)
 {
 	struct kept_segment *page[MC_KEEPER_LIST_MAX];
-	bool found;
-	size_t index = find(req->name, &found), taken = 0, i;
+	bool found = false;
+	size_t index, taken = 0, i;
 
-	if (found)
-		index++; /* the names after the cursor */
+	/* The records after the cursor: (name, owner uid), or all of a name. */
+	if (req->owner_given) {
+		index = find(req->name, req->owner_uid, &found);
+		if (found)
+			index++;
+	} else {
+		index = req->name[0] ? after_name(req->name) : 0;
+	}
 	for (; index < table_count; index++) {
 		if (!may_attach(table[index], peer, NULL))
 			continue;
@@ -651,15 +711,12 @@ static void handle_list(const struct mc_keeper_request *req, const struct keeper
 static void handle_release(const struct mc_keeper_request *req, const struct keeper_peer *peer,
 			   struct mc_keeper_reply *rep)
 {
-	bool found, in_use;
-	size_t index = find(req->name, &found);
-	struct kept_segment *seg;
+	bool in_use;
+	size_t index;
+	struct kept_segment *seg = lookup(req->name, owner_of(req, peer), &index, rep);
 
-	if (!found) {
-		refuse(rep, ENOENT, 0, "no kept segment '%s'", req->name);
+	if (!seg)
 		return;
-	}
-	seg = table[index];
 	if (!may_free(seg, peer, rep, "release"))
 		return;
 	count_mappers(&seg, 1);
@@ -727,7 +784,7 @@ int store_tick(void)
 		}
 		keeper_log("freed '%s' (generation %" PRIu64 "): nobody mapped it for %u s (--idle-timeout)",
 			   seg->record.name, seg->record.generation, conf->idle_timeout_s);
-		remove_at(find(seg->record.name, &found));
+		remove_at(find(seg->record.name, seg->record.owner_uid, &found));
 	}
 	free(due);
 	/* Look again within a quarter of the timeout, at most every 30 s. */
@@ -760,7 +817,7 @@ int store_start(const struct keeper_config *config)
 		seg->last_mapped_ns = monotonic_ns();
 		if (seg->record.generation >= next_generation)
 			next_generation = seg->record.generation + 1;
-		index = find(seg->record.name, &found);
+		index = find(seg->record.name, seg->record.owner_uid, &found);
 		if (seg->pages_fd < 0 || (seg->record.control_bytes && seg->control_fd < 0) || found ||
 		    insert_at(index, seg) != 0) {
 			keeper_log("lost '%s' (generation %" PRIu64

@@ -41,8 +41,8 @@ MAPPERS_UNKNOWN = 0xFFFFFFFF
 MIB = 1 << 20
 
 HEADER = struct.Struct("<IHHII")
-CREATE_FIXED = struct.Struct("<QQQQIIB3xIHH4x")
-NAMED_FIXED = struct.Struct("<H6x")
+CREATE_FIXED = struct.Struct("<QQQQIIBB2xIHHI")  # ..., sharing, owner given, gid, lengths, owner uid
+NAMED_FIXED = struct.Struct("<HBxI")  # name length, owner given, owner uid
 REPLY_FIXED = struct.Struct("<IHH")
 HELLO_BODY = struct.Struct("<HHIQIIII")
 CREATE_BODY = struct.Struct("<QQQQIIB7x")
@@ -70,17 +70,32 @@ def create_request(
     sharing=SHARE_UID,
     gid=0,
     identity=b"",
+    owner=None,
 ):
+    """owner: None for the caller's own segment, else that uid's."""
     name = name.encode()
     body = CREATE_FIXED.pack(
-        fingerprint, size, page_size, control, world, flags, sharing, gid, len(name), len(identity)
+        fingerprint,
+        size,
+        page_size,
+        control,
+        world,
+        flags,
+        sharing,
+        owner is not None,
+        gid,
+        len(name),
+        len(identity),
+        owner or 0,
     )
     return message(CREATE, body + name + identity)
 
 
-def named_request(kind, name):
+def named_request(kind, name, owner=None):
+    """owner: None for the caller's own segment (LIST: every owner of the
+    cursor's name is passed), else that uid's."""
     name = name.encode()
-    return message(kind, NAMED_FIXED.pack(len(name)) + name)
+    return message(kind, NAMED_FIXED.pack(len(name), owner is not None, owner or 0) + name)
 
 
 class Reply:
@@ -456,11 +471,11 @@ def test_another_uid_is_refused_unless_shared_with_any(keeper):
     results = as_other_uid(
         keeper,
         [
-            create_request("kv-mine"),
-            named_request(STAT, "kv-mine"),
-            named_request(RELEASE, "kv-mine"),
-            create_request("kv-ours", sharing=SHARE_ANY),
-            named_request(RELEASE, "kv-ours"),
+            create_request("kv-mine", owner=0),
+            named_request(STAT, "kv-mine", owner=0),
+            named_request(RELEASE, "kv-mine", owner=0),
+            create_request("kv-ours", sharing=SHARE_ANY, owner=0),
+            named_request(RELEASE, "kv-ours", owner=0),
             named_request(LIST, ""),
         ],
     )
@@ -472,6 +487,57 @@ def test_another_uid_is_refused_unless_shared_with_any(keeper):
     assert listed == 0
 
 
+def test_names_are_per_uid_so_nobody_squats_another_users_name(keeper):
+    if os.getuid() != 0:
+        pytest.skip("needs root to run a client as another uid (setresuid)")
+    mine = keeper.ask(create_request("kv-name"))
+    assert mine.status == 0 and mine.uid == 0, mine.text
+    mine.close_fds()
+    results = as_other_uid(
+        keeper,
+        [
+            create_request("kv-name", fingerprint=0x99),  # its own, though root's exists
+            create_request("kv-name", fingerprint=0x99, flags=F_ATTACH_ONLY),
+            named_request(STAT, "kv-name"),
+            create_request("kv-name", owner=0),  # root's, not shared with it
+            named_request(STAT, "kv-name", owner=0),
+            named_request(RELEASE, "kv-name", owner=0),
+            create_request("kv-other", owner=0),  # never created for another uid
+        ],
+    )
+    statuses = [status for status, _ in results]
+    assert statuses == [0, 0, 0, errno.EACCES, errno.EACCES, errno.EACCES, errno.ENOENT], results
+    assert "uid 0 keeps no segment 'kv-other'" in results[6][1], results[6][1]
+    listed = keeper.ask(named_request(LIST, ""))
+    records = [(r["name"], r["uid"], r["fingerprint"]) for r in listed.segments]
+    assert records == [("kv-name", 0, 0x1234), ("kv-name", 65534, 0x99)], "root sees both, by (name, uid)"
+    assert listed.segments[0]["generation"] != listed.segments[1]["generation"]
+    # Root reaches another uid's segment by naming it, but never creates one for it.
+    assert keeper.ask(named_request(STAT, "kv-name", owner=65534)).segments[0]["fingerprint"] == 0x99
+    assert keeper.ask(create_request("kv-new", owner=65534)).status == errno.ENOENT
+    assert keeper.ask(named_request(RELEASE, "kv-name", owner=65534)).status == 0
+    assert [(r["name"], r["uid"]) for r in keeper.ask(named_request(LIST, "")).segments] == [("kv-name", 0)]
+
+
+def test_the_list_cursor_names_an_owner_so_a_shared_name_is_not_skipped(keeper):
+    if os.getuid() != 0:
+        pytest.skip("needs root to run a client as another uid (setresuid)")
+    for i in range(32):
+        r = keeper.ask(create_request("page-%02d" % i, size=4096))
+        assert r.status == 0, r.text
+        r.close_fds()
+    # The 33rd record shares the 32nd's name: the first page ends between them.
+    assert as_other_uid(keeper, [create_request("page-31", size=4096)])[0][0] == 0
+    first = keeper.ask(named_request(LIST, ""))
+    assert first.more and first.segments[-1]["name"] == "page-31" and first.segments[-1]["uid"] == 0
+    after = keeper.ask(named_request(LIST, "page-31", owner=0))
+    assert [(r["name"], r["uid"]) for r in after.segments] == [("page-31", 65534)] and not after.more
+    # Without an owner the cursor passes every owner of its name.
+    assert keeper.ask(named_request(LIST, "page-31")).segments == []
+    bad = keeper.ask(named_request(LIST, "", owner=0))
+    assert bad.status == errno.EPROTO and "cursor owner uid without a cursor name" in bad.text, bad.text
+
+
 def test_group_sharing_follows_the_peers_groups(keeper):
     if os.getuid() != 0:
         pytest.skip("needs root to run a client as another uid (setresuid)")
@@ -480,7 +546,8 @@ def test_group_sharing_follows_the_peers_groups(keeper):
         assert made.status == 0, made.text
         made.close_fds()
     asks = [
-        create_request(name, sharing=SHARE_GROUP, gid=gid) for name, gid in (("kv-group", 65534), ("kv-group0", 4242))
+        create_request(name, sharing=SHARE_GROUP, gid=gid, owner=0)
+        for name, gid in (("kv-group", 65534), ("kv-group0", 4242))
     ]
     primary_only = as_other_uid(keeper, asks)
     assert primary_only[0][0] == 0, "the primary gid is a member: " + primary_only[0][1]
