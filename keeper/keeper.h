@@ -41,6 +41,8 @@ struct keeper_config {
 	const char *socket_path;    /* --socket; default MC_KEEPER_DEFAULT_SOCKET */
 	uint64_t budget_bytes;	    /* --budget: most bytes kept in all; 0 unlimited */
 	uint32_t max_segments;	    /* --max-segments (default 1024) */
+	uint64_t uid_budget_bytes;  /* --uid-budget: most bytes one owner uid keeps; 0 unlimited */
+	uint32_t uid_max_segments;  /* --uid-max-segments: most one owner uid keeps; 0: max_segments */
 	uint32_t max_connections;   /* --max-connections (default 256) */
 	uint32_t idle_timeout_s;    /* --idle-timeout: free a segment this long after
 				      * its last mapper went (and nobody attached); 0 never */

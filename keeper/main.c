@@ -33,6 +33,8 @@ static void usage(FILE *out)
 		     "                         its directory is made (0755) when missing\n"
 		     "  --budget BYTES         most bytes kept in all, K/M/G/T suffixes (default: no limit)\n"
 		     "  --max-segments N       most segments kept (default 1024)\n"
+		     "  --uid-budget BYTES     most bytes one uid keeps (default: no limit but --budget)\n"
+		     "  --uid-max-segments N   most segments one uid keeps (default: --max-segments)\n"
 		     "  --max-connections N    most clients at once (default 256)\n"
 		     "  --idle-timeout SECONDS free a segment nobody mapped this long (default 0: never)\n"
 		     "  --socket-mode OCTAL    the socket's mode (default 0666: the directory gates)\n"
@@ -110,6 +112,8 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		OPT_SOCKET = 256,
 		OPT_BUDGET,
 		OPT_MAX_SEGMENTS,
+		OPT_UID_BUDGET,
+		OPT_UID_MAX_SEGMENTS,
 		OPT_MAX_CONNECTIONS,
 		OPT_IDLE,
 		OPT_MODE,
@@ -121,6 +125,8 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		{ "socket", required_argument, NULL, OPT_SOCKET },
 		{ "budget", required_argument, NULL, OPT_BUDGET },
 		{ "max-segments", required_argument, NULL, OPT_MAX_SEGMENTS },
+		{ "uid-budget", required_argument, NULL, OPT_UID_BUDGET },
+		{ "uid-max-segments", required_argument, NULL, OPT_UID_MAX_SEGMENTS },
 		{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
 		{ "idle-timeout", required_argument, NULL, OPT_IDLE },
 		{ "socket-mode", required_argument, NULL, OPT_MODE },
@@ -150,6 +156,16 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		case OPT_MAX_SEGMENTS:
 			if (!parse_u32(optarg, 10, 1u << 20, &config->max_segments) || !config->max_segments)
 				return bad_option("--max-segments", optarg, "a number from 1 to 1048576");
+			break;
+		case OPT_UID_BUDGET:
+			if (!parse_bytes(optarg, &config->uid_budget_bytes))
+				return bad_option("--uid-budget", optarg,
+						  "a size in bytes (like 16G, 512M or 1048576)");
+			break;
+		case OPT_UID_MAX_SEGMENTS:
+			if (!parse_u32(optarg, 10, 1u << 20, &config->uid_max_segments) ||
+			    !config->uid_max_segments)
+				return bad_option("--uid-max-segments", optarg, "a number from 1 to 1048576");
 			break;
 		case OPT_MAX_CONNECTIONS:
 			if (!parse_u32(optarg, 10, 1u << 16, &config->max_connections) ||

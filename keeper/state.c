@@ -243,7 +243,9 @@ int state_payload_decode(const uint8_t *in, size_t len, struct state_image *imag
 		for (size_t j = 0; j < i; j++) {
 			if (segments[j].record.generation == segments[i].record.generation ||
 			    (strcmp(segments[j].record.name, segments[i].record.name) == 0 &&
-			     segments[j].record.owner_uid == segments[i].record.owner_uid)) {
+			     segments[j].record.owner_uid == segments[i].record.owner_uid &&
+			     !(segments[j].record.flags & MC_KEEPER_SEGMENT_RELEASED) &&
+			     !(segments[i].record.flags & MC_KEEPER_SEGMENT_RELEASED))) {
 				err = refuse(why, why_size, "\"%s\" (generation %" PRIu64 ") is there twice",
 					     segments[i].record.name, segments[i].record.generation);
 				goto fail;

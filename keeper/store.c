@@ -4,7 +4,10 @@
  * release, who may do which, the budget, the segment limit and the idle
  * timeout.  Names are per uid: the table's key is (name, owner uid), so that
  * nobody squats another user's name, and it is sorted by that key, so that
- * LIST pages through it from a cursor.  Mappers are counted only when a request or the idle timeout
+ * LIST pages through it from a cursor.  A segment released while mapped stays
+ * as a RELEASED entry beside its key, invisible to names but counted in the
+ * budget, until a mapper scan sees nobody map it: the budget counts memory,
+ * not the table.  Mappers are counted only when a request or the idle timeout
  * asks, by one pass over /proc/PID/maps matching the memfds' device and
  * inode.  A process whose maps the keeper may not read (one more privileged
  * than the keeper, like a container runtime's init) is reported honestly: a
@@ -62,8 +65,14 @@ static int key_cmp(const char *name, uint32_t owner, const struct kept_segment *
 	return owner < seg->record.owner_uid ? -1 : owner > seg->record.owner_uid;
 }
 
-/* The index of @owner's @name, or where it would go (*@found false). */
-static size_t find(const char *name, uint32_t owner, bool *found)
+static bool released(const struct kept_segment *seg)
+{
+	return (seg->record.flags & MC_KEEPER_SEGMENT_RELEASED) != 0;
+}
+
+/* The first index whose key is not below (@name, @owner); with @past, the
+ * first whose key is above it (the end of that group). */
+static size_t bound(const char *name, uint32_t owner, bool past)
 {
 	size_t low = 0, high = table_count;
 
@@ -71,17 +80,29 @@ static size_t find(const char *name, uint32_t owner, bool *found)
 		size_t mid = low + (high - low) / 2;
 		int order = key_cmp(name, owner, table[mid]);
 
-		if (order == 0) {
-			*found = true;
-			return mid;
-		}
-		if (order > 0)
+		if (order > 0 || (past && order == 0))
 			low = mid + 1;
 		else
 			high = mid;
 	}
-	*found = false;
 	return low;
+}
+
+/* The index of @owner's live @name, or where a new one goes (the end of its
+ * group: released segments of that key, generations increasing, stay before
+ * it until nothing maps them); *@found says which. */
+static size_t find(const char *name, uint32_t owner, bool *found)
+{
+	size_t i = bound(name, owner, false);
+
+	for (; i < table_count && key_cmp(name, owner, table[i]) == 0; i++) {
+		if (!released(table[i])) {
+			*found = true;
+			return i;
+		}
+	}
+	*found = false;
+	return i;
 }
 
 /* The index of the first segment whose name sorts after @name (any owner). */
@@ -134,6 +155,15 @@ static void free_segment(struct kept_segment *seg)
 	if (seg->pages_fd >= 0)
 		close(seg->pages_fd);
 	free(seg);
+}
+
+static size_t index_of(const struct kept_segment *seg)
+{
+	size_t i = bound(seg->record.name, seg->record.owner_uid, false);
+
+	while (i < table_count && table[i] != seg)
+		i++;
+	return i;
 }
 
 static void remove_at(size_t index)
@@ -455,14 +485,60 @@ static void reply_create(const struct kept_segment *seg, uint32_t flags, struct 
 	fds[1] = seg->control_fd;
 }
 
-static uint64_t kept_bytes(void)
+/* Bytes and segments kept, released-but-mapped ones included: in all, and
+ * of @owner. */
+struct usage {
+	uint64_t bytes, owner_bytes;
+	size_t owner_segments;
+};
+
+static struct usage usage_of(uint32_t owner)
 {
-	uint64_t total = 0;
+	struct usage u = { 0 };
 	size_t i;
 
+	for (i = 0; i < table_count; i++) {
+		uint64_t bytes = table[i]->record.size + table[i]->record.control_bytes;
+
+		u.bytes += bytes;
+		if (table[i]->record.owner_uid == owner) {
+			u.owner_bytes += bytes;
+			u.owner_segments++;
+		}
+	}
+	return u;
+}
+
+/* Drop the released segments a fresh scan sees nobody map; how many are
+ * left (still mapped). */
+static size_t sweep_released(void)
+{
+	struct kept_segment **gone;
+	size_t count = 0, i, left = 0;
+
 	for (i = 0; i < table_count; i++)
-		total += table[i]->record.size + table[i]->record.control_bytes;
-	return total;
+		count += released(table[i]);
+	if (!count)
+		return 0;
+	gone = calloc(count, sizeof(struct kept_segment *));
+	if (!gone)
+		return count;
+	count = 0;
+	for (i = 0; i < table_count; i++)
+		if (released(table[i]))
+			gone[count++] = table[i];
+	count_mappers(gone, count);
+	for (i = 0; i < count; i++) {
+		if (mapped(gone[i])) {
+			left++;
+			continue;
+		}
+		keeper_log("freed released '%s' of uid %u (generation %" PRIu64 "): its last mapper went",
+			   gone[i]->record.name, gone[i]->record.owner_uid, gone[i]->record.generation);
+		remove_at(index_of(gone[i]));
+	}
+	free(gone);
+	return left;
 }
 
 static int errno_of_commit(int err)
@@ -486,18 +562,44 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 		       int fds[2])
 {
 	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0;
-	uint64_t alloc_size, need, kept = kept_bytes();
+	uint32_t owner = (uint32_t)peer->uid;
+	uint32_t uid_max = conf->uid_max_segments ? conf->uid_max_segments : conf->max_segments;
+	uint64_t alloc_size, need, kept;
+	struct usage u;
+	size_t i, released_here = 0;
 	struct kept_pages pages;
 	struct kept_segment *seg;
 	struct timespec now;
 	char why[MC_KEEPER_TEXT_MAX + 1], name[48];
 	int err;
 
+	/* Released segments whose last mapper went are freed before any refusal. */
+	sweep_released();
+	index = bound(req->name, owner, true);
+	u = usage_of(owner);
+	kept = u.bytes;
+	for (i = bound(req->name, owner, false); i < index; i++)
+		released_here += released(table[i]);
+	/* A LIST page holds one (name, owner) whole: so many generations at most. */
+	if (released_here >= MC_KEEPER_LIST_MAX - 1) {
+		refuse(rep, EBUSY, 0,
+		       "uid %u's '%s' has %zu released generations that processes still map; stop them "
+		       "(mooncake-segment keep list shows them) or use another name",
+		       (unsigned)owner, req->name, released_here);
+		return;
+	}
 	if (table_count >= conf->max_segments) {
 		refuse(rep, EMFILE, 0,
 		       "the keeper holds %zu segments, its --max-segments; release one (mooncake-segment keep "
 		       "release NAME) or raise --max-segments",
 		       table_count);
+		return;
+	}
+	if (u.owner_segments >= uid_max) {
+		refuse(rep, EMFILE, 0,
+		       "uid %u keeps %zu segments (released ones still mapped included), its --uid-max-segments; "
+		       "release one (mooncake-segment keep release NAME) or raise --uid-max-segments",
+		       (unsigned)owner, u.owner_segments);
 		return;
 	}
 	/* The control area is the library's small shared header (readiness,
@@ -523,6 +625,17 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 		       " kept now); release a kept segment (mooncake-segment keep release NAME) "
 		       "or raise --budget",
 		       req->name, need, conf->budget_bytes, kept);
+		return;
+	}
+	if (conf->uid_budget_bytes &&
+	    (need > conf->uid_budget_bytes - u.owner_bytes || u.owner_bytes > conf->uid_budget_bytes)) {
+		refuse(rep, ENOSPC, 0,
+		       "keeping '%s' (%" PRIu64
+		       " bytes) would hold more than the keeper's --uid-budget of %" PRIu64
+		       " bytes for uid %u (%" PRIu64
+		       " kept now, released ones still mapped included); release "
+		       "a kept segment (mooncake-segment keep release NAME) or raise --uid-budget",
+		       req->name, need, conf->uid_budget_bytes, (unsigned)owner, u.owner_bytes);
 		return;
 	}
 	err = commit_segment(req->name, alloc_size, page_size, hugetlb, req->control_bytes, &pages, why,
@@ -682,22 +795,22 @@ static void handle_list(const struct mc_keeper_request *req, const struct keeper
 			struct mc_keeper_reply *rep)
 {
 	struct kept_segment *page[MC_KEEPER_LIST_MAX];
-	bool found = false;
 	size_t index, taken = 0, i;
 
 	/* The records after the cursor: (name, owner uid), or all of a name. */
-	if (req->owner_given) {
-		index = find(req->name, req->owner_uid, &found);
-		if (found)
-			index++;
-	} else {
+	if (req->owner_given)
+		index = bound(req->name, req->owner_uid, true);
+	else
 		index = req->name[0] ? after_name(req->name) : 0;
-	}
 	for (; index < table_count; index++) {
 		if (!may_attach(table[index], peer, NULL))
 			continue;
 		if (taken == MC_KEEPER_LIST_MAX) {
 			rep->list_flags = MC_KEEPER_LIST_MORE;
+			/* Never split one (name, owner): the cursor passes it whole. */
+			while (taken > 1 && !key_cmp(table[index]->record.name,
+						     table[index]->record.owner_uid, page[taken - 1]))
+				taken--;
 			break;
 		}
 		page[taken++] = table[index];
@@ -728,7 +841,13 @@ static void handle_release(const struct mc_keeper_request *req, const struct kee
 			 req->name, seg->mappers_seen);
 	keeper_log("released '%s' (generation %" PRIu64 ") for uid %u: %s", req->name, seg->record.generation,
 		   (unsigned)peer->uid, in_use ? "freed with its last mapping" : "freed");
-	remove_at(index);
+	if (!in_use) {
+		remove_at(index);
+		return;
+	}
+	/* Still mapped: its pages still count, until a scan sees them unmapped. */
+	seg->record.flags |= MC_KEEPER_SEGMENT_RELEASED;
+	save();
 }
 
 void store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
@@ -761,17 +880,19 @@ int store_tick(void)
 	uint64_t now, idle_ns;
 	struct kept_segment **due;
 	size_t count = 0, i;
-	bool found;
+	/* Released segments still mapped: look again each second, so that the
+	 * budget gets their bytes back soon after their last mapper goes. */
+	int released_ms = sweep_released() ? 1000 : -1, idle_ms;
 
 	if (!conf->idle_timeout_s)
-		return -1;
+		return released_ms;
 	idle_ns = (uint64_t)conf->idle_timeout_s * 1000000000u;
 	now = monotonic_ns();
 	due = calloc(table_count ? table_count : 1, sizeof(struct kept_segment *));
 	if (!due)
 		return 1000;
 	for (i = 0; i < table_count; i++)
-		if (now - table[i]->last_mapped_ns >= idle_ns)
+		if (!released(table[i]) && now - table[i]->last_mapped_ns >= idle_ns)
 			due[count++] = table[i];
 	/* Only the segments past their time cost a look at /proc. */
 	count_mappers(due, count);
@@ -784,11 +905,12 @@ int store_tick(void)
 		}
 		keeper_log("freed '%s' (generation %" PRIu64 "): nobody mapped it for %u s (--idle-timeout)",
 			   seg->record.name, seg->record.generation, conf->idle_timeout_s);
-		remove_at(find(seg->record.name, seg->record.owner_uid, &found));
+		remove_at(index_of(seg));
 	}
 	free(due);
 	/* Look again within a quarter of the timeout, at most every 30 s. */
-	return conf->idle_timeout_s >= 120 ? 30000 : (int)(conf->idle_timeout_s * 250u);
+	idle_ms = conf->idle_timeout_s >= 120 ? 30000 : (int)(conf->idle_timeout_s * 250u);
+	return released_ms >= 0 && released_ms < idle_ms ? released_ms : idle_ms;
 }
 
 int store_start(const struct keeper_config *config)
@@ -817,9 +939,11 @@ int store_start(const struct keeper_config *config)
 		seg->last_mapped_ns = monotonic_ns();
 		if (seg->record.generation >= next_generation)
 			next_generation = seg->record.generation + 1;
-		index = find(seg->record.name, seg->record.owner_uid, &found);
-		if (seg->pages_fd < 0 || (seg->record.control_bytes && seg->control_fd < 0) || found ||
-		    insert_at(index, seg) != 0) {
+		/* A released one goes before the live one of its key (generation order). */
+		(void)find(seg->record.name, seg->record.owner_uid, &found);
+		index = bound(seg->record.name, seg->record.owner_uid, true);
+		if (seg->pages_fd < 0 || (seg->record.control_bytes && seg->control_fd < 0) ||
+		    (found && !released(seg)) || insert_at(index, seg) != 0) {
 			keeper_log("lost '%s' (generation %" PRIu64
 				   "): its descriptors were not stored, or it is twice in the state",
 				   seg->record.name, seg->record.generation);

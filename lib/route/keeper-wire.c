@@ -621,16 +621,22 @@ static int check_reply(const struct report *r, const struct mc_keeper_reply *p)
 	}
 }
 
-/* LIST's records strictly increase by (name, owner uid), so that the cursor
- * always moves on. */
+/* LIST's records strictly increase by (name, owner uid, generation): one
+ * key's released generations come before its live one, and the cursor
+ * (name, owner uid) always moves on. */
 static int check_order(const struct report *r, const struct mc_keeper_segment *s, unsigned int count)
 {
 	for (unsigned int i = 1; i < count; i++) {
 		int order = strcmp(s[i - 1].name, s[i].name);
 
-		if (order > 0 || (order == 0 && s[i - 1].owner_uid >= s[i].owner_uid))
+		if (order == 0 && s[i - 1].owner_uid == s[i].owner_uid)
+			order = s[i - 1].generation < s[i].generation ? -1 : 1;
+		else if (order == 0)
+			order = s[i - 1].owner_uid < s[i].owner_uid ? -1 : 1;
+		if (order > 0)
 			return refuse(
-				r, "LIST records are not in increasing (name, owner uid) order at record %u",
+				r,
+				"LIST records are not in increasing (name, owner uid, generation) order at record %u",
 				i);
 	}
 	return 0;

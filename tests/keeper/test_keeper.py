@@ -590,6 +590,92 @@ def test_the_segment_limit_refuses_with_emfile(make_keeper):
     assert over.status == errno.EMFILE and "--max-segments" in over.text
 
 
+SEGMENT_RELEASED = 2
+
+
+def listed(keeper):
+    return [
+        (r["name"], r["generation"], bool(r["flags"] & SEGMENT_RELEASED))
+        for r in keeper.ask(named_request(LIST, "")).segments
+    ]
+
+
+def test_a_released_segment_still_mapped_counts_in_the_budget_until_unmapped(make_keeper):
+    k = make_keeper("--budget", "12M")
+    made = k.ask(create_request("b1", size=6 * MIB))
+    view = mapping(made)
+    made.close_fds()
+    assert k.ask(named_request(RELEASE, "b1")).flags == DEFERRED
+    # The name is free: a new segment with a new generation, beside the released one.
+    again = k.ask(create_request("b1", size=4 * MIB))
+    assert again.status == 0 and not again.flags & WARM and again.generation > made.generation, again.text
+    again.close_fds()
+    assert listed(k) == [("b1", made.generation, True), ("b1", again.generation, False)]
+    assert k.ask(named_request(STAT, "b1")).segments[0]["generation"] == again.generation
+    # Its 6 MiB are still memory: 6 + 4 + 4 is over the budget.
+    over = k.ask(create_request("b2", size=4 * MIB))
+    assert over.status == errno.ENOSPC and "--budget" in over.text and "10485760 kept now" in over.text, over.text
+    view.close()
+    # Unmapped: the create's fresh scan gives the bytes back.
+    fits = k.ask(create_request("b2", size=4 * MIB))
+    assert fits.status == 0, fits.text
+    fits.close_fds()
+    assert listed(k) == [("b1", again.generation, False), ("b2", fits.generation, False)]
+
+
+def test_the_keeper_frees_a_released_segment_after_its_last_mapper_goes(keeper):
+    made = keeper.ask(create_request("gone-later", size=MIB))
+    view = mapping(made)
+    made.close_fds()
+    assert keeper.ask(named_request(RELEASE, "gone-later")).flags == DEFERRED
+    assert listed(keeper) == [("gone-later", made.generation, True)]
+    view.close()
+    deadline = time.monotonic() + 20
+    while listed(keeper) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert listed(keeper) == [], "the loop's scan frees it without a request: " + keeper.text()
+    assert "freed released 'gone-later'" in keeper.text()
+
+
+def test_a_list_page_never_splits_one_names_generations(keeper):
+    for i in range(31):
+        r = keeper.ask(create_request("p-%02d" % i, size=4096))
+        assert r.status == 0, r.text
+        r.close_fds()
+    old = keeper.ask(create_request("p-31", size=4096))
+    view = mapping(old)
+    old.close_fds()
+    assert keeper.ask(named_request(RELEASE, "p-31")).flags == DEFERRED
+    new = keeper.ask(create_request("p-31", size=4096))
+    new.close_fds()
+    # 33 records: the page ends before p-31's two, which the cursor would pass whole.
+    first = keeper.ask(named_request(LIST, ""))
+    assert first.more and len(first.segments) == 31 and first.segments[-1]["name"] == "p-30"
+    rest = keeper.ask(named_request(LIST, "p-30", owner=0 if os.getuid() == 0 else os.getuid()))
+    assert [(r["name"], r["generation"]) for r in rest.segments] == [
+        ("p-31", old.generation),
+        ("p-31", new.generation),
+    ] and not rest.more
+    view.close()
+
+
+def test_per_uid_limits_refuse_naming_them(make_keeper):
+    k = make_keeper("--uid-budget", "8M", "--uid-max-segments", "2")
+    first = k.ask(create_request("u1", size=6 * MIB))
+    assert first.status == 0, first.text
+    first.close_fds()
+    over = k.ask(create_request("u2", size=4 * MIB))
+    assert over.status == errno.ENOSPC and "--uid-budget of 8388608 bytes for uid" in over.text, over.text
+    second = k.ask(create_request("u2", size=MIB))
+    assert second.status == 0, second.text
+    second.close_fds()
+    third = k.ask(create_request("u3", size=MIB))
+    assert third.status == errno.EMFILE and "--uid-max-segments" in third.text, third.text
+    if os.getuid() == 0:
+        # Another uid has limits of its own.
+        assert as_other_uid(k, [create_request("u1", size=6 * MIB)])[0][0] == 0
+
+
 def test_the_idle_timeout_frees_only_what_nobody_maps(make_keeper):
     k = make_keeper("--idle-timeout", "1")
     mapped = k.ask(create_request("idle-mapped"))

@@ -179,6 +179,25 @@ def test_two_uids_segments_of_one_name_stay_apart_across_a_restart(tmp_path):
         shutil.rmtree(where, ignore_errors=True)
 
 
+def test_a_released_segment_still_mapped_stays_counted_across_a_restart(managed):
+    made = managed.ask(create_request("held", size=4 * MIB))
+    assert made.status == 0, made.text
+    view = mmap.mmap(made.fds[0], made.size)
+    made.close_fds()
+    assert managed.ask(named_request(RELEASE, "held")).status == 0
+    managed.manager.process_notifications(0.5)
+    managed.manager.kill(15)
+    managed.start()
+    records = managed.ask(named_request(LIST, "")).segments
+    assert [(r["name"], r["generation"], r["flags"] & 2) for r in records] == [
+        ("held", made.generation, 2)
+    ], managed.text()
+    # Still invisible by name.
+    absent = managed.ask(create_request("held", size=4 * MIB, flags=F_ATTACH_ONLY))
+    assert absent.status == 2, absent.text  # ENOENT
+    view.close()
+
+
 def test_a_released_segment_stays_gone_after_a_restart(managed):
     made = managed.ask(create_request("gone", size=4 * MIB))
     assert made.status == 0, made.text

@@ -799,15 +799,25 @@ START_TEST(test_bad_list_replies)
 	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
 	/* Names out of order. */
 	buf[rec1 + 80] = '0';
-	reply_refused(buf, len, "LIST records are not in increasing (name, owner uid) order at record 1");
+	reply_refused(buf, len,
+		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
 	/* One name of two owners: by owner uid, increasing, each once. */
 	buf[rec1 + 80] = 'a';
-	reply_refused(buf, len, "LIST records are not in increasing (name, owner uid) order at record 1");
+	reply_refused(buf, len,
+		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
 	mc_put_le32(buf + rec1 + 52, 1001);
 	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
 	mc_put_le32(buf + rec1 + 52, 999);
-	reply_refused(buf, len, "LIST records are not in increasing (name, owner uid) order at record 1");
+	reply_refused(buf, len,
+		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
 	mc_put_le32(buf + rec1 + 52, 1000);
+	/* One key twice: a released generation before a newer one, never equal. */
+	mc_put_le64(buf + rec1 + 32, 78);
+	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
+	mc_put_le64(buf + rec1 + 32, 76);
+	reply_refused(buf, len,
+		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
+	mc_put_le64(buf + rec1 + 32, 77);
 	buf[rec1 + 80] = 'b';
 	/* One record more than there are. */
 	mc_put_le16(buf + 24, 3);
