@@ -49,6 +49,8 @@ struct keeper_config {
 	uint32_t silent_timeout_ms; /* a connection that sends nothing this long is closed (10 s;
 				      * the hidden --silent-timeout-ms, for tests) */
 	mode_t socket_mode;	    /* --socket-mode (default 0666: the directory gates) */
+	uint32_t scan_cache_ms;	    /* how long STAT and LIST reuse one mapper scan (1 s; the hidden
+				      * --scan-cache-ms, for tests) */
 };
 
 /* --- one kept segment (store.c) -------------------------------------------- */
@@ -69,6 +71,7 @@ struct kept_segment {
 #define KEEPER_LOG_WARNING 4
 #define KEEPER_LOG_NOTICE  5
 #define KEEPER_LOG_INFO	   6
+#define KEEPER_LOG_DEBUG   7
 
 /* One line on stderr: "<priority>" when stderr is the journal, else
  * "mooncake-segmentd: ", then the message. */
@@ -76,6 +79,8 @@ void keeper_say(int priority, const char *fmt, ...) __attribute__((format(printf
 void keeper_vsay(int priority, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* keeper_say() at KEEPER_LOG_INFO. */
 void keeper_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* keeper_say() at KEEPER_LOG_DEBUG, only when MOONCAKE_SEGMENTD_DEBUG=1. */
+void keeper_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* --- the socket and the loop (server.c) ------------------------------------ */
 

@@ -9,7 +9,8 @@
  * budget, until a mapper scan sees nobody map it: the budget counts memory,
  * not the table.  Mappers are counted only when a request or the idle timeout
  * asks, by one pass over /proc/PID/maps matching the memfds' device and
- * inode.  A process whose maps the keeper may not read (one more privileged
+ * inode, which STAT and LIST reuse for a while and what frees pages redoes
+ * at most once per request or tick (scan_cached, scan_fresh).  A process whose maps the keeper may not read (one more privileged
  * than the keeper, like a container runtime's init) is reported honestly: a
  * segment with no mapper seen is "unknown" then, not 0.  The decisions
  * (release freed or deferred, replace, the idle timeout) go by the mappers
@@ -35,10 +36,13 @@
 #include "keeper.h"
 
 static const struct keeper_config *conf; /* main()'s, for the process's life */
-static struct kept_segment **table;	 /* sorted by name, byte order */
+static struct kept_segment **table;	 /* sorted by (name, owner uid, generation) */
 static size_t table_count, table_room;
 static uint64_t next_generation = 1;
 static bool told_unreadable;
+static uint64_t scanned_ns;    /* CLOCK_MONOTONIC of the last scan; 0: none valid */
+static bool scanned_this_turn; /* a scan ran for the current request or tick */
+static uint64_t scan_count;
 
 #define CONTROL_MAX (UINT64_C(1) << 30)
 
@@ -190,6 +194,7 @@ static int insert_at(size_t index, struct kept_segment *seg)
 	memmove(&table[index + 1], &table[index], (table_count - index) * sizeof(struct kept_segment *));
 	table[index] = seg;
 	table_count++;
+	scanned_ns = 0;
 	return 0;
 }
 
@@ -305,7 +310,36 @@ static void count_mappers(struct kept_segment **segs, size_t count)
 									       : segs[i]->mappers_seen;
 }
 
-/* Whether a process the keeper can see maps @seg (after count_mappers). */
+/* One scan of every segment, kept for STAT and LIST a short while (the
+ * table's insert makes it stale: a new segment has no count), and forced at
+ * most once per request or tick for what frees pages. */
+
+static void scan(const char *why)
+{
+	count_mappers(table, table_count);
+	scanned_ns = monotonic_ns();
+	scanned_this_turn = true;
+	scan_count++;
+	keeper_debug("mapper scan %" PRIu64 " for %s: /proc read for %zu segments", scan_count, why,
+		     table_count);
+}
+
+/* For what only reports (STAT, LIST): a recent scan will do. */
+static void scan_cached(const char *why)
+{
+	if (!scanned_ns || monotonic_ns() - scanned_ns >= (uint64_t)conf->scan_cache_ms * 1000000u)
+		scan(why);
+}
+
+/* For what frees pages (release, replace, the idle timeout, the released
+ * sweep): a fresh scan, but one per request or tick however many ask. */
+static void scan_fresh(const char *why)
+{
+	if (!scanned_this_turn)
+		scan(why);
+}
+
+/* Whether a process the keeper can see maps @seg (after a scan). */
 static bool mapped(const struct kept_segment *seg)
 {
 	return seg->mappers_seen != 0;
@@ -509,9 +543,19 @@ static struct usage usage_of(uint32_t owner)
 	return u;
 }
 
+static bool any_released(void)
+{
+	size_t i;
+
+	for (i = 0; i < table_count; i++)
+		if (released(table[i]))
+			return true;
+	return false;
+}
+
 /* Drop the released segments a fresh scan sees nobody map; how many are
  * left (still mapped). */
-static size_t sweep_released(void)
+static size_t sweep_released(const char *why)
 {
 	struct kept_segment **gone;
 	size_t count = 0, i, left = 0;
@@ -527,7 +571,7 @@ static size_t sweep_released(void)
 	for (i = 0; i < table_count; i++)
 		if (released(table[i]))
 			gone[count++] = table[i];
-	count_mappers(gone, count);
+	scan_fresh(why);
 	for (i = 0; i < count; i++) {
 		if (mapped(gone[i])) {
 			left++;
@@ -574,7 +618,7 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 	int err;
 
 	/* Released segments whose last mapper went are freed before any refusal. */
-	sweep_released();
+	sweep_released("a create's room check");
 	index = bound(req->name, owner, true);
 	u = usage_of(owner);
 	kept = u.bytes;
@@ -748,7 +792,7 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 	rep->field = 0;
 	if (!may_free(seg, peer, rep, "replace"))
 		return;
-	count_mappers(&seg, 1);
+	scan_fresh("a replace");
 	if (mapped(seg)) {
 		refuse(rep, EBUSY, 0,
 		       "'%s' cannot be replaced: %u process(es) map it; stop them first, or use another name",
@@ -786,7 +830,7 @@ static void handle_stat(const struct mc_keeper_request *req, const struct keeper
 		return;
 	if (!may_attach(table[index], peer, rep))
 		return;
-	count_mappers(&table[index], 1);
+	scan_cached("STAT");
 	rep->segments[0] = table[index]->record;
 	rep->count = 1;
 }
@@ -794,7 +838,7 @@ static void handle_stat(const struct mc_keeper_request *req, const struct keeper
 static void handle_list(const struct mc_keeper_request *req, const struct keeper_peer *peer,
 			struct mc_keeper_reply *rep)
 {
-	struct kept_segment *page[MC_KEEPER_LIST_MAX];
+	struct kept_segment *page[MC_KEEPER_LIST_MAX] = { NULL };
 	size_t index, taken = 0, i;
 
 	/* The records after the cursor: (name, owner uid), or all of a name. */
@@ -815,7 +859,7 @@ static void handle_list(const struct mc_keeper_request *req, const struct keeper
 		}
 		page[taken++] = table[index];
 	}
-	count_mappers(page, taken);
+	scan_cached("LIST");
 	for (i = 0; i < taken; i++)
 		rep->segments[i] = page[i]->record;
 	rep->count = (uint16_t)taken;
@@ -832,7 +876,7 @@ static void handle_release(const struct mc_keeper_request *req, const struct kee
 		return;
 	if (!may_free(seg, peer, rep, "release"))
 		return;
-	count_mappers(&seg, 1);
+	scan_fresh("a release");
 	in_use = mapped(seg);
 	rep->generation = seg->record.generation;
 	rep->release_flags = in_use ? MC_KEEPER_RELEASE_DEFERRED : MC_KEEPER_RELEASE_FREED;
@@ -854,6 +898,7 @@ void store_handle(const struct mc_keeper_request *req, const struct keeper_peer 
 		  struct mc_keeper_reply *rep, int fds[2])
 {
 	fds[0] = fds[1] = -1;
+	scanned_this_turn = false;
 	rep->type = (uint16_t)(req->type | MC_KEEPER_REPLY);
 	rep->sequence = req->sequence;
 	switch (req->type) {
@@ -882,7 +927,18 @@ int store_tick(void)
 	size_t count = 0, i;
 	/* Released segments still mapped: look again each second, so that the
 	 * budget gets their bytes back soon after their last mapper goes. */
-	int released_ms = sweep_released() ? 1000 : -1, idle_ms;
+	int released_ms = -1, idle_ms;
+	static uint64_t swept_ns;
+
+	scanned_this_turn = false;
+	/* The loop ticks after every request: sweep once a second, not each time. */
+	now = monotonic_ns();
+	if (now - swept_ns >= 1000000000u) {
+		swept_ns = now;
+		released_ms = sweep_released("the released sweep") ? 1000 : -1;
+	} else if (any_released()) {
+		released_ms = (int)((1000000000u - (now - swept_ns)) / 1000000u) + 1;
+	}
 
 	if (!conf->idle_timeout_s)
 		return released_ms;
@@ -894,8 +950,8 @@ int store_tick(void)
 	for (i = 0; i < table_count; i++)
 		if (!released(table[i]) && now - table[i]->last_mapped_ns >= idle_ns)
 			due[count++] = table[i];
-	/* Only the segments past their time cost a look at /proc. */
-	count_mappers(due, count);
+	if (count)
+		scan_fresh("the idle timeout");
 	for (i = 0; i < count; i++) {
 		struct kept_segment *seg = due[i];
 

@@ -659,6 +659,49 @@ def test_a_list_page_never_splits_one_names_generations(keeper):
     view.close()
 
 
+def scans(keeper, why=None):
+    """The keeper's mapper scans so far (MOONCAKE_SEGMENTD_DEBUG=1 lines), for @why only when given."""
+    lines = [line for line in keeper.text().splitlines() if "mapper scan " in line]
+    return [
+        line
+        for line in lines
+        if why is None or line.endswith(" for %s: /proc read" % why) or (" for %s:" % why) in line
+    ]
+
+
+def test_mapper_scans_are_cached_for_reports_and_fresh_once_per_request_for_decisions(make_keeper, monkeypatch):
+    monkeypatch.setenv("MOONCAKE_SEGMENTD_DEBUG", "1")
+    # A cache longer than the test: the counts below never race the clock.
+    k = make_keeper("--scan-cache-ms", "600000")
+    s1 = k.ask(create_request("s1", size=MIB))
+    view = mapping(s1)
+    s1.close_fds()
+    k.ask(create_request("s2", size=MIB)).close_fds()
+    with k.client() as c:
+        for _ in range(10):
+            assert c.ask(named_request(STAT, "s1")).segments[0]["mappers"] == 1
+        for _ in range(3):
+            assert c.ask(named_request(LIST, "")).status == 0
+    assert len(scans(k)) == 1, "ten STATs and three LISTs share one scan: " + k.text()
+    # What frees pages looks afresh, though the cache is young.
+    assert k.ask(named_request(RELEASE, "s2")).flags == FREED
+    assert len(scans(k, "a release")) == 1 and len(scans(k)) == 2
+    busy = k.ask(create_request("s1", size=MIB, fingerprint=0x55, flags=F_REPLACE))
+    assert busy.status == errno.EBUSY, busy.text
+    assert len(scans(k, "a replace")) == 1 and len(scans(k)) == 3
+    # A replace that also sweeps released segments still reads /proc once.
+    s3 = k.ask(create_request("s3", size=MIB))
+    held = mapping(s3)
+    s3.close_fds()
+    assert k.ask(named_request(RELEASE, "s3")).flags == DEFERRED
+    view.close()
+    replaced = k.ask(create_request("s1", size=MIB, fingerprint=0x55, flags=F_REPLACE))
+    assert replaced.status == 0 and replaced.flags & REPLACED, replaced.text
+    replaced.close_fds()
+    assert len(scans(k, "a replace")) == 2 and scans(k, "a create's room check") == [], k.text()
+    held.close()
+
+
 def test_per_uid_limits_refuse_naming_them(make_keeper):
     k = make_keeper("--uid-budget", "8M", "--uid-max-segments", "2")
     first = k.ask(create_request("u1", size=6 * MIB))
