@@ -62,6 +62,8 @@ struct kept_segment {
 	bool hugetlb;
 	uint64_t last_mapped_ns; /* CLOCK_MONOTONIC when mappers were last seen > 0 (idle timeout) */
 	uint32_t mappers_seen;	 /* the last count: processes whose maps the keeper could read */
+	bool handed_unseen;	 /* handed to a peer whose maps the keeper cannot read (another PID
+				  * namespace: pid 0): mapped, mappers unknown, until released */
 };
 
 /* --- logging (log.c) ------------------------------------------------------- */

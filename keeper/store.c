@@ -14,15 +14,18 @@
  * than the keeper, like a container runtime's init) is reported honestly: a
  * segment with no mapper seen is "unknown" then, not 0.  The decisions
  * (release freed or deferred, replace, the idle timeout) go by the mappers
- * the keeper could see: a process it cannot see never got a descriptor from
- * it, unless a client passed one on, and the kernel never frees pages under
- * any mapping anyway.
+ * the keeper could see, and by where it handed the descriptors: a segment
+ * handed to a peer whose maps it cannot read (another PID namespace, pid 0
+ * in SO_PEERCRED) counts as mapped, mappers unknown, for replace and the
+ * idle timeout until its owner releases it (handed_unseen, saved).  The
+ * kernel never frees pages under any mapping anyway.
  */
 #include "config.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -306,8 +309,9 @@ static void count_mappers(struct kept_segment **segs, size_t count)
 	free(line);
 	free(keys);
 	for (i = 0; i < count; i++)
-		segs[i]->record.mappers = !segs[i]->mappers_seen && unreadable ? MC_KEEPER_MAPPERS_UNKNOWN
-									       : segs[i]->mappers_seen;
+		segs[i]->record.mappers = !segs[i]->mappers_seen && (unreadable || segs[i]->handed_unseen)
+						  ? MC_KEEPER_MAPPERS_UNKNOWN
+						  : segs[i]->mappers_seen;
 }
 
 /* One scan of every segment, kept for STAT and LIST a short while (the
@@ -339,10 +343,42 @@ static void scan_fresh(const char *why)
 		scan(why);
 }
 
-/* Whether a process the keeper can see maps @seg (after a scan). */
+/* Whether @seg may be mapped (after a scan), for what would free its pages
+ * under a mapper (replace, the idle timeout): a process the keeper can see
+ * maps it, or it was handed to one the keeper cannot see. */
 static bool mapped(const struct kept_segment *seg)
 {
-	return seg->mappers_seen != 0;
+	return seg->mappers_seen != 0 || seg->handed_unseen;
+}
+
+/* Whether the keeper can read @peer's maps: a client in another PID
+ * namespace has pid 0 in SO_PEERCRED; a more privileged one refuses. */
+static bool peer_visible(const struct keeper_peer *peer)
+{
+	char path[32];
+	int fd;
+
+	if (peer->pid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)peer->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
+/* A segment handed to a peer the keeper cannot see counts as mapped by it
+ * from now on: its unmapping is invisible too. */
+static void note_peer(struct kept_segment *seg, const struct keeper_peer *peer)
+{
+	if (seg->handed_unseen || peer_visible(peer))
+		return;
+	seg->handed_unseen = true;
+	keeper_log("'%s' of uid %u (generation %" PRIu64
+		   ") went to pid %d, whose maps the keeper cannot read: "
+		   "it counts as mapped (mappers unknown) until released",
+		   seg->record.name, seg->record.owner_uid, seg->record.generation, (int)peer->pid);
 }
 
 /* --- replies ---------------------------------------------------------------- */
@@ -573,7 +609,7 @@ static size_t sweep_released(const char *why)
 			gone[count++] = table[i];
 	scan_fresh(why);
 	for (i = 0; i < count; i++) {
-		if (mapped(gone[i])) {
+		if (gone[i]->mappers_seen) {
 			left++;
 			continue;
 		}
@@ -727,6 +763,7 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 	if (err)
 		keeper_log("cannot store '%s' in the service manager (%s): a restart of the keeper loses it",
 			   req->name, strerror(-err));
+	note_peer(seg, peer);
 	save();
 	keeper_log("kept '%s' (%" PRIu64 " bytes, generation %" PRIu64 ") for uid %u", req->name, alloc_size,
 		   seg->record.generation, (unsigned)peer->uid);
@@ -778,6 +815,7 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 	if (compare(seg, req, page_size, rep) == MC_KEEPER_FIELD_NONE) {
 		seg->record.warm_attaches++;
 		seg->last_mapped_ns = monotonic_ns();
+		note_peer(seg, peer);
 		save();
 		keeper_log("attached uid %u to '%s' (generation %" PRIu64 ", warm)", (unsigned)peer->uid,
 			   req->name, seg->record.generation);
@@ -880,12 +918,19 @@ static void handle_release(const struct mc_keeper_request *req, const struct kee
 	in_use = mapped(seg);
 	rep->generation = seg->record.generation;
 	rep->release_flags = in_use ? MC_KEEPER_RELEASE_DEFERRED : MC_KEEPER_RELEASE_FREED;
-	if (in_use)
+	if (seg->mappers_seen)
 		snprintf(rep->text, sizeof(rep->text), "'%s' is freed when its %u mapper(s) unmap it",
 			 req->name, seg->mappers_seen);
+	else if (in_use)
+		snprintf(rep->text, sizeof(rep->text),
+			 "'%s' went to processes the keeper cannot see (another PID namespace): the kernel "
+			 "frees it when they unmap it, uncounted by the keeper from now on",
+			 req->name);
 	keeper_log("released '%s' (generation %" PRIu64 ") for uid %u: %s", req->name, seg->record.generation,
 		   (unsigned)peer->uid, in_use ? "freed with its last mapping" : "freed");
-	if (!in_use) {
+	/* The keeper's reference goes unless a mapper it can see will tell it
+	 * when the pages go: unseen ones never will. */
+	if (!seg->mappers_seen) {
 		remove_at(index);
 		return;
 	}

@@ -200,13 +200,16 @@ class Client:
 
 
 class Keeper:
-    def __init__(self, *args):
+    def __init__(self, *args, prefix=()):
+        """prefix: what runs the keeper (unshare for another PID namespace)."""
         # A directory every uid can reach, so that another uid can connect.
         self.dir = Path(tempfile.mkdtemp(prefix="keeperd-"))
         os.chmod(self.dir, 0o755)
         self.path = self.dir / "run" / "keeper.sock"
         self.log = open(self.dir / "keeper.log", "w+")
-        self.proc = subprocess.Popen([str(KEEPER), "--socket", str(self.path), *args], stderr=self.log, stdout=self.log)
+        self.proc = subprocess.Popen(
+            [*prefix, str(KEEPER), "--socket", str(self.path), *args], stderr=self.log, stdout=self.log
+        )
         deadline = time.monotonic() + 20
         while not self.path.exists():
             assert self.proc.poll() is None, self.text()
@@ -254,8 +257,8 @@ def keeper():
 def make_keeper():
     made = []
 
-    def make(*args):
-        made.append(Keeper(*args))
+    def make(*args, **kwargs):
+        made.append(Keeper(*args, **kwargs))
         return made[-1]
 
     yield make
@@ -700,6 +703,43 @@ def test_mapper_scans_are_cached_for_reports_and_fresh_once_per_request_for_deci
     replaced.close_fds()
     assert len(scans(k, "a replace")) == 2 and scans(k, "a create's room check") == [], k.text()
     held.close()
+
+
+def test_a_segment_handed_to_a_peer_the_keeper_cannot_see_is_never_replaced_or_idle_freed(make_keeper):
+    if os.getuid() != 0:
+        pytest.skip("needs root to run the keeper in a PID namespace of its own (unshare --pid)")
+    unshare = shutil.which("unshare")
+    if not unshare:
+        pytest.skip("needs util-linux's unshare to run the keeper in another PID namespace")
+    # The keeper in a PID namespace (and /proc) of its own: this test's
+    # process is pid 0 to it, and its maps are out of the keeper's sight.
+    k = make_keeper("--idle-timeout", "1", prefix=(unshare, "--pid", "--mount-proc", "--kill-child"))
+    try:
+        made = k.ask(create_request("unseen", size=MIB))
+        assert made.status == 0, made.text + k.text()
+        view = mapping(made)
+        made.close_fds()
+        view[0:4] = b"live"
+        assert "went to pid 0, whose maps the keeper cannot read" in k.text()
+        # Several idle-timeout looks pass (every 250 ms): it is never freed.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            stat = k.ask(named_request(STAT, "unseen"))
+            assert stat.status == 0, "freed under a mapping the keeper cannot see: " + k.text()
+            time.sleep(0.2)
+        assert stat.segments[0]["mappers"] == MAPPERS_UNKNOWN
+        busy = k.ask(create_request("unseen", size=MIB, fingerprint=0x66, flags=F_REPLACE))
+        assert busy.status == errno.EBUSY, busy.text
+        # The owner's release drops the keeper's reference; the kernel keeps the pages.
+        released = k.ask(named_request(RELEASE, "unseen"))
+        assert released.status == 0 and released.flags == DEFERRED and "cannot see" in released.text, released.text
+        assert k.ask(named_request(LIST, "")).segments == []
+        assert view[0:4] == b"live"
+        view.close()
+    finally:
+        # unshare does not pass SIGTERM on; --kill-child ends the keeper with it.
+        k.proc.kill()
+        k.proc.wait()
 
 
 def test_per_uid_limits_refuse_naming_them(make_keeper):
