@@ -917,12 +917,15 @@ def test_bad_options_name_the_fix():
     for args, words in [
         (["--budget", "12X"], "--budget '12X'"),
         (["--max-segments", "0"], "--max-segments '0'"),
+        (["--uid-budget", "lots"], "--uid-budget 'lots'"),
+        (["--uid-max-segments", "0"], "--uid-max-segments '0'"),
         (["--socket-mode", "999"], "--socket-mode '999'"),
         (["--frobnicate"], "unknown option"),
     ]:
         result = subprocess.run([str(KEEPER), *args], capture_output=True, text=True, timeout=20)
         assert result.returncode == 2 and words in result.stderr and "--help" in result.stderr, result.stderr
-    assert "--idle-timeout" in subprocess.run([str(KEEPER), "--help"], capture_output=True, text=True).stdout
+    usage = subprocess.run([str(KEEPER), "--help"], capture_output=True, text=True).stdout
+    assert "--idle-timeout" in usage and "--uid-budget" in usage and "--uid-max-segments" in usage
 
 
 # --- lifetime and cost -----------------------------------------------------------
