@@ -636,13 +636,14 @@ static int errno_of_commit(int err)
 	}
 }
 
-/* A new kept segment for @req (absent from the table, at @index). */
+/* A new kept segment for @req, owned by the uid it names: the caller's, or
+ * for a replace by root the replaced segment's owner. */
 static void create_new(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-		       uint64_t page_size, size_t index, uint32_t flags, struct mc_keeper_reply *rep,
-		       int fds[2])
+		       uint64_t page_size, uint32_t flags, struct mc_keeper_reply *rep, int fds[2])
 {
 	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0;
-	uint32_t owner = (uint32_t)peer->uid;
+	uint32_t owner = owner_of(req, peer);
+	size_t index;
 	uint32_t uid_max = conf->uid_max_segments ? conf->uid_max_segments : conf->max_segments;
 	uint64_t alloc_size, need, kept;
 	struct usage u;
@@ -743,7 +744,7 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 	seg->record.generation = next_generation++;
 	seg->record.created = (uint64_t)now.tv_sec;
 	seg->record.world_size = req->world_size;
-	seg->record.owner_uid = peer->uid;
+	seg->record.owner_uid = owner;
 	seg->record.gid = req->gid;
 	seg->record.sharing = req->sharing;
 	seg->record.flags = hugetlb ? MC_KEEPER_SEGMENT_HUGETLB : 0;
@@ -766,7 +767,7 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 	note_peer(seg, peer);
 	save();
 	keeper_log("kept '%s' (%" PRIu64 " bytes, generation %" PRIu64 ") for uid %u", req->name, alloc_size,
-		   seg->record.generation, (unsigned)peer->uid);
+		   seg->record.generation, (unsigned)owner);
 	reply_create(seg, flags, rep, fds);
 }
 
@@ -800,7 +801,7 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 			       req->name);
 			return;
 		}
-		create_new(req, peer, page_size, index, 0, rep, fds);
+		create_new(req, peer, page_size, 0, rep, fds);
 		return;
 	}
 	seg = table[index];
@@ -841,7 +842,7 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 	remove_at(index);
 	keeper_log("replaced '%s' (generation %" PRIu64 ") for uid %u: a new declaration", req->name,
 		   generation, (unsigned)peer->uid);
-	create_new(req, peer, page_size, index, MC_KEEPER_ATTACH_REPLACED, rep, fds);
+	create_new(req, peer, page_size, MC_KEEPER_ATTACH_REPLACED, rep, fds);
 }
 
 /* @owner's @name, or NULL with ENOENT in @rep. */

@@ -518,6 +518,14 @@ def test_names_are_per_uid_so_nobody_squats_another_users_name(keeper):
     # Root reaches another uid's segment by naming it, but never creates one for it.
     assert keeper.ask(named_request(STAT, "kv-name", owner=65534)).segments[0]["fingerprint"] == 0x99
     assert keeper.ask(create_request("kv-new", owner=65534)).status == errno.ENOENT
+    # Root's replace of another uid's segment keeps it that uid's.
+    replaced = keeper.ask(create_request("kv-name", fingerprint=0x77, flags=F_REPLACE, owner=65534))
+    assert replaced.status == 0 and replaced.flags & REPLACED and replaced.uid == 65534, replaced.text
+    replaced.close_fds()
+    assert [(r["name"], r["uid"], r["fingerprint"]) for r in keeper.ask(named_request(LIST, "")).segments] == [
+        ("kv-name", 0, 0x1234),
+        ("kv-name", 65534, 0x77),
+    ]
     assert keeper.ask(named_request(RELEASE, "kv-name", owner=65534)).status == 0
     assert [(r["name"], r["uid"]) for r in keeper.ask(named_request(LIST, "")).segments] == [("kv-name", 0)]
 
