@@ -41,12 +41,16 @@ struct keeper_config {
 	const char *socket_path;    /* --socket; default MC_KEEPER_DEFAULT_SOCKET */
 	uint64_t budget_bytes;	    /* --budget: most bytes kept in all; 0 unlimited */
 	uint32_t max_segments;	    /* --max-segments (default 1024) */
+	uint64_t uid_budget_bytes;  /* --uid-budget: most bytes one owner uid keeps; 0 unlimited */
+	uint32_t uid_max_segments;  /* --uid-max-segments: most one owner uid keeps; 0: max_segments */
 	uint32_t max_connections;   /* --max-connections (default 256) */
 	uint32_t idle_timeout_s;    /* --idle-timeout: free a segment this long after
 				      * its last mapper went (and nobody attached); 0 never */
 	uint32_t silent_timeout_ms; /* a connection that sends nothing this long is closed (10 s;
 				      * the hidden --silent-timeout-ms, for tests) */
 	mode_t socket_mode;	    /* --socket-mode (default 0666: the directory gates) */
+	uint32_t scan_cache_ms;	    /* how long STAT and LIST reuse one mapper scan (1 s; the hidden
+				      * --scan-cache-ms, for tests) */
 };
 
 /* --- one kept segment (store.c) -------------------------------------------- */
@@ -58,6 +62,8 @@ struct kept_segment {
 	bool hugetlb;
 	uint64_t last_mapped_ns; /* CLOCK_MONOTONIC when mappers were last seen > 0 (idle timeout) */
 	uint32_t mappers_seen;	 /* the last count: processes whose maps the keeper could read */
+	bool handed_unseen;	 /* handed to a peer whose maps the keeper cannot read (another PID
+				  * namespace: pid 0): mapped, mappers unknown, until released */
 };
 
 /* --- logging (log.c) ------------------------------------------------------- */
@@ -67,6 +73,7 @@ struct kept_segment {
 #define KEEPER_LOG_WARNING 4
 #define KEEPER_LOG_NOTICE  5
 #define KEEPER_LOG_INFO	   6
+#define KEEPER_LOG_DEBUG   7
 
 /* One line on stderr: "<priority>" when stderr is the journal, else
  * "mooncake-segmentd: ", then the message. */
@@ -74,6 +81,8 @@ void keeper_say(int priority, const char *fmt, ...) __attribute__((format(printf
 void keeper_vsay(int priority, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* keeper_say() at KEEPER_LOG_INFO. */
 void keeper_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* keeper_say() at KEEPER_LOG_DEBUG, only when MOONCAKE_SEGMENTD_DEBUG=1. */
+void keeper_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* --- the socket and the loop (server.c) ------------------------------------ */
 

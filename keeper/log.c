@@ -52,3 +52,21 @@ void keeper_log(const char *fmt, ...)
 	keeper_vsay(KEEPER_LOG_INFO, fmt, ap);
 	va_end(ap);
 }
+
+void keeper_debug(const char *fmt, ...)
+{
+	static int enabled = -1;
+	va_list ap;
+
+	/* Off by default: one line per /proc scan would flood the journal. */
+	if (enabled < 0) {
+		const char *value = getenv("MOONCAKE_SEGMENTD_DEBUG");
+
+		enabled = value && value[0] == '1';
+	}
+	if (!enabled)
+		return;
+	va_start(ap, fmt);
+	keeper_vsay(KEEPER_LOG_DEBUG, fmt, ap);
+	va_end(ap);
+}

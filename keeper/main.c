@@ -33,6 +33,8 @@ static void usage(FILE *out)
 		     "                         its directory is made (0755) when missing\n"
 		     "  --budget BYTES         most bytes kept in all, K/M/G/T suffixes (default: no limit)\n"
 		     "  --max-segments N       most segments kept (default 1024)\n"
+		     "  --uid-budget BYTES     most bytes one uid keeps (default: no limit but --budget)\n"
+		     "  --uid-max-segments N   most segments one uid keeps (default: --max-segments)\n"
 		     "  --max-connections N    most clients at once (default 256)\n"
 		     "  --idle-timeout SECONDS free a segment nobody mapped this long (default 0: never)\n"
 		     "  --socket-mode OCTAL    the socket's mode (default 0666: the directory gates)\n"
@@ -110,10 +112,13 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		OPT_SOCKET = 256,
 		OPT_BUDGET,
 		OPT_MAX_SEGMENTS,
+		OPT_UID_BUDGET,
+		OPT_UID_MAX_SEGMENTS,
 		OPT_MAX_CONNECTIONS,
 		OPT_IDLE,
 		OPT_MODE,
 		OPT_SILENT,
+		OPT_SCAN_CACHE,
 		OPT_HELP,
 		OPT_VERSION
 	};
@@ -121,11 +126,15 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		{ "socket", required_argument, NULL, OPT_SOCKET },
 		{ "budget", required_argument, NULL, OPT_BUDGET },
 		{ "max-segments", required_argument, NULL, OPT_MAX_SEGMENTS },
+		{ "uid-budget", required_argument, NULL, OPT_UID_BUDGET },
+		{ "uid-max-segments", required_argument, NULL, OPT_UID_MAX_SEGMENTS },
 		{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
 		{ "idle-timeout", required_argument, NULL, OPT_IDLE },
 		{ "socket-mode", required_argument, NULL, OPT_MODE },
 		/* Not in --help: the tests wait for it in seconds, not 10 s. */
 		{ "silent-timeout-ms", required_argument, NULL, OPT_SILENT },
+		/* Not in --help either: a test counts scans without racing the clock. */
+		{ "scan-cache-ms", required_argument, NULL, OPT_SCAN_CACHE },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ "version", no_argument, NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -151,6 +160,16 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 			if (!parse_u32(optarg, 10, 1u << 20, &config->max_segments) || !config->max_segments)
 				return bad_option("--max-segments", optarg, "a number from 1 to 1048576");
 			break;
+		case OPT_UID_BUDGET:
+			if (!parse_bytes(optarg, &config->uid_budget_bytes))
+				return bad_option("--uid-budget", optarg,
+						  "a size in bytes (like 16G, 512M or 1048576)");
+			break;
+		case OPT_UID_MAX_SEGMENTS:
+			if (!parse_u32(optarg, 10, 1u << 20, &config->uid_max_segments) ||
+			    !config->uid_max_segments)
+				return bad_option("--uid-max-segments", optarg, "a number from 1 to 1048576");
+			break;
 		case OPT_MAX_CONNECTIONS:
 			if (!parse_u32(optarg, 10, 1u << 16, &config->max_connections) ||
 			    !config->max_connections)
@@ -170,6 +189,10 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 			    !config->silent_timeout_ms)
 				return bad_option("--silent-timeout-ms", optarg,
 						  "a number of milliseconds from 1");
+			break;
+		case OPT_SCAN_CACHE:
+			if (!parse_u32(optarg, 10, 3600000, &config->scan_cache_ms))
+				return bad_option("--scan-cache-ms", optarg, "a number of milliseconds");
 			break;
 		case OPT_HELP:
 			usage(stdout);
@@ -229,6 +252,7 @@ int main(int argc, char **argv)
 		.max_segments = 1024,
 		.max_connections = 256,
 		.silent_timeout_ms = 10000,
+		.scan_cache_ms = 1000,
 		.socket_mode = 0666,
 	};
 	struct stat bound = { 0 };

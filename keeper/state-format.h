@@ -24,6 +24,8 @@
 #define STATE_RECORD_FIXED   72			  /* a record before its name and identity */
 #define STATE_FILE_MAX	     (UINT64_C(64) << 20) /* a bigger state file is refused unread */
 #define STATE_KEEPER_HUGETLB (1u << 0)		  /* the record's keeper flags: struct kept_segment.hugetlb */
+#define STATE_KEEPER_UNSEEN  (1u << 1)		  /* struct kept_segment.handed_unseen */
+#define STATE_KEEPER_KNOWN   (STATE_KEEPER_HUGETLB | STATE_KEEPER_UNSEEN)
 
 /* One slot's header, decoded. */
 struct state_slot {

@@ -107,7 +107,8 @@ int state_payload_encode(const struct kept_segment *const *segments, size_t coun
 		mc_put_le32(p + 52, r->owner_uid);
 		mc_put_le32(p + 56, r->gid);
 		p[60] = r->sharing;
-		p[61] = segments[i]->hugetlb ? STATE_KEEPER_HUGETLB : 0;
+		p[61] = (segments[i]->hugetlb ? STATE_KEEPER_HUGETLB : 0) |
+			(segments[i]->handed_unseen ? STATE_KEEPER_UNSEEN : 0);
 		mc_put_le16(p + 62, (uint16_t)name);
 		mc_put_le16(p + 64, r->identity_bytes);
 		mc_put_le16(p + 66, r->flags);
@@ -188,10 +189,11 @@ static int decode_record(const uint8_t *p, size_t left, struct kept_segment *k, 
 	r->name[name] = '\0';
 	memcpy(r->identity, p + STATE_RECORD_FIXED + name, identity);
 	k->hugetlb = p[61] & STATE_KEEPER_HUGETLB;
+	k->handed_unseen = (p[61] & STATE_KEEPER_UNSEEN) != 0;
 	k->pages_fd = -1;
 	k->control_fd = -1;
 
-	if (p[61] & ~STATE_KEEPER_HUGETLB)
+	if (p[61] & ~STATE_KEEPER_KNOWN)
 		return refuse(why, why_size, "\"%s\": unknown keeper flags 0x%x", r->name, p[61]);
 	if (!power_of_two(r->page_size))
 		return refuse(why, why_size, "\"%s\": page size %" PRIu64 " is not a power of two", r->name,
@@ -242,7 +244,10 @@ int state_payload_decode(const uint8_t *in, size_t len, struct state_image *imag
 			goto fail;
 		for (size_t j = 0; j < i; j++) {
 			if (segments[j].record.generation == segments[i].record.generation ||
-			    strcmp(segments[j].record.name, segments[i].record.name) == 0) {
+			    (strcmp(segments[j].record.name, segments[i].record.name) == 0 &&
+			     segments[j].record.owner_uid == segments[i].record.owner_uid &&
+			     !(segments[j].record.flags & MC_KEEPER_SEGMENT_RELEASED) &&
+			     !(segments[i].record.flags & MC_KEEPER_SEGMENT_RELEASED))) {
 				err = refuse(why, why_size, "\"%s\" (generation %" PRIu64 ") is there twice",
 					     segments[i].record.name, segments[i].record.generation);
 				goto fail;
@@ -436,8 +441,8 @@ int state_save(const struct kept_segment *const *segments, size_t count, uint64_
 		free(payload);
 		return n;
 	}
-	/* Never write what the loader would refuse (two segments of one name or
-	 * generation, a bad field): the previous state stays the newest. */
+	/* Never write what the loader would refuse (two segments of one name and
+	 * owner, or of one generation, a bad field): the previous state stays the newest. */
 	{
 		struct state_image check;
 		char why[192];

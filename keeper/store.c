@@ -2,22 +2,30 @@
 /*
  * The table of kept segments (keeper.h): create or attach, list, stat and
  * release, who may do which, the budget, the segment limit and the idle
- * timeout.  The table is sorted by name, so that LIST pages through it from
- * a cursor.  Mappers are counted only when a request or the idle timeout
+ * timeout.  Names are per uid: the table's key is (name, owner uid), so that
+ * nobody squats another user's name, and it is sorted by that key, so that
+ * LIST pages through it from a cursor.  A segment released while mapped stays
+ * as a RELEASED entry beside its key, invisible to names but counted in the
+ * budget, until a mapper scan sees nobody map it: the budget counts memory,
+ * not the table.  Mappers are counted only when a request or the idle timeout
  * asks, by one pass over /proc/PID/maps matching the memfds' device and
- * inode.  A process whose maps the keeper may not read (one more privileged
+ * inode, which STAT and LIST reuse for a while and what frees pages redoes
+ * at most once per request or tick (scan_cached, scan_fresh).  A process whose maps the keeper may not read (one more privileged
  * than the keeper, like a container runtime's init) is reported honestly: a
  * segment with no mapper seen is "unknown" then, not 0.  The decisions
  * (release freed or deferred, replace, the idle timeout) go by the mappers
- * the keeper could see: a process it cannot see never got a descriptor from
- * it, unless a client passed one on, and the kernel never frees pages under
- * any mapping anyway.
+ * the keeper could see, and by where it handed the descriptors: a segment
+ * handed to a peer whose maps it cannot read (another PID namespace, pid 0
+ * in SO_PEERCRED) counts as mapped, mappers unknown, for replace and the
+ * idle timeout until its owner releases it (handed_unseen, saved).  The
+ * kernel never frees pages under any mapping anyway.
  */
 #include "config.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,10 +39,13 @@
 #include "keeper.h"
 
 static const struct keeper_config *conf; /* main()'s, for the process's life */
-static struct kept_segment **table;	 /* sorted by name, byte order */
+static struct kept_segment **table;	 /* sorted by (name, owner uid, generation) */
 static size_t table_count, table_room;
 static uint64_t next_generation = 1;
 static bool told_unreadable;
+static uint64_t scanned_ns;    /* CLOCK_MONOTONIC of the last scan; 0: none valid */
+static bool scanned_this_turn; /* a scan ran for the current request or tick */
+static uint64_t scan_count;
 
 #define CONTROL_MAX (UINT64_C(1) << 30)
 
@@ -51,26 +62,76 @@ uint32_t store_count(void)
 	return (uint32_t)table_count;
 }
 
-/* The index of @name, or where it would go (*@found false). */
-static size_t find(const char *name, bool *found)
+/* (name, owner uid) against a segment: the table's order. */
+static int key_cmp(const char *name, uint32_t owner, const struct kept_segment *seg)
+{
+	int order = strcmp(name, seg->record.name);
+
+	if (order)
+		return order;
+	return owner < seg->record.owner_uid ? -1 : owner > seg->record.owner_uid;
+}
+
+static bool released(const struct kept_segment *seg)
+{
+	return (seg->record.flags & MC_KEEPER_SEGMENT_RELEASED) != 0;
+}
+
+/* The first index whose key is not below (@name, @owner); with @past, the
+ * first whose key is above it (the end of that group). */
+static size_t bound(const char *name, uint32_t owner, bool past)
 {
 	size_t low = 0, high = table_count;
 
 	while (low < high) {
 		size_t mid = low + (high - low) / 2;
-		int order = strcmp(table[mid]->record.name, name);
+		int order = key_cmp(name, owner, table[mid]);
 
-		if (order == 0) {
-			*found = true;
-			return mid;
-		}
-		if (order < 0)
+		if (order > 0 || (past && order == 0))
 			low = mid + 1;
 		else
 			high = mid;
 	}
-	*found = false;
 	return low;
+}
+
+/* The index of @owner's live @name, or where a new one goes (the end of its
+ * group: released segments of that key, generations increasing, stay before
+ * it until nothing maps them); *@found says which. */
+static size_t find(const char *name, uint32_t owner, bool *found)
+{
+	size_t i = bound(name, owner, false);
+
+	for (; i < table_count && key_cmp(name, owner, table[i]) == 0; i++) {
+		if (!released(table[i])) {
+			*found = true;
+			return i;
+		}
+	}
+	*found = false;
+	return i;
+}
+
+/* The index of the first segment whose name sorts after @name (any owner). */
+static size_t after_name(const char *name)
+{
+	size_t low = 0, high = table_count;
+
+	while (low < high) {
+		size_t mid = low + (high - low) / 2;
+
+		if (strcmp(table[mid]->record.name, name) <= 0)
+			low = mid + 1;
+		else
+			high = mid;
+	}
+	return low;
+}
+
+/* Whose segment @req names: the caller's own unless it names an owner. */
+static uint32_t owner_of(const struct mc_keeper_request *req, const struct keeper_peer *peer)
+{
+	return req->owner_given ? req->owner_uid : (uint32_t)peer->uid;
 }
 
 static void save(void)
@@ -103,6 +164,15 @@ static void free_segment(struct kept_segment *seg)
 	free(seg);
 }
 
+static size_t index_of(const struct kept_segment *seg)
+{
+	size_t i = bound(seg->record.name, seg->record.owner_uid, false);
+
+	while (i < table_count && table[i] != seg)
+		i++;
+	return i;
+}
+
 static void remove_at(size_t index)
 {
 	struct kept_segment *seg = table[index];
@@ -127,6 +197,7 @@ static int insert_at(size_t index, struct kept_segment *seg)
 	memmove(&table[index + 1], &table[index], (table_count - index) * sizeof(struct kept_segment *));
 	table[index] = seg;
 	table_count++;
+	scanned_ns = 0;
 	return 0;
 }
 
@@ -238,14 +309,76 @@ static void count_mappers(struct kept_segment **segs, size_t count)
 	free(line);
 	free(keys);
 	for (i = 0; i < count; i++)
-		segs[i]->record.mappers = !segs[i]->mappers_seen && unreadable ? MC_KEEPER_MAPPERS_UNKNOWN
-									       : segs[i]->mappers_seen;
+		segs[i]->record.mappers = !segs[i]->mappers_seen && (unreadable || segs[i]->handed_unseen)
+						  ? MC_KEEPER_MAPPERS_UNKNOWN
+						  : segs[i]->mappers_seen;
 }
 
-/* Whether a process the keeper can see maps @seg (after count_mappers). */
+/* One scan of every segment, kept for STAT and LIST a short while (the
+ * table's insert makes it stale: a new segment has no count), and forced at
+ * most once per request or tick for what frees pages. */
+
+static void scan(const char *why)
+{
+	count_mappers(table, table_count);
+	scanned_ns = monotonic_ns();
+	scanned_this_turn = true;
+	scan_count++;
+	keeper_debug("mapper scan %" PRIu64 " for %s: /proc read for %zu segments", scan_count, why,
+		     table_count);
+}
+
+/* For what only reports (STAT, LIST): a recent scan will do. */
+static void scan_cached(const char *why)
+{
+	if (!scanned_ns || monotonic_ns() - scanned_ns >= (uint64_t)conf->scan_cache_ms * 1000000u)
+		scan(why);
+}
+
+/* For what frees pages (release, replace, the idle timeout, the released
+ * sweep): a fresh scan, but one per request or tick however many ask. */
+static void scan_fresh(const char *why)
+{
+	if (!scanned_this_turn)
+		scan(why);
+}
+
+/* Whether @seg may be mapped (after a scan), for what would free its pages
+ * under a mapper (replace, the idle timeout): a process the keeper can see
+ * maps it, or it was handed to one the keeper cannot see. */
 static bool mapped(const struct kept_segment *seg)
 {
-	return seg->mappers_seen != 0;
+	return seg->mappers_seen != 0 || seg->handed_unseen;
+}
+
+/* Whether the keeper can read @peer's maps: a client in another PID
+ * namespace has pid 0 in SO_PEERCRED; a more privileged one refuses. */
+static bool peer_visible(const struct keeper_peer *peer)
+{
+	char path[32];
+	int fd;
+
+	if (peer->pid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)peer->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
+/* A segment handed to a peer the keeper cannot see counts as mapped by it
+ * from now on: its unmapping is invisible too. */
+static void note_peer(struct kept_segment *seg, const struct keeper_peer *peer)
+{
+	if (seg->handed_unseen || peer_visible(peer))
+		return;
+	seg->handed_unseen = true;
+	keeper_log("'%s' of uid %u (generation %" PRIu64
+		   ") went to pid %d, whose maps the keeper cannot read: "
+		   "it counts as mapped (mappers unknown) until released",
+		   seg->record.name, seg->record.owner_uid, seg->record.generation, (int)peer->pid);
 }
 
 /* --- replies ---------------------------------------------------------------- */
@@ -422,14 +555,70 @@ static void reply_create(const struct kept_segment *seg, uint32_t flags, struct 
 	fds[1] = seg->control_fd;
 }
 
-static uint64_t kept_bytes(void)
+/* Bytes and segments kept, released-but-mapped ones included: in all, and
+ * of @owner. */
+struct usage {
+	uint64_t bytes, owner_bytes;
+	size_t owner_segments;
+};
+
+static struct usage usage_of(uint32_t owner)
 {
-	uint64_t total = 0;
+	struct usage u = { 0 };
+	size_t i;
+
+	for (i = 0; i < table_count; i++) {
+		uint64_t bytes = table[i]->record.size + table[i]->record.control_bytes;
+
+		u.bytes += bytes;
+		if (table[i]->record.owner_uid == owner) {
+			u.owner_bytes += bytes;
+			u.owner_segments++;
+		}
+	}
+	return u;
+}
+
+static bool any_released(void)
+{
 	size_t i;
 
 	for (i = 0; i < table_count; i++)
-		total += table[i]->record.size + table[i]->record.control_bytes;
-	return total;
+		if (released(table[i]))
+			return true;
+	return false;
+}
+
+/* Drop the released segments a fresh scan sees nobody map; how many are
+ * left (still mapped). */
+static size_t sweep_released(const char *why)
+{
+	struct kept_segment **gone;
+	size_t count = 0, i, left = 0;
+
+	for (i = 0; i < table_count; i++)
+		count += released(table[i]);
+	if (!count)
+		return 0;
+	gone = calloc(count, sizeof(struct kept_segment *));
+	if (!gone)
+		return count;
+	count = 0;
+	for (i = 0; i < table_count; i++)
+		if (released(table[i]))
+			gone[count++] = table[i];
+	scan_fresh(why);
+	for (i = 0; i < count; i++) {
+		if (gone[i]->mappers_seen) {
+			left++;
+			continue;
+		}
+		keeper_log("freed released '%s' of uid %u (generation %" PRIu64 "): its last mapper went",
+			   gone[i]->record.name, gone[i]->record.owner_uid, gone[i]->record.generation);
+		remove_at(index_of(gone[i]));
+	}
+	free(gone);
+	return left;
 }
 
 static int errno_of_commit(int err)
@@ -447,24 +636,51 @@ static int errno_of_commit(int err)
 	}
 }
 
-/* A new kept segment for @req (absent from the table, at @index). */
+/* A new kept segment for @req, owned by the uid it names: the caller's, or
+ * for a replace by root the replaced segment's owner. */
 static void create_new(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-		       uint64_t page_size, size_t index, uint32_t flags, struct mc_keeper_reply *rep,
-		       int fds[2])
+		       uint64_t page_size, uint32_t flags, struct mc_keeper_reply *rep, int fds[2])
 {
 	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0;
-	uint64_t alloc_size, need, kept = kept_bytes();
+	uint32_t owner = owner_of(req, peer);
+	size_t index;
+	uint32_t uid_max = conf->uid_max_segments ? conf->uid_max_segments : conf->max_segments;
+	uint64_t alloc_size, need, kept;
+	struct usage u;
+	size_t i, released_here = 0;
 	struct kept_pages pages;
 	struct kept_segment *seg;
 	struct timespec now;
 	char why[MC_KEEPER_TEXT_MAX + 1], name[48];
 	int err;
 
+	/* Released segments whose last mapper went are freed before any refusal. */
+	sweep_released("a create's room check");
+	index = bound(req->name, owner, true);
+	u = usage_of(owner);
+	kept = u.bytes;
+	for (i = bound(req->name, owner, false); i < index; i++)
+		released_here += released(table[i]);
+	/* A LIST page holds one (name, owner) whole: so many generations at most. */
+	if (released_here >= MC_KEEPER_LIST_MAX - 1) {
+		refuse(rep, EBUSY, 0,
+		       "uid %u's '%s' has %zu released generations that processes still map; stop them "
+		       "(mooncake-segment keep list shows them) or use another name",
+		       (unsigned)owner, req->name, released_here);
+		return;
+	}
 	if (table_count >= conf->max_segments) {
 		refuse(rep, EMFILE, 0,
 		       "the keeper holds %zu segments, its --max-segments; release one (mooncake-segment keep "
 		       "release NAME) or raise --max-segments",
 		       table_count);
+		return;
+	}
+	if (u.owner_segments >= uid_max) {
+		refuse(rep, EMFILE, 0,
+		       "uid %u keeps %zu segments (released ones still mapped included), its --uid-max-segments; "
+		       "release one (mooncake-segment keep release NAME) or raise --uid-max-segments",
+		       (unsigned)owner, u.owner_segments);
 		return;
 	}
 	/* The control area is the library's small shared header (readiness,
@@ -492,6 +708,17 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 		       req->name, need, conf->budget_bytes, kept);
 		return;
 	}
+	if (conf->uid_budget_bytes &&
+	    (need > conf->uid_budget_bytes - u.owner_bytes || u.owner_bytes > conf->uid_budget_bytes)) {
+		refuse(rep, ENOSPC, 0,
+		       "keeping '%s' (%" PRIu64
+		       " bytes) would hold more than the keeper's --uid-budget of %" PRIu64
+		       " bytes for uid %u (%" PRIu64
+		       " kept now, released ones still mapped included); release "
+		       "a kept segment (mooncake-segment keep release NAME) or raise --uid-budget",
+		       req->name, need, conf->uid_budget_bytes, (unsigned)owner, u.owner_bytes);
+		return;
+	}
 	err = commit_segment(req->name, alloc_size, page_size, hugetlb, req->control_bytes, &pages, why,
 			     sizeof(why));
 	if (err) {
@@ -517,7 +744,7 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 	seg->record.generation = next_generation++;
 	seg->record.created = (uint64_t)now.tv_sec;
 	seg->record.world_size = req->world_size;
-	seg->record.owner_uid = peer->uid;
+	seg->record.owner_uid = owner;
 	seg->record.gid = req->gid;
 	seg->record.sharing = req->sharing;
 	seg->record.flags = hugetlb ? MC_KEEPER_SEGMENT_HUGETLB : 0;
@@ -537,9 +764,10 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 	if (err)
 		keeper_log("cannot store '%s' in the service manager (%s): a restart of the keeper loses it",
 			   req->name, strerror(-err));
+	note_peer(seg, peer);
 	save();
 	keeper_log("kept '%s' (%" PRIu64 " bytes, generation %" PRIu64 ") for uid %u", req->name, alloc_size,
-		   seg->record.generation, (unsigned)peer->uid);
+		   seg->record.generation, (unsigned)owner);
 	reply_create(seg, flags, rep, fds);
 }
 
@@ -548,7 +776,8 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 {
 	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0, found;
 	char why[MC_KEEPER_TEXT_MAX + 1];
-	size_t index = find(req->name, &found);
+	uint32_t owner = owner_of(req, peer);
+	size_t index = find(req->name, owner, &found);
 	struct kept_segment *seg;
 	uint64_t page_size, generation;
 	int err;
@@ -559,12 +788,20 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 		return;
 	}
 	if (!found) {
+		/* Nobody, root included, creates a segment another uid owns. */
+		if (owner != (uint32_t)peer->uid) {
+			refuse(rep, ENOENT, 0,
+			       "uid %u keeps no segment '%s'; only uid %u can create it (leave the owner out to "
+			       "use your own)",
+			       (unsigned)owner, req->name, (unsigned)owner);
+			return;
+		}
 		if (req->flags & MC_KEEPER_CREATE_ATTACH_ONLY) {
 			refuse(rep, ENOENT, 0, "no kept segment '%s' (attach only); create it first",
 			       req->name);
 			return;
 		}
-		create_new(req, peer, page_size, index, 0, rep, fds);
+		create_new(req, peer, page_size, 0, rep, fds);
 		return;
 	}
 	seg = table[index];
@@ -579,6 +816,7 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 	if (compare(seg, req, page_size, rep) == MC_KEEPER_FIELD_NONE) {
 		seg->record.warm_attaches++;
 		seg->last_mapped_ns = monotonic_ns();
+		note_peer(seg, peer);
 		save();
 		keeper_log("attached uid %u to '%s' (generation %" PRIu64 ", warm)", (unsigned)peer->uid,
 			   req->name, seg->record.generation);
@@ -593,7 +831,7 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 	rep->field = 0;
 	if (!may_free(seg, peer, rep, "replace"))
 		return;
-	count_mappers(&seg, 1);
+	scan_fresh("a replace");
 	if (mapped(seg)) {
 		refuse(rep, EBUSY, 0,
 		       "'%s' cannot be replaced: %u process(es) map it; stop them first, or use another name",
@@ -604,22 +842,34 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 	remove_at(index);
 	keeper_log("replaced '%s' (generation %" PRIu64 ") for uid %u: a new declaration", req->name,
 		   generation, (unsigned)peer->uid);
-	create_new(req, peer, page_size, index, MC_KEEPER_ATTACH_REPLACED, rep, fds);
+	create_new(req, peer, page_size, MC_KEEPER_ATTACH_REPLACED, rep, fds);
+}
+
+/* @owner's @name, or NULL with ENOENT in @rep. */
+static struct kept_segment *lookup(const char *name, uint32_t owner, size_t *index,
+				   struct mc_keeper_reply *rep)
+{
+	bool found;
+
+	*index = find(name, owner, &found);
+	if (found)
+		return table[*index];
+	refuse(rep, ENOENT, 0,
+	       "uid %u keeps no segment '%s'; mooncake-segment keep list shows what you may see",
+	       (unsigned)owner, name);
+	return NULL;
 }
 
 static void handle_stat(const struct mc_keeper_request *req, const struct keeper_peer *peer,
 			struct mc_keeper_reply *rep)
 {
-	bool found;
-	size_t index = find(req->name, &found);
+	size_t index;
 
-	if (!found) {
-		refuse(rep, ENOENT, 0, "no kept segment '%s'", req->name);
+	if (!lookup(req->name, owner_of(req, peer), &index, rep))
 		return;
-	}
 	if (!may_attach(table[index], peer, rep))
 		return;
-	count_mappers(&table[index], 1);
+	scan_cached("STAT");
 	rep->segments[0] = table[index]->record;
 	rep->count = 1;
 }
@@ -627,22 +877,28 @@ static void handle_stat(const struct mc_keeper_request *req, const struct keeper
 static void handle_list(const struct mc_keeper_request *req, const struct keeper_peer *peer,
 			struct mc_keeper_reply *rep)
 {
-	struct kept_segment *page[MC_KEEPER_LIST_MAX];
-	bool found;
-	size_t index = find(req->name, &found), taken = 0, i;
+	struct kept_segment *page[MC_KEEPER_LIST_MAX] = { NULL };
+	size_t index, taken = 0, i;
 
-	if (found)
-		index++; /* the names after the cursor */
+	/* The records after the cursor: (name, owner uid), or all of a name. */
+	if (req->owner_given)
+		index = bound(req->name, req->owner_uid, true);
+	else
+		index = req->name[0] ? after_name(req->name) : 0;
 	for (; index < table_count; index++) {
 		if (!may_attach(table[index], peer, NULL))
 			continue;
 		if (taken == MC_KEEPER_LIST_MAX) {
 			rep->list_flags = MC_KEEPER_LIST_MORE;
+			/* Never split one (name, owner): the cursor passes it whole. */
+			while (taken > 1 && !key_cmp(table[index]->record.name,
+						     table[index]->record.owner_uid, page[taken - 1]))
+				taken--;
 			break;
 		}
 		page[taken++] = table[index];
 	}
-	count_mappers(page, taken);
+	scan_cached("LIST");
 	for (i = 0; i < taken; i++)
 		rep->segments[i] = page[i]->record;
 	rep->count = (uint16_t)taken;
@@ -651,33 +907,44 @@ static void handle_list(const struct mc_keeper_request *req, const struct keeper
 static void handle_release(const struct mc_keeper_request *req, const struct keeper_peer *peer,
 			   struct mc_keeper_reply *rep)
 {
-	bool found, in_use;
-	size_t index = find(req->name, &found);
-	struct kept_segment *seg;
+	bool in_use;
+	size_t index;
+	struct kept_segment *seg = lookup(req->name, owner_of(req, peer), &index, rep);
 
-	if (!found) {
-		refuse(rep, ENOENT, 0, "no kept segment '%s'", req->name);
+	if (!seg)
 		return;
-	}
-	seg = table[index];
 	if (!may_free(seg, peer, rep, "release"))
 		return;
-	count_mappers(&seg, 1);
+	scan_fresh("a release");
 	in_use = mapped(seg);
 	rep->generation = seg->record.generation;
 	rep->release_flags = in_use ? MC_KEEPER_RELEASE_DEFERRED : MC_KEEPER_RELEASE_FREED;
-	if (in_use)
+	if (seg->mappers_seen)
 		snprintf(rep->text, sizeof(rep->text), "'%s' is freed when its %u mapper(s) unmap it",
 			 req->name, seg->mappers_seen);
+	else if (in_use)
+		snprintf(rep->text, sizeof(rep->text),
+			 "'%s' went to processes the keeper cannot see (another PID namespace): the kernel "
+			 "frees it when they unmap it, uncounted by the keeper from now on",
+			 req->name);
 	keeper_log("released '%s' (generation %" PRIu64 ") for uid %u: %s", req->name, seg->record.generation,
 		   (unsigned)peer->uid, in_use ? "freed with its last mapping" : "freed");
-	remove_at(index);
+	/* The keeper's reference goes unless a mapper it can see will tell it
+	 * when the pages go: unseen ones never will. */
+	if (!seg->mappers_seen) {
+		remove_at(index);
+		return;
+	}
+	/* Still mapped: its pages still count, until a scan sees them unmapped. */
+	seg->record.flags |= MC_KEEPER_SEGMENT_RELEASED;
+	save();
 }
 
 void store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
 		  struct mc_keeper_reply *rep, int fds[2])
 {
 	fds[0] = fds[1] = -1;
+	scanned_this_turn = false;
 	rep->type = (uint16_t)(req->type | MC_KEEPER_REPLY);
 	rep->sequence = req->sequence;
 	switch (req->type) {
@@ -704,20 +971,33 @@ int store_tick(void)
 	uint64_t now, idle_ns;
 	struct kept_segment **due;
 	size_t count = 0, i;
-	bool found;
+	/* Released segments still mapped: look again each second, so that the
+	 * budget gets their bytes back soon after their last mapper goes. */
+	int released_ms = -1, idle_ms;
+	static uint64_t swept_ns;
+
+	scanned_this_turn = false;
+	/* The loop ticks after every request: sweep once a second, not each time. */
+	now = monotonic_ns();
+	if (now - swept_ns >= 1000000000u) {
+		swept_ns = now;
+		released_ms = sweep_released("the released sweep") ? 1000 : -1;
+	} else if (any_released()) {
+		released_ms = (int)((1000000000u - (now - swept_ns)) / 1000000u) + 1;
+	}
 
 	if (!conf->idle_timeout_s)
-		return -1;
+		return released_ms;
 	idle_ns = (uint64_t)conf->idle_timeout_s * 1000000000u;
 	now = monotonic_ns();
 	due = calloc(table_count ? table_count : 1, sizeof(struct kept_segment *));
 	if (!due)
 		return 1000;
 	for (i = 0; i < table_count; i++)
-		if (now - table[i]->last_mapped_ns >= idle_ns)
+		if (!released(table[i]) && now - table[i]->last_mapped_ns >= idle_ns)
 			due[count++] = table[i];
-	/* Only the segments past their time cost a look at /proc. */
-	count_mappers(due, count);
+	if (count)
+		scan_fresh("the idle timeout");
 	for (i = 0; i < count; i++) {
 		struct kept_segment *seg = due[i];
 
@@ -727,11 +1007,12 @@ int store_tick(void)
 		}
 		keeper_log("freed '%s' (generation %" PRIu64 "): nobody mapped it for %u s (--idle-timeout)",
 			   seg->record.name, seg->record.generation, conf->idle_timeout_s);
-		remove_at(find(seg->record.name, &found));
+		remove_at(index_of(seg));
 	}
 	free(due);
 	/* Look again within a quarter of the timeout, at most every 30 s. */
-	return conf->idle_timeout_s >= 120 ? 30000 : (int)(conf->idle_timeout_s * 250u);
+	idle_ms = conf->idle_timeout_s >= 120 ? 30000 : (int)(conf->idle_timeout_s * 250u);
+	return released_ms >= 0 && released_ms < idle_ms ? released_ms : idle_ms;
 }
 
 int store_start(const struct keeper_config *config)
@@ -760,9 +1041,11 @@ int store_start(const struct keeper_config *config)
 		seg->last_mapped_ns = monotonic_ns();
 		if (seg->record.generation >= next_generation)
 			next_generation = seg->record.generation + 1;
-		index = find(seg->record.name, &found);
-		if (seg->pages_fd < 0 || (seg->record.control_bytes && seg->control_fd < 0) || found ||
-		    insert_at(index, seg) != 0) {
+		/* A released one goes before the live one of its key (generation order). */
+		(void)find(seg->record.name, seg->record.owner_uid, &found);
+		index = bound(seg->record.name, seg->record.owner_uid, true);
+		if (seg->pages_fd < 0 || (seg->record.control_bytes && seg->control_fd < 0) ||
+		    (found && !released(seg)) || insert_at(index, seg) != 0) {
 			keeper_log("lost '%s' (generation %" PRIu64
 				   "): its descriptors were not stored, or it is twice in the state",
 				   seg->record.name, seg->record.generation);

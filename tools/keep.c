@@ -7,11 +7,15 @@
  */
 #include "config.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <mooncake/segment.h>
 
@@ -25,18 +29,21 @@
 struct keep_config {
 	const char *socket; /* NULL: MOONCAKE_SEGMENT_KEEPER or the default */
 	bool json;
+	bool owner_given; /* --owner: another uid's segment of that name */
+	uint32_t owner_uid;
 };
 
 static void usage(FILE *out)
 {
 	fprintf(out,
 		"Usage: %s keep list [--json] [--socket PATH]\n"
-		"       %s keep stat NAME [--json] [--socket PATH]\n"
-		"       %s keep release NAME [--socket PATH]\n\n"
+		"       %s keep stat NAME [--owner UID] [--json] [--socket PATH]\n"
+		"       %s keep release NAME [--owner UID] [--socket PATH]\n\n"
 		"The segments the node keeper (mooncake-segmentd) holds past their ranks.\n\n"
 		"  list               every kept segment this user may see\n"
 		"  stat NAME          one kept segment\n"
 		"  release NAME       free it now, or with its last mapping when ranks still map it\n"
+		"  --owner UID        the segment NAME of that uid (names are per uid; default: yours)\n"
 		"  --json             machine-readable (schema: doc/keep-json.md)\n"
 		"  --socket PATH      the keeper's socket (default: $MOONCAKE_SEGMENT_KEEPER or\n"
 		"                     " MC_KEEPER_DEFAULT_SOCKET ")\n",
@@ -74,7 +81,7 @@ static void json_segment(FILE *out, const struct mc_keeper_segment *s, time_t no
 	fprintf(out,
 		", \"size\": %" PRIu64 ", \"page_size\": %" PRIu64 ", \"control_bytes\": %" PRIu64
 		", \"generation\": %" PRIu64 ", \"fingerprint\": \"%016" PRIx64 "\", \"created\": %" PRIu64
-		", \"age_seconds\": %" PRId64 ", \"world_size\": %u, \"uid\": %u, \"sharing\": \"%s\"",
+		", \"age_seconds\": %" PRId64 ", \"world_size\": %u, \"owner_uid\": %u, \"sharing\": \"%s\"",
 		s->size, s->page_size, s->control_bytes, s->generation, s->fingerprint, s->created,
 		(int64_t)now - (int64_t)s->created, (unsigned)s->world_size, (unsigned)s->owner_uid,
 		sharing_name(s->sharing));
@@ -95,7 +102,7 @@ static void json_segment(FILE *out, const struct mc_keeper_segment *s, time_t no
 
 static void table_header(FILE *out)
 {
-	fprintf(out, "%-24s %10s %6s %5s %6s %-6s %7s %5s %8s\n", "NAME", "SIZE", "PAGE", "GEN", "UID",
+	fprintf(out, "%-24s %10s %6s %5s %6s %-6s %7s %5s %8s\n", "NAME", "SIZE", "PAGE", "GEN", "OWNER",
 		"SHARE", "MAPPERS", "WARM", "AGE");
 }
 
@@ -152,9 +159,13 @@ static int keep_list(struct mc_keeper_conn *conn, const struct keep_config *cfg)
 				table_row(stdout, &rep.segments[i], now);
 			}
 		}
-		/* The decoder checked the order and that "more" comes with a record. */
-		if (rep.count)
+		/* The decoder checked the order and that "more" comes with a record;
+		 * the cursor is the last record's (name, owner uid). */
+		if (rep.count) {
 			snprintf(req.name, sizeof(req.name), "%s", rep.segments[rep.count - 1].name);
+			req.owner_given = true;
+			req.owner_uid = rep.segments[rep.count - 1].owner_uid;
+		}
 	} while (rep.list_flags & MC_KEEPER_LIST_MORE);
 	if (cfg->json)
 		fputs(total ? "\n ]}\n" : "]}\n", stdout);
@@ -168,6 +179,8 @@ static int keep_stat(struct mc_keeper_conn *conn, const struct keep_config *cfg,
 	int ret;
 
 	snprintf(req.name, sizeof(req.name), "%s", name);
+	req.owner_given = cfg->owner_given;
+	req.owner_uid = cfg->owner_uid;
 	ret = ask(conn, "stat", &req, &rep);
 	if (ret)
 		return ret;
@@ -181,7 +194,7 @@ static int keep_stat(struct mc_keeper_conn *conn, const struct keep_config *cfg,
 	return 0;
 }
 
-static int keep_release(struct mc_keeper_conn *conn, const char *name)
+static int keep_release(struct mc_keeper_conn *conn, const struct keep_config *cfg, const char *name)
 {
 	static struct mc_keeper_reply rep;
 	struct mc_keeper_request req = { .type = MC_KEEPER_RELEASE };
@@ -189,11 +202,14 @@ static int keep_release(struct mc_keeper_conn *conn, const char *name)
 	int ret;
 
 	snprintf(req.name, sizeof(req.name), "%s", name);
+	req.owner_given = cfg->owner_given;
+	req.owner_uid = cfg->owner_uid;
 	ret = ask(conn, "release", &req, &rep);
 	if (ret)
 		return ret;
-	printf("released '%s' (generation %" PRIu64 "): %s\n", printable(name, shown, sizeof(shown)),
-	       rep.generation,
+	printf("released uid %u's '%s' (generation %" PRIu64 "): %s\n",
+	       (unsigned)(cfg->owner_given ? cfg->owner_uid : (uint32_t)geteuid()),
+	       printable(name, shown, sizeof(shown)), rep.generation,
 	       rep.release_flags & MC_KEEPER_RELEASE_FREED
 		       ? "its pages are freed"
 		       : "its pages are freed when the last process that maps it unmaps it; the name is free now");
@@ -214,11 +230,29 @@ static bool valid_name(const char *command, const char *name)
 	return false;
 }
 
+/* --owner UID: a decimal uid, as the keeper's user namespace sees it. */
+static bool parse_owner(const char *text, uint32_t *uid)
+{
+	char *end;
+	unsigned long long value;
+
+	errno = 0;
+	value = strtoull(text, &end, 10);
+	if (!isdigit((unsigned char)text[0]) || *end || errno || value > UINT32_MAX) {
+		fprintf(stderr, "%s keep: --owner '%s' is not a uid; give a decimal number (id -u NAME)\n",
+			PROGRAM, text);
+		return false;
+	}
+	*uid = (uint32_t)value;
+	return true;
+}
+
 int cmd_keep(int argc, char **argv)
 {
 	static const struct option options[] = {
 		{ "json", no_argument, NULL, 'j' },
 		{ "socket", required_argument, NULL, 's' },
+		{ "owner", required_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -234,6 +268,11 @@ int cmd_keep(int argc, char **argv)
 			break;
 		case 's':
 			cfg.socket = optarg;
+			break;
+		case 'o':
+			if (!parse_owner(optarg, &cfg.owner_uid))
+				return 2;
+			cfg.owner_given = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -266,6 +305,12 @@ int cmd_keep(int argc, char **argv)
 		fprintf(stderr, "%s keep %s: unexpected argument '%s'\n", PROGRAM, command, argv[optind]);
 		return 2;
 	}
+	if (cfg.owner_given && !strcmp(command, "list")) {
+		fprintf(stderr,
+			"%s keep list: --owner is for stat and release; list shows every owner you may see\n",
+			PROGRAM);
+		return 2;
+	}
 	if (cfg.json && !strcmp(command, "release")) {
 		fprintf(stderr, "%s keep release: --json is for list and stat\n", PROGRAM);
 		return 2;
@@ -279,7 +324,7 @@ int cmd_keep(int argc, char **argv)
 	else if (!strcmp(command, "stat"))
 		ret = keep_stat(&conn, &cfg, name);
 	else
-		ret = keep_release(&conn, name);
+		ret = keep_release(&conn, &cfg, name);
 	mc_keeper_close(&conn);
 	return ret;
 }

@@ -212,6 +212,14 @@ static int check_request_lengths(const struct report *r, const struct mc_keeper_
 /* What a request's other fields must satisfy, in the struct as on the wire. */
 static int check_request(const struct report *r, const struct mc_keeper_request *q)
 {
+	if (q->type == MC_KEEPER_HELLO)
+		return 0;
+	if (!q->owner_given && q->owner_uid)
+		return refuse(r, "%s names owner uid %u without the owner-given flag",
+			      mc_keeper_type_name(q->type), q->owner_uid);
+	/* An owner uid without a name would be a cursor between nothing. */
+	if (q->type == MC_KEEPER_LIST && q->owner_given && !q->name[0])
+		return refuse(r, "LIST names a cursor owner uid without a cursor name");
 	if (q->type != MC_KEEPER_CREATE)
 		return 0;
 	if (q->size == 0)
@@ -278,9 +286,11 @@ int mc_keeper_request_encode(const struct mc_keeper_request *req, uint8_t *out, 
 		mc_put_le32(out + 48, req->world_size);
 		mc_put_le32(out + 52, req->flags);
 		out[56] = req->sharing;
+		out[57] = req->owner_given ? 1 : 0;
 		mc_put_le32(out + 60, req->gid);
 		mc_put_le16(out + 64, (uint16_t)name_len);
 		mc_put_le16(out + 66, req->identity_bytes);
+		mc_put_le32(out + 68, req->owner_uid);
 		memcpy(out + CREATE_REQUEST_BYTES, req->name, name_len);
 		memcpy(out + CREATE_REQUEST_BYTES + name_len, req->identity, req->identity_bytes);
 		break;
@@ -288,6 +298,8 @@ int mc_keeper_request_encode(const struct mc_keeper_request *req, uint8_t *out, 
 	case MC_KEEPER_RELEASE:
 	case MC_KEEPER_STAT:
 		mc_put_le16(out + 16, (uint16_t)name_len);
+		out[18] = req->owner_given ? 1 : 0;
+		mc_put_le32(out + 20, req->owner_uid);
 		memcpy(out + NAMED_REQUEST_BYTES, req->name, name_len);
 		break;
 	}
@@ -352,6 +364,14 @@ static int reserved_zero(const struct report *r, const uint8_t *in, size_t offse
 	return 0;
 }
 
+/* The owner-given byte: 0 or 1, so that another value is never read as one. */
+static int owner_flag(const struct report *r, uint16_t type, uint8_t byte)
+{
+	if (byte > 1)
+		return refuse(r, "%s has owner-given byte %u, not 0 or 1", mc_keeper_type_name(type), byte);
+	return 0;
+}
+
 static int decode_request(const struct report *rr, const uint8_t *in, size_t len,
 			  struct mc_keeper_request *req)
 {
@@ -380,7 +400,7 @@ static int decode_request(const struct report *rr, const uint8_t *in, size_t len
 		req->identity_bytes = mc_get_le16(in + 66);
 		if ((err = exact_bytes(&r, type,
 				       (size_t)CREATE_REQUEST_BYTES + name_len + req->identity_bytes, len)) ||
-		    (err = reserved_zero(&r, in, 57, 3)) || (err = reserved_zero(&r, in, 68, 4)))
+		    (err = reserved_zero(&r, in, 58, 2)) || (err = owner_flag(&r, type, in[57])))
 			return err;
 		/* Checked before the copies: neither may overrun its array. */
 		if ((err = check_name(&r, (const char *)in + CREATE_REQUEST_BYTES, name_len)))
@@ -398,18 +418,22 @@ static int decode_request(const struct report *rr, const uint8_t *in, size_t len
 		req->flags = mc_get_le32(in + 52);
 		req->sharing = in[56];
 		req->gid = mc_get_le32(in + 60);
+		req->owner_given = in[57] != 0;
+		req->owner_uid = mc_get_le32(in + 68);
 		break;
 	default: /* LIST, RELEASE, STAT */
 		if ((err = need_bytes(&r, type, NAMED_REQUEST_BYTES, len)))
 			return err;
 		name_len = mc_get_le16(in + 16);
 		if ((err = exact_bytes(&r, type, (size_t)NAMED_REQUEST_BYTES + name_len, len)) ||
-		    (err = reserved_zero(&r, in, 18, 6)))
+		    (err = owner_flag(&r, type, in[18])) || (err = reserved_zero(&r, in, 19, 1)))
 			return err;
 		if ((type != MC_KEEPER_LIST || name_len) &&
 		    (err = check_name(&r, (const char *)in + NAMED_REQUEST_BYTES, name_len)))
 			return err;
 		memcpy(req->name, in + NAMED_REQUEST_BYTES, name_len);
+		req->owner_given = in[18] != 0;
+		req->owner_uid = mc_get_le32(in + 20);
 		break;
 	}
 	return check_request(&r, req);
@@ -597,12 +621,24 @@ static int check_reply(const struct report *r, const struct mc_keeper_reply *p)
 	}
 }
 
-/* LIST's names strictly increase, so that the cursor always moves on. */
+/* LIST's records strictly increase by (name, owner uid, generation): one
+ * key's released generations come before its live one, and the cursor
+ * (name, owner uid) always moves on. */
 static int check_order(const struct report *r, const struct mc_keeper_segment *s, unsigned int count)
 {
-	for (unsigned int i = 1; i < count; i++)
-		if (strcmp(s[i - 1].name, s[i].name) >= 0)
-			return refuse(r, "LIST names are not in increasing order at record %u", i);
+	for (unsigned int i = 1; i < count; i++) {
+		int order = strcmp(s[i - 1].name, s[i].name);
+
+		if (order == 0 && s[i - 1].owner_uid == s[i].owner_uid)
+			order = s[i - 1].generation < s[i].generation ? -1 : 1;
+		else if (order == 0)
+			order = s[i - 1].owner_uid < s[i].owner_uid ? -1 : 1;
+		if (order > 0)
+			return refuse(
+				r,
+				"LIST records are not in increasing (name, owner uid, generation) order at record %u",
+				i);
+	}
 	return 0;
 }
 

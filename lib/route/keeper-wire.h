@@ -30,7 +30,8 @@
 #define MC_KEEPER_IDENTITY_MAX 64
 /* A reply's sentence: printable ASCII (0x20..0x7e), no terminator on the wire. */
 #define MC_KEEPER_TEXT_MAX 512
-/* Segments in one LIST reply; the client asks again from the last name. */
+/* Segments in one LIST reply; the client asks again from the last record's
+ * name and owner uid. */
 #define MC_KEEPER_LIST_MAX 32
 
 enum mc_keeper_type {
@@ -108,6 +109,13 @@ struct mc_keeper_request {
 	/* CREATE, RELEASE, STAT: the segment; LIST: the cursor (list the names
 	 * after it in byte order; "" from the first). NUL-terminated. */
 	char name[MC_KEEPER_NAME_MAX + 1];
+	/* CREATE, STAT, RELEASE: whose segment.  false: the caller's own uid
+	 * (SO_PEERCRED); true: owner_uid's, which the caller may reach only
+	 * when that segment is shared with it (root: any).  LIST: true makes
+	 * the cursor (name, owner_uid): the records after it in (name, owner
+	 * uid) order; false lists the names after the cursor's name. */
+	bool owner_given;
+	uint32_t owner_uid; /* 0 unless owner_given */
 	/* CREATE */
 	uint64_t fingerprint;	/* mc_fingerprint(), as the blob carries it */
 	uint64_t size;		/* as requested, before rounding */

@@ -122,11 +122,21 @@ int main(int argc, char **argv)
 	q.identity_bytes = 12;
 	memcpy(q.identity, "llama|bf16|1", 12);
 	write_seed(dir, "request-create", out, mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
+	/* Another uid's segment: the owner fields set. */
+	q.owner_given = true;
+	q.owner_uid = 1000;
+	write_seed(dir, "request-create-owner", out, mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
 	for (unsigned int i = 0; i < 3; i++) {
+		char file[64];
+
 		memset(&q, 0, sizeof(q));
 		q.type = named[i];
 		snprintf(q.name, sizeof(q.name), "%s", "kv-cache");
 		write_seed(dir, named_files[i], out, mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
+		q.owner_given = true;
+		q.owner_uid = 1000;
+		snprintf(file, sizeof(file), "%s-owner", named_files[i]);
+		write_seed(dir, file, out, mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
 	}
 
 	memset(&reply, 0, sizeof(reply));

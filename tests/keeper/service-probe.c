@@ -11,6 +11,7 @@
  *   create NAME SIZE CONTROL a sealed memfd of SIZE bytes (and CONTROL) with
  *                            a pattern, stored as pages-GEN/control-GEN, saved
  *   release NAME             saved without it, then removed from the store
+ *   unseen NAME              marked handed to a peer the keeper cannot see, saved
  *   check                    each segment's pattern, read back
  *   ready STATUS             service_ready(STATUS)
  *   stopping                 service_stopping()
@@ -151,13 +152,13 @@ static void report(const char *what)
 		printf("%s{\"name\": \"%s\", \"generation\": %" PRIu64 ", \"size\": %" PRIu64
 		       ", \"control_bytes\": %" PRIu64
 		       ", \"control_fd\": %s, \"identity_ok\": %s, \"mappers_unknown\": %s, "
-		       "\"intact\": %s}",
+		       "\"handed_unseen\": %s, \"intact\": %s}",
 		       i ? ", " : "", k->record.name, k->record.generation, k->record.size,
 		       k->record.control_bytes, k->control_fd >= 0 ? "true" : "false",
 		       k->record.identity_bytes == 3 && !memcmp(k->record.identity, "id\n", 3) ? "true"
 											       : "false",
 		       k->record.mappers == MC_KEEPER_MAPPERS_UNKNOWN ? "true" : "false",
-		       intact ? "true" : "false");
+		       k->handed_unseen ? "true" : "false", intact ? "true" : "false");
 	}
 	printf("]}\n");
 }
@@ -192,6 +193,11 @@ int main(void)
 			create(a, size, control);
 		} else if (sscanf(line, "release %255s", a) == 1) {
 			release(a);
+		} else if (sscanf(line, "unseen %255s", a) == 1) {
+			for (size_t i = 0; i < table_count; i++)
+				if (!strcmp(table[i].record.name, a))
+					table[i].handed_unseen = true;
+			printf("{\"rc\": %d}\n", save());
 		} else if (strcmp(line, "check") == 0) {
 			report("checked");
 		} else if (strncmp(line, "ready ", 6) == 0) {

@@ -49,7 +49,7 @@ def test_list_shows_what_the_keeper_keeps_as_a_table_and_as_json(keeper):
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].startswith(f"keeper pid {keeper.proc.pid} at {keeper.path};"), lines[0]
-    assert lines[1].split() == ["NAME", "SIZE", "PAGE", "GEN", "UID", "SHARE", "MAPPERS", "WARM", "AGE"]
+    assert lines[1].split() == ["NAME", "SIZE", "PAGE", "GEN", "OWNER", "SHARE", "MAPPERS", "WARM", "AGE"]
     assert [line.split()[0] for line in lines[2:]] == ["kv-llama", "kv-other"]
     row = lines[2].split()
     assert row[1:3] == ["8.0", "MiB"] and row[5] == str(kv.generation) and row[7] == "any", row
@@ -62,7 +62,7 @@ def test_list_shows_what_the_keeper_keeps_as_a_table_and_as_json(keeper):
     first = doc["segments"][0]
     assert first["name"] == "kv-llama" and first["size"] == 8 * MIB and first["world_size"] == 4
     assert first["generation"] == kv.generation and first["sharing"] == "any" and first["identity_hex"] == "01ff"
-    assert first["uid"] == os.geteuid() and first["warm_attaches"] == 0 and first["released"] is False
+    assert first["owner_uid"] == os.geteuid() and first["warm_attaches"] == 0 and first["released"] is False
     assert [s["name"] for s in doc["segments"]] == ["kv-llama", "kv-other"]
 
 
@@ -83,10 +83,23 @@ def test_stat_and_release(keeper):
 
     released = keep("release", "kv", "--socket", str(keeper.path))
     assert released.returncode == 0, released.stderr
-    assert released.stdout == f"released 'kv' (generation {kv.generation}): its pages are freed\n"
+    assert released.stdout == f"released uid {os.geteuid()}'s 'kv' (generation {kv.generation}): its pages are freed\n"
     gone = keep("stat", "kv", "--socket", str(keeper.path))
     assert gone.returncode == 1 and "the keeper refused (No such file or directory)" in gone.stderr, gone.stderr
     assert "kv" in gone.stderr
+
+
+def test_owner_names_whose_segment(keeper):
+    make(keeper, "kv", size=MIB)
+    me = os.geteuid()
+    stat = keep("stat", "kv", "--owner", str(me), "--json", "--socket", str(keeper.path))
+    assert stat.returncode == 0 and json.loads(stat.stdout)["owner_uid"] == me, stat.stderr
+    other = me + 4242
+    absent = keep("release", "kv", "--owner", str(other), "--socket", str(keeper.path))
+    assert absent.returncode == 1 and f"uid {other} keeps no segment 'kv'" in absent.stderr, absent.stderr
+    bad = keep("stat", "kv", "--owner", "alice", "--socket", str(keeper.path))
+    assert bad.returncode == 2 and "--owner 'alice' is not a uid" in bad.stderr, bad.stderr
+    assert keep("list", "--owner", "0", "--socket", str(keeper.path)).returncode == 2
 
 
 def test_bad_names_and_no_keeper_are_clear_errors(keeper, tmp_path):

@@ -41,8 +41,8 @@ MAPPERS_UNKNOWN = 0xFFFFFFFF
 MIB = 1 << 20
 
 HEADER = struct.Struct("<IHHII")
-CREATE_FIXED = struct.Struct("<QQQQIIB3xIHH4x")
-NAMED_FIXED = struct.Struct("<H6x")
+CREATE_FIXED = struct.Struct("<QQQQIIBB2xIHHI")  # ..., sharing, owner given, gid, lengths, owner uid
+NAMED_FIXED = struct.Struct("<HBxI")  # name length, owner given, owner uid
 REPLY_FIXED = struct.Struct("<IHH")
 HELLO_BODY = struct.Struct("<HHIQIIII")
 CREATE_BODY = struct.Struct("<QQQQIIB7x")
@@ -70,17 +70,32 @@ def create_request(
     sharing=SHARE_UID,
     gid=0,
     identity=b"",
+    owner=None,
 ):
+    """owner: None for the caller's own segment, else that uid's."""
     name = name.encode()
     body = CREATE_FIXED.pack(
-        fingerprint, size, page_size, control, world, flags, sharing, gid, len(name), len(identity)
+        fingerprint,
+        size,
+        page_size,
+        control,
+        world,
+        flags,
+        sharing,
+        owner is not None,
+        gid,
+        len(name),
+        len(identity),
+        owner or 0,
     )
     return message(CREATE, body + name + identity)
 
 
-def named_request(kind, name):
+def named_request(kind, name, owner=None):
+    """owner: None for the caller's own segment (LIST: every owner of the
+    cursor's name is passed), else that uid's."""
     name = name.encode()
-    return message(kind, NAMED_FIXED.pack(len(name)) + name)
+    return message(kind, NAMED_FIXED.pack(len(name), owner is not None, owner or 0) + name)
 
 
 class Reply:
@@ -185,13 +200,16 @@ class Client:
 
 
 class Keeper:
-    def __init__(self, *args):
+    def __init__(self, *args, prefix=()):
+        """prefix: what runs the keeper (unshare for another PID namespace)."""
         # A directory every uid can reach, so that another uid can connect.
         self.dir = Path(tempfile.mkdtemp(prefix="keeperd-"))
         os.chmod(self.dir, 0o755)
         self.path = self.dir / "run" / "keeper.sock"
         self.log = open(self.dir / "keeper.log", "w+")
-        self.proc = subprocess.Popen([str(KEEPER), "--socket", str(self.path), *args], stderr=self.log, stdout=self.log)
+        self.proc = subprocess.Popen(
+            [*prefix, str(KEEPER), "--socket", str(self.path), *args], stderr=self.log, stdout=self.log
+        )
         deadline = time.monotonic() + 20
         while not self.path.exists():
             assert self.proc.poll() is None, self.text()
@@ -239,8 +257,8 @@ def keeper():
 def make_keeper():
     made = []
 
-    def make(*args):
-        made.append(Keeper(*args))
+    def make(*args, **kwargs):
+        made.append(Keeper(*args, **kwargs))
         return made[-1]
 
     yield make
@@ -456,11 +474,11 @@ def test_another_uid_is_refused_unless_shared_with_any(keeper):
     results = as_other_uid(
         keeper,
         [
-            create_request("kv-mine"),
-            named_request(STAT, "kv-mine"),
-            named_request(RELEASE, "kv-mine"),
-            create_request("kv-ours", sharing=SHARE_ANY),
-            named_request(RELEASE, "kv-ours"),
+            create_request("kv-mine", owner=0),
+            named_request(STAT, "kv-mine", owner=0),
+            named_request(RELEASE, "kv-mine", owner=0),
+            create_request("kv-ours", sharing=SHARE_ANY, owner=0),
+            named_request(RELEASE, "kv-ours", owner=0),
             named_request(LIST, ""),
         ],
     )
@@ -472,6 +490,65 @@ def test_another_uid_is_refused_unless_shared_with_any(keeper):
     assert listed == 0
 
 
+def test_names_are_per_uid_so_nobody_squats_another_users_name(keeper):
+    if os.getuid() != 0:
+        pytest.skip("needs root to run a client as another uid (setresuid)")
+    mine = keeper.ask(create_request("kv-name"))
+    assert mine.status == 0 and mine.uid == 0, mine.text
+    mine.close_fds()
+    results = as_other_uid(
+        keeper,
+        [
+            create_request("kv-name", fingerprint=0x99),  # its own, though root's exists
+            create_request("kv-name", fingerprint=0x99, flags=F_ATTACH_ONLY),
+            named_request(STAT, "kv-name"),
+            create_request("kv-name", owner=0),  # root's, not shared with it
+            named_request(STAT, "kv-name", owner=0),
+            named_request(RELEASE, "kv-name", owner=0),
+            create_request("kv-other", owner=0),  # never created for another uid
+        ],
+    )
+    statuses = [status for status, _ in results]
+    assert statuses == [0, 0, 0, errno.EACCES, errno.EACCES, errno.EACCES, errno.ENOENT], results
+    assert "uid 0 keeps no segment 'kv-other'" in results[6][1], results[6][1]
+    listed = keeper.ask(named_request(LIST, ""))
+    records = [(r["name"], r["uid"], r["fingerprint"]) for r in listed.segments]
+    assert records == [("kv-name", 0, 0x1234), ("kv-name", 65534, 0x99)], "root sees both, by (name, uid)"
+    assert listed.segments[0]["generation"] != listed.segments[1]["generation"]
+    # Root reaches another uid's segment by naming it, but never creates one for it.
+    assert keeper.ask(named_request(STAT, "kv-name", owner=65534)).segments[0]["fingerprint"] == 0x99
+    assert keeper.ask(create_request("kv-new", owner=65534)).status == errno.ENOENT
+    # Root's replace of another uid's segment keeps it that uid's.
+    replaced = keeper.ask(create_request("kv-name", fingerprint=0x77, flags=F_REPLACE, owner=65534))
+    assert replaced.status == 0 and replaced.flags & REPLACED and replaced.uid == 65534, replaced.text
+    replaced.close_fds()
+    assert [(r["name"], r["uid"], r["fingerprint"]) for r in keeper.ask(named_request(LIST, "")).segments] == [
+        ("kv-name", 0, 0x1234),
+        ("kv-name", 65534, 0x77),
+    ]
+    assert keeper.ask(named_request(RELEASE, "kv-name", owner=65534)).status == 0
+    assert [(r["name"], r["uid"]) for r in keeper.ask(named_request(LIST, "")).segments] == [("kv-name", 0)]
+
+
+def test_the_list_cursor_names_an_owner_so_a_shared_name_is_not_skipped(keeper):
+    if os.getuid() != 0:
+        pytest.skip("needs root to run a client as another uid (setresuid)")
+    for i in range(32):
+        r = keeper.ask(create_request("page-%02d" % i, size=4096))
+        assert r.status == 0, r.text
+        r.close_fds()
+    # The 33rd record shares the 32nd's name: the first page ends between them.
+    assert as_other_uid(keeper, [create_request("page-31", size=4096)])[0][0] == 0
+    first = keeper.ask(named_request(LIST, ""))
+    assert first.more and first.segments[-1]["name"] == "page-31" and first.segments[-1]["uid"] == 0
+    after = keeper.ask(named_request(LIST, "page-31", owner=0))
+    assert [(r["name"], r["uid"]) for r in after.segments] == [("page-31", 65534)] and not after.more
+    # Without an owner the cursor passes every owner of its name.
+    assert keeper.ask(named_request(LIST, "page-31")).segments == []
+    bad = keeper.ask(named_request(LIST, "", owner=0))
+    assert bad.status == errno.EPROTO and "cursor owner uid without a cursor name" in bad.text, bad.text
+
+
 def test_group_sharing_follows_the_peers_groups(keeper):
     if os.getuid() != 0:
         pytest.skip("needs root to run a client as another uid (setresuid)")
@@ -480,7 +557,8 @@ def test_group_sharing_follows_the_peers_groups(keeper):
         assert made.status == 0, made.text
         made.close_fds()
     asks = [
-        create_request(name, sharing=SHARE_GROUP, gid=gid) for name, gid in (("kv-group", 65534), ("kv-group0", 4242))
+        create_request(name, sharing=SHARE_GROUP, gid=gid, owner=0)
+        for name, gid in (("kv-group", 65534), ("kv-group0", 4242))
     ]
     primary_only = as_other_uid(keeper, asks)
     assert primary_only[0][0] == 0, "the primary gid is a member: " + primary_only[0][1]
@@ -521,6 +599,172 @@ def test_the_segment_limit_refuses_with_emfile(make_keeper):
         r.close_fds()
     over = k.ask(create_request("m3", size=4096))
     assert over.status == errno.EMFILE and "--max-segments" in over.text
+
+
+SEGMENT_RELEASED = 2
+
+
+def listed(keeper):
+    return [
+        (r["name"], r["generation"], bool(r["flags"] & SEGMENT_RELEASED))
+        for r in keeper.ask(named_request(LIST, "")).segments
+    ]
+
+
+def test_a_released_segment_still_mapped_counts_in_the_budget_until_unmapped(make_keeper):
+    k = make_keeper("--budget", "12M")
+    made = k.ask(create_request("b1", size=6 * MIB))
+    view = mapping(made)
+    made.close_fds()
+    assert k.ask(named_request(RELEASE, "b1")).flags == DEFERRED
+    # The name is free: a new segment with a new generation, beside the released one.
+    again = k.ask(create_request("b1", size=4 * MIB))
+    assert again.status == 0 and not again.flags & WARM and again.generation > made.generation, again.text
+    again.close_fds()
+    assert listed(k) == [("b1", made.generation, True), ("b1", again.generation, False)]
+    assert k.ask(named_request(STAT, "b1")).segments[0]["generation"] == again.generation
+    # Its 6 MiB are still memory: 6 + 4 + 4 is over the budget.
+    over = k.ask(create_request("b2", size=4 * MIB))
+    assert over.status == errno.ENOSPC and "--budget" in over.text and "10485760 kept now" in over.text, over.text
+    view.close()
+    # Unmapped: the create's fresh scan gives the bytes back.
+    fits = k.ask(create_request("b2", size=4 * MIB))
+    assert fits.status == 0, fits.text
+    fits.close_fds()
+    assert listed(k) == [("b1", again.generation, False), ("b2", fits.generation, False)]
+
+
+def test_the_keeper_frees_a_released_segment_after_its_last_mapper_goes(keeper):
+    made = keeper.ask(create_request("gone-later", size=MIB))
+    view = mapping(made)
+    made.close_fds()
+    assert keeper.ask(named_request(RELEASE, "gone-later")).flags == DEFERRED
+    assert listed(keeper) == [("gone-later", made.generation, True)]
+    view.close()
+    deadline = time.monotonic() + 20
+    while listed(keeper) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert listed(keeper) == [], "the loop's scan frees it without a request: " + keeper.text()
+    assert "freed released 'gone-later'" in keeper.text()
+
+
+def test_a_list_page_never_splits_one_names_generations(keeper):
+    for i in range(31):
+        r = keeper.ask(create_request("p-%02d" % i, size=4096))
+        assert r.status == 0, r.text
+        r.close_fds()
+    old = keeper.ask(create_request("p-31", size=4096))
+    view = mapping(old)
+    old.close_fds()
+    assert keeper.ask(named_request(RELEASE, "p-31")).flags == DEFERRED
+    new = keeper.ask(create_request("p-31", size=4096))
+    new.close_fds()
+    # 33 records: the page ends before p-31's two, which the cursor would pass whole.
+    first = keeper.ask(named_request(LIST, ""))
+    assert first.more and len(first.segments) == 31 and first.segments[-1]["name"] == "p-30"
+    rest = keeper.ask(named_request(LIST, "p-30", owner=0 if os.getuid() == 0 else os.getuid()))
+    assert [(r["name"], r["generation"]) for r in rest.segments] == [
+        ("p-31", old.generation),
+        ("p-31", new.generation),
+    ] and not rest.more
+    view.close()
+
+
+def scans(keeper, why=None):
+    """The keeper's mapper scans so far (MOONCAKE_SEGMENTD_DEBUG=1 lines), for @why only when given."""
+    lines = [line for line in keeper.text().splitlines() if "mapper scan " in line]
+    return [
+        line
+        for line in lines
+        if why is None or line.endswith(" for %s: /proc read" % why) or (" for %s:" % why) in line
+    ]
+
+
+def test_mapper_scans_are_cached_for_reports_and_fresh_once_per_request_for_decisions(make_keeper, monkeypatch):
+    monkeypatch.setenv("MOONCAKE_SEGMENTD_DEBUG", "1")
+    # A cache longer than the test: the counts below never race the clock.
+    k = make_keeper("--scan-cache-ms", "600000")
+    s1 = k.ask(create_request("s1", size=MIB))
+    view = mapping(s1)
+    s1.close_fds()
+    k.ask(create_request("s2", size=MIB)).close_fds()
+    with k.client() as c:
+        for _ in range(10):
+            assert c.ask(named_request(STAT, "s1")).segments[0]["mappers"] == 1
+        for _ in range(3):
+            assert c.ask(named_request(LIST, "")).status == 0
+    assert len(scans(k)) == 1, "ten STATs and three LISTs share one scan: " + k.text()
+    # What frees pages looks afresh, though the cache is young.
+    assert k.ask(named_request(RELEASE, "s2")).flags == FREED
+    assert len(scans(k, "a release")) == 1 and len(scans(k)) == 2
+    busy = k.ask(create_request("s1", size=MIB, fingerprint=0x55, flags=F_REPLACE))
+    assert busy.status == errno.EBUSY, busy.text
+    assert len(scans(k, "a replace")) == 1 and len(scans(k)) == 3
+    # A replace that also sweeps released segments still reads /proc once.
+    s3 = k.ask(create_request("s3", size=MIB))
+    held = mapping(s3)
+    s3.close_fds()
+    assert k.ask(named_request(RELEASE, "s3")).flags == DEFERRED
+    view.close()
+    replaced = k.ask(create_request("s1", size=MIB, fingerprint=0x55, flags=F_REPLACE))
+    assert replaced.status == 0 and replaced.flags & REPLACED, replaced.text
+    replaced.close_fds()
+    assert len(scans(k, "a replace")) == 2 and scans(k, "a create's room check") == [], k.text()
+    held.close()
+
+
+def test_a_segment_handed_to_a_peer_the_keeper_cannot_see_is_never_replaced_or_idle_freed(make_keeper):
+    if os.getuid() != 0:
+        pytest.skip("needs root to run the keeper in a PID namespace of its own (unshare --pid)")
+    unshare = shutil.which("unshare")
+    if not unshare:
+        pytest.skip("needs util-linux's unshare to run the keeper in another PID namespace")
+    # The keeper in a PID namespace (and /proc) of its own: this test's
+    # process is pid 0 to it, and its maps are out of the keeper's sight.
+    k = make_keeper("--idle-timeout", "1", prefix=(unshare, "--pid", "--mount-proc", "--kill-child"))
+    try:
+        made = k.ask(create_request("unseen", size=MIB))
+        assert made.status == 0, made.text + k.text()
+        view = mapping(made)
+        made.close_fds()
+        view[0:4] = b"live"
+        assert "went to pid 0, whose maps the keeper cannot read" in k.text()
+        # Several idle-timeout looks pass (every 250 ms): it is never freed.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            stat = k.ask(named_request(STAT, "unseen"))
+            assert stat.status == 0, "freed under a mapping the keeper cannot see: " + k.text()
+            time.sleep(0.2)
+        assert stat.segments[0]["mappers"] == MAPPERS_UNKNOWN
+        busy = k.ask(create_request("unseen", size=MIB, fingerprint=0x66, flags=F_REPLACE))
+        assert busy.status == errno.EBUSY, busy.text
+        # The owner's release drops the keeper's reference; the kernel keeps the pages.
+        released = k.ask(named_request(RELEASE, "unseen"))
+        assert released.status == 0 and released.flags == DEFERRED and "cannot see" in released.text, released.text
+        assert k.ask(named_request(LIST, "")).segments == []
+        assert view[0:4] == b"live"
+        view.close()
+    finally:
+        # unshare does not pass SIGTERM on; --kill-child ends the keeper with it.
+        k.proc.kill()
+        k.proc.wait()
+
+
+def test_per_uid_limits_refuse_naming_them(make_keeper):
+    k = make_keeper("--uid-budget", "8M", "--uid-max-segments", "2")
+    first = k.ask(create_request("u1", size=6 * MIB))
+    assert first.status == 0, first.text
+    first.close_fds()
+    over = k.ask(create_request("u2", size=4 * MIB))
+    assert over.status == errno.ENOSPC and "--uid-budget of 8388608 bytes for uid" in over.text, over.text
+    second = k.ask(create_request("u2", size=MIB))
+    assert second.status == 0, second.text
+    second.close_fds()
+    third = k.ask(create_request("u3", size=MIB))
+    assert third.status == errno.EMFILE and "--uid-max-segments" in third.text, third.text
+    if os.getuid() == 0:
+        # Another uid has limits of its own.
+        assert as_other_uid(k, [create_request("u1", size=6 * MIB)])[0][0] == 0
 
 
 def test_the_idle_timeout_frees_only_what_nobody_maps(make_keeper):
@@ -681,12 +925,15 @@ def test_bad_options_name_the_fix():
     for args, words in [
         (["--budget", "12X"], "--budget '12X'"),
         (["--max-segments", "0"], "--max-segments '0'"),
+        (["--uid-budget", "lots"], "--uid-budget 'lots'"),
+        (["--uid-max-segments", "0"], "--uid-max-segments '0'"),
         (["--socket-mode", "999"], "--socket-mode '999'"),
         (["--frobnicate"], "unknown option"),
     ]:
         result = subprocess.run([str(KEEPER), *args], capture_output=True, text=True, timeout=20)
         assert result.returncode == 2 and words in result.stderr and "--help" in result.stderr, result.stderr
-    assert "--idle-timeout" in subprocess.run([str(KEEPER), "--help"], capture_output=True, text=True).stdout
+    usage = subprocess.run([str(KEEPER), "--help"], capture_output=True, text=True).stdout
+    assert "--idle-timeout" in usage and "--uid-budget" in usage and "--uid-max-segments" in usage
 
 
 # --- lifetime and cost -----------------------------------------------------------

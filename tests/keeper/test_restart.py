@@ -11,8 +11,11 @@ declaration are all still there; what was released stays gone; new
 generations keep growing."""
 
 import mmap
+import os
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,7 @@ from test_keeper import (  # noqa: E402
     REPLY,
     WARM,
     Client,
+    as_other_uid,
     create_request,
     hello_request,
     named_request,
@@ -67,6 +71,9 @@ class ManagedKeeper:
     def text(self):
         self.log.flush()
         return (self.dir / "keeper.log").read_text()
+
+    def client(self):
+        return Client(self.path)
 
     def ask(self, request):
         with Client(self.path) as client:
@@ -142,6 +149,53 @@ def test_a_kept_segment_survives_the_keepers_restart_through_the_descriptor_stor
     newer.close_fds()
     listed = managed.ask(named_request(LIST, ""))
     assert [s["name"] for s in listed.segments] == ["kv", "kv2"]
+
+
+def test_two_uids_segments_of_one_name_stay_apart_across_a_restart(tmp_path):
+    if os.getuid() != 0:
+        pytest.skip("needs root to run a client as another uid (setresuid)")
+    # A directory every uid can reach (tmp_path's parents are root's alone).
+    where = Path(tempfile.mkdtemp(prefix="keeperd-restart-"))
+    os.chmod(where, 0o755)
+    managed = ManagedKeeper(where)
+    try:
+        mine = managed.ask(create_request("kv", size=MIB))
+        assert mine.status == 0, mine.text
+        mine.close_fds()
+        theirs = as_other_uid(managed, [create_request("kv", size=2 * MIB, fingerprint=0x99)])
+        assert theirs[0][0] == 0, theirs
+        managed.manager.process_notifications(0.5)
+        managed.manager.kill(15)
+        managed.start()
+        listed = managed.ask(named_request(LIST, ""))
+        assert [(s["name"], s["uid"], s["size"]) for s in listed.segments] == [
+            ("kv", 0, MIB),
+            ("kv", 65534, 2 * MIB),
+        ], managed.text()
+        again = as_other_uid(managed, [create_request("kv", size=2 * MIB, fingerprint=0x99, flags=F_ATTACH_ONLY)])
+        assert again[0][0] == 0, again
+    finally:
+        managed.close()
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_a_released_segment_still_mapped_stays_counted_across_a_restart(managed):
+    made = managed.ask(create_request("held", size=4 * MIB))
+    assert made.status == 0, made.text
+    view = mmap.mmap(made.fds[0], made.size)
+    made.close_fds()
+    assert managed.ask(named_request(RELEASE, "held")).status == 0
+    managed.manager.process_notifications(0.5)
+    managed.manager.kill(15)
+    managed.start()
+    records = managed.ask(named_request(LIST, "")).segments
+    assert [(r["name"], r["generation"], r["flags"] & 2) for r in records] == [
+        ("held", made.generation, 2)
+    ], managed.text()
+    # Still invisible by name.
+    absent = managed.ask(create_request("held", size=4 * MIB, flags=F_ATTACH_ONLY))
+    assert absent.status == 2, absent.text  # ENOENT
+    view.close()
 
 
 def test_a_released_segment_stays_gone_after_a_restart(managed):

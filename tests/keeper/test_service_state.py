@@ -153,6 +153,20 @@ def test_segments_survive_kill_9_through_the_store(manager, log):
     keeper.exit()
 
 
+def test_a_segment_handed_to_an_unseen_peer_stays_marked_across_a_restart(manager, log):
+    keeper = Keeper(manager, log)
+    keeper.boot()
+    keeper("create seen 65536 0")
+    keeper("create unseen 65536 0")
+    assert keeper("unseen unseen")["rc"] == 0
+    keeper.crash()
+    keeper = Keeper(manager, log)
+    _, loaded = keeper.boot("again")
+    marks = {s["name"]: s["handed_unseen"] for s in loaded["segments"]}
+    assert marks == {"seen": False, "unseen": True}, loaded
+    keeper.exit()
+
+
 def test_release_leaves_the_store_and_the_state(manager, log):
     keeper = Keeper(manager, log)
     keeper.boot()

@@ -165,7 +165,9 @@ START_TEST(test_create_request_round_trip_and_layout)
 	ck_assert_uint_eq(mc_get_le32(buf + 48), 8);
 	ck_assert_uint_eq(mc_get_le32(buf + 52), q.flags);
 	ck_assert_uint_eq(buf[56], MC_KEEPER_SHARE_GROUP);
+	ck_assert_uint_eq(buf[57], 0); /* the caller's own segment */
 	ck_assert_uint_eq(mc_get_le32(buf + 60), 4321);
+	ck_assert_uint_eq(mc_get_le32(buf + 68), 0);
 	ck_assert_uint_eq(mc_get_le16(buf + 64), strlen(q.name));
 	ck_assert_uint_eq(mc_get_le16(buf + 66), 5);
 	ck_assert_mem_eq(buf + 72, q.name, strlen(q.name));
@@ -184,6 +186,38 @@ START_TEST(test_create_request_round_trip_and_layout)
 	ck_assert_uint_eq(d.gid, q.gid);
 	ck_assert_uint_eq(d.identity_bytes, 5);
 	ck_assert_mem_eq(d.identity, "bf16\0", 5);
+	ck_assert(!d.owner_given);
+	ck_assert_uint_eq(d.owner_uid, 0);
+}
+END_TEST
+
+/* Names are per uid: CREATE, STAT, RELEASE name an owner; LIST a cursor's. */
+START_TEST(test_requests_carry_the_owner)
+{
+	const uint16_t types[] = { MC_KEEPER_CREATE, MC_KEEPER_STAT, MC_KEEPER_RELEASE, MC_KEEPER_LIST };
+	const size_t flag_at[] = { 57, 18, 18, 18 }, uid_at[] = { 68, 20, 20, 20 };
+
+	for (unsigned int i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		struct mc_keeper_request q = sample_create(), d;
+		uint8_t buf[MC_KEEPER_MESSAGE_MAX];
+		size_t len;
+
+		q.type = types[i];
+		q.owner_given = true;
+		q.owner_uid = UINT32_C(0xfffffffe);
+		len = encode_request(&q, buf, sizeof(buf));
+		ck_assert_uint_eq(buf[flag_at[i]], 1);
+		ck_assert_uint_eq(mc_get_le32(buf + uid_at[i]), 0xfffffffe);
+		ck_assert_int_eq(decode_request_exact(buf, len, &d), 0);
+		ck_assert(d.owner_given);
+		ck_assert_uint_eq(d.owner_uid, 0xfffffffe);
+		/* Owner uid 0 given is root's segment, not "none". */
+		q.owner_uid = 0;
+		len = encode_request(&q, buf, sizeof(buf));
+		ck_assert_int_eq(decode_request_exact(buf, len, &d), 0);
+		ck_assert(d.owner_given);
+		ck_assert_uint_eq(d.owner_uid, 0);
+	}
 }
 END_TEST
 
@@ -505,7 +539,7 @@ END_TEST
 
 START_TEST(test_reserved_bytes_must_be_zero)
 {
-	const size_t create_reserved[] = { 57, 58, 59, 68, 71 };
+	const size_t create_reserved[] = { 58, 59 };
 	uint8_t buf[MC_KEEPER_MESSAGE_MAX];
 	struct mc_keeper_request q;
 	size_t len;
@@ -519,8 +553,26 @@ START_TEST(test_reserved_bytes_must_be_zero)
 	q.type = MC_KEEPER_STAT;
 	snprintf(q.name, sizeof(q.name), "%s", "kv");
 	len = encode_request(&q, buf, sizeof(buf));
+	buf[19] = 0x80;
+	request_refused(buf, len, "reserved bytes 19..19 are not zero");
+	buf[19] = 0;
+	/* The owner's fields: a flag that is 0 or 1, a uid only with it. */
+	buf[18] = 2;
+	request_refused(buf, len, "STAT has owner-given byte 2, not 0 or 1");
+	buf[18] = 0;
 	buf[23] = 0x80;
-	request_refused(buf, len, "reserved bytes 18..23 are not zero");
+	request_refused(buf, len, "STAT names owner uid 2147483648 without the owner-given flag");
+	q.type = MC_KEEPER_LIST;
+	q.name[0] = '\0';
+	len = encode_request(&q, buf, sizeof(buf));
+	buf[18] = 1;
+	request_refused(buf, len, "LIST names a cursor owner uid without a cursor name");
+	len = valid_create(buf);
+	buf[57] = 2;
+	request_refused(buf, len, "CREATE has owner-given byte 2, not 0 or 1");
+	buf[57] = 0;
+	buf[68] = 1;
+	request_refused(buf, len, "CREATE names owner uid 1 without the owner-given flag");
 	q.type = MC_KEEPER_HELLO;
 	len = encode_request(&q, buf, sizeof(buf));
 	buf[16] = 1;
@@ -746,8 +798,26 @@ START_TEST(test_bad_list_replies)
 	ck_assert_uint_eq(len, rec1 + 80 + 1 + 3);
 	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
 	/* Names out of order. */
+	buf[rec1 + 80] = '0';
+	reply_refused(buf, len,
+		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
+	/* One name of two owners: by owner uid, increasing, each once. */
 	buf[rec1 + 80] = 'a';
-	reply_refused(buf, len, "LIST names are not in increasing order at record 1");
+	reply_refused(buf, len,
+		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
+	mc_put_le32(buf + rec1 + 52, 1001);
+	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
+	mc_put_le32(buf + rec1 + 52, 999);
+	reply_refused(buf, len,
+		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
+	mc_put_le32(buf + rec1 + 52, 1000);
+	/* One key twice: a released generation before a newer one, never equal. */
+	mc_put_le64(buf + rec1 + 32, 78);
+	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
+	mc_put_le64(buf + rec1 + 32, 76);
+	reply_refused(buf, len,
+		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
+	mc_put_le64(buf + rec1 + 32, 77);
 	buf[rec1 + 80] = 'b';
 	/* One record more than there are. */
 	mc_put_le16(buf + 24, 3);
@@ -882,6 +952,7 @@ static Suite *suite_keeper_wire(void)
 	tcase_add_test(refusals, test_length_mismatch);
 	tcase_add_test(refusals, test_unknown_types);
 	tcase_add_test(refusals, test_reserved_bytes_must_be_zero);
+	tcase_add_test(refusals, test_requests_carry_the_owner);
 	tcase_add_test(refusals, test_bad_names);
 	tcase_add_test(refusals, test_named_requests_need_a_name_list_does_not);
 	tcase_add_test(refusals, test_bad_create_fields);
