@@ -127,11 +127,6 @@ struct mc_keeper_request {
 	uint32_t gid;		/* MC_KEEPER_SHARE_GROUP only; else 0 */
 	uint16_t identity_bytes;
 	uint8_t identity[MC_KEEPER_IDENTITY_MAX];
-	/* CREATE, STAT, RELEASE: whose segment.  false: the caller's own uid
-	 * (SO_PEERCRED); true: owner_uid's, which the caller may reach only
-	 * when that segment is shared with it (root: any). */
-	bool owner_given;
-	uint32_t owner_uid;
 };
 
 /* One kept segment, as STAT and LIST describe it. */
