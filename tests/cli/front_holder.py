@@ -33,6 +33,13 @@ class Options(ctypes.Structure):
         ("register_offset", ctypes.c_uint64),
         ("register_length", ctypes.c_uint64),
         ("slot_count", ctypes.c_uint32),
+        ("keep_name", ctypes.c_char_p),
+        ("keep_identity", ctypes.c_void_p),
+        ("keep_identity_bytes", ctypes.c_uint32),
+        ("keep_flags", ctypes.c_uint32),
+        ("keep_sharing", ctypes.c_uint32),
+        ("keep_gid", ctypes.c_uint32),
+        ("keep_owner_uid", ctypes.c_int64),
     ]
 
 
