@@ -5,8 +5,10 @@
  * request is one packet read whole (SOCK_SEQPACKET), a reply is sent with
  * MSG_DONTWAIT and a client that does not read its replies is closed.
  * Credentials come from SO_PEERCRED and SO_PEERGROUPS at accept, never from
- * a message; a request that carries descriptors has them closed unread and
- * ends its connection.  Connections past --max-connections are accepted and
+ * a message.  A request is received without room for descriptors, so that
+ * the kernel never installs one here (closing a client's file can block, a
+ * FUSE file whose server never answers); one that carried any arrives with
+ * MSG_CTRUNC and ends its connection.  Connections past --max-connections are accepted and
  * closed at once (so that the backlog never fills), and one silent past the
  * silent timeout is closed.
  */
@@ -29,8 +31,10 @@
 
 #include "keeper.h"
 
-/* One received packet may carry this many descriptors before MSG_CTRUNC. */
-#define CONTROL_FDS 16
+/* Linux 6.16: off, a client's sendmsg() with SCM_RIGHTS fails in the client. */
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83
+#endif
 
 struct connection {
 	int fd; /* -1: a free slot */
@@ -193,6 +197,17 @@ static void read_groups(int fd, struct keeper_peer *peer)
 	peer->group_count = groups ? len / sizeof(gid_t) : 0;
 }
 
+/* Refuse descriptors at the sender where the kernel can (Linux 6.16+); on an
+ * older one the option is unknown and MSG_CTRUNC alone protects the keeper. */
+static void refuse_rights(int fd)
+{
+	int off = 0;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof(off)) != 0 && errno != ENOPROTOOPT &&
+	    errno != EINVAL)
+		keeper_log("cannot turn SO_PASSRIGHTS off: %s", strerror(errno));
+}
+
 static void accept_all(int listen_fd, const struct keeper_config *config)
 {
 	for (;;) {
@@ -220,6 +235,7 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 			close(fd);
 			continue;
 		}
+		refuse_rights(fd);
 		c->fd = fd;
 		c->peer.uid = cred.uid;
 		c->peer.gid = cred.gid;
@@ -294,57 +310,26 @@ static void reply_error(struct connection *c, uint32_t sequence, int status, con
 	send_reply(c, &rep, none);
 }
 
-/* Close every descriptor a request carried; true when there was any. */
-static bool close_received(struct msghdr *msg)
-{
-	struct cmsghdr *cmsg;
-	bool any = false;
-
-	for (cmsg = CMSG_FIRSTHDR(msg); cmsg; cmsg = CMSG_NXTHDR(msg, cmsg)) {
-		size_t count, i;
-
-		if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS)
-			continue;
-		any = true;
-		count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (i = 0; i < count; i++) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(fd));
-			close(fd);
-		}
-	}
-	return any;
-}
-
 /* Read and answer one request; false: close the connection. */
 static bool serve(struct connection *c)
 {
-	union {
-		char buf[CMSG_SPACE(CONTROL_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} control;
+	/* No control buffer: descriptors sent are dropped by the kernel (MSG_CTRUNC). */
 	struct iovec iov = { .iov_base = in_buffer, .iov_len = sizeof(in_buffer) };
-	struct msghdr msg = { .msg_iov = &iov,
-			      .msg_iovlen = 1,
-			      .msg_control = control.buf,
-			      .msg_controllen = sizeof(control.buf) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	static struct mc_keeper_request req;
 	static struct mc_keeper_reply rep;
 	char why[256];
 	int fds[2];
-	ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-	bool carried;
+	ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT);
 
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR;
-	if (n == 0 && !(msg.msg_flags & MSG_CTRUNC) && msg.msg_controllen == 0)
+	if (n == 0 && !(msg.msg_flags & MSG_CTRUNC))
 		return false; /* the client closed its end */
 	c->last_heard_ns = monotonic_ns();
-	carried = close_received(&msg);
 	mc_keeper_request_decode(in_buffer, (size_t)n < sizeof(in_buffer) ? (size_t)n : sizeof(in_buffer),
 				 &req, why, sizeof(why));
-	if (carried || (msg.msg_flags & MSG_CTRUNC)) {
+	if (msg.msg_flags & MSG_CTRUNC) {
 		keeper_log("refused a request with descriptors from pid %d (uid %u)", (int)c->peer.pid,
 			   (unsigned)c->peer.uid);
 		reply_error(c, req.sequence, EPROTO, "keeper requests carry no descriptors");
@@ -427,6 +412,8 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 	}
 	for (i = 0; i < config->max_connections; i++)
 		connections[i].fd = -1;
+	/* On the listener too: a connection inherits it before accept(). */
+	refuse_rights(listen_fd);
 	if (getrandom(&instance, sizeof(instance), 0) != (ssize_t)sizeof(instance))
 		instance = monotonic_ns() ^ ((uint64_t)getpid() << 32);
 

@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+"""mooncake-segmentd against hostile clients, the connection layer (issue
+25, doc/keeper.md "Who may do what"): descriptors sent to the keeper are
+never installed in it, one uid's connections cannot take every slot, a
+connect flood past the open file limit does not make the keeper spin, and
+the socket gets its mode at bind, never by a chmod of its path.  The real
+built daemon runs on a temporary socket (test_keeper.py's Keeper)."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_keeper import Client, Keeper, hello_request  # noqa: E402
+
+
+@pytest.fixture
+def make_keeper():
+    made = []
+
+    def make(*args):
+        made.append(Keeper(*args))
+        return made[-1]
+
+    yield make
+    for k in made:
+        k.stop()
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def holding(pid, target):
+    """How many of @pid's descriptors are @target (a readlink of /proc/PID/fd/N)."""
+    count = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            count += os.readlink("/proc/%d/fd/%s" % (pid, fd)) == target
+        except FileNotFoundError:
+            pass  # closed while listed
+    return count
+
+
+def as_uid(uid, work):
+    """Run @work() in a forked child as @uid (uid and gid); the text it returns."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        out = "child failed"
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            out = work()
+        except BaseException as e:  # noqa: B036 - the parent reports it
+            out = "child failed: %r" % e
+        finally:
+            os.write(write_end, out.encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+# --- descriptors are never installed -----------------------------------------
+
+
+def test_descriptors_sent_are_never_installed_in_the_keeper(make_keeper):
+    k = make_keeper()
+    pid = k.proc.pid
+    k.alive()
+    time.sleep(0.2)  # that connection's close is noticed
+    base = fd_count(pid)
+    read_end, write_end = os.pipe()
+    pipe = os.readlink("/proc/self/fd/%d" % read_end)
+    fds = [write_end] * 100 + [read_end] * 100
+    # A forked sender floods while this process samples the keeper's table:
+    # an installed descriptor shows there however soon the keeper closes it.
+    sender = os.fork()
+    if sender == 0:
+        try:
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                try:
+                    with Client(k.path) as c:
+                        c.send(hello_request(), fds)
+                        c.sock.settimeout(2)
+                        c.sock.recv(64)
+                except OSError:
+                    pass  # EPERM where SO_PASSRIGHTS is off; a closed connection
+        finally:
+            os._exit(0)
+    most, samples = 0, 0
+    while os.waitpid(sender, os.WNOHANG) == (0, 0):
+        most = max(most, holding(pid, pipe))
+        samples += 1
+    os.close(read_end)
+    os.close(write_end)
+    print("the keeper held at most %d of the pipe's descriptors in %d samples" % (most, samples))
+    assert most == 0, "the keeper installed %d descriptors a client sent" % most
+    k.alive()
+    time.sleep(0.2)  # the sender's last connections, closed, are noticed
+    assert fd_count(pid) <= base
