@@ -96,6 +96,17 @@ static int probe(const struct sockaddr_un *addr)
 	return err;
 }
 
+/* Bind with the final mode under a umask, never a chmod by path after: between
+ * bind and chmod another user could put something else at the path. */
+static int bind_with_mode(int fd, const struct sockaddr_un *addr, mode_t mode)
+{
+	mode_t old = umask(~mode & 0777);
+	int err = bind(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0 ? 0 : -errno;
+
+	umask(old);
+	return err;
+}
+
 int server_listen(const struct keeper_config *config, bool *bound_here)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
@@ -128,7 +139,7 @@ int server_listen(const struct keeper_config *config, bool *bound_here)
 		keeper_log("cannot make a SOCK_SEQPACKET socket: %s", strerror(-err));
 		return err;
 	}
-	err = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 ? 0 : -errno;
+	err = bind_with_mode(fd, &addr, config->socket_mode);
 	if (err == -EADDRINUSE) {
 		err = probe(&addr);
 		if (err == -EADDRINUSE) {
@@ -141,7 +152,7 @@ int server_listen(const struct keeper_config *config, bool *bound_here)
 			/* Refused: nobody listens there, a keeper that died left it. */
 			keeper_log("replacing the stale socket %s", config->socket_path);
 			unlink(config->socket_path);
-			err = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 ? 0 : -errno;
+			err = bind_with_mode(fd, &addr, config->socket_mode);
 		}
 	}
 	if (err) {
@@ -153,9 +164,6 @@ int server_listen(const struct keeper_config *config, bool *bound_here)
 		return err;
 	}
 	*bound_here = true;
-	if (chmod(config->socket_path, config->socket_mode) != 0)
-		keeper_log("cannot set mode %04o on %s: %s", (unsigned)config->socket_mode,
-			   config->socket_path, strerror(errno));
 	if (listen(fd, 128) != 0) {
 		err = -errno;
 		keeper_log("cannot listen on %s: %s", config->socket_path, strerror(-err));

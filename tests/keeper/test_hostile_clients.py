@@ -7,6 +7,10 @@ the socket gets its mode at bind, never by a chmod of its path.  The real
 built daemon runs on a temporary socket (test_keeper.py's Keeper)."""
 
 import os
+import shutil
+import signal
+import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -15,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_keeper import Client, Keeper, hello_request  # noqa: E402
+from test_keeper import KEEPER, Client, Keeper, hello_request  # noqa: E402
 
 
 @pytest.fixture
@@ -109,3 +113,54 @@ def test_descriptors_sent_are_never_installed_in_the_keeper(make_keeper):
     k.alive()
     time.sleep(0.2)  # the sender's last connections, closed, are noticed
     assert fd_count(pid) <= base
+
+
+# --- the socket's mode is set at bind ----------------------------------------
+
+
+@pytest.mark.parametrize("mode", [0o660, 0o666])
+def test_the_socket_gets_its_mode_at_bind_under_any_umask(mode):
+    # umask 077 would leave 0600 if the mode came from the caller's umask.
+    old = os.umask(0o077)
+    try:
+        k = Keeper("--socket-mode", "%04o" % mode)
+    finally:
+        os.umask(old)
+    try:
+        assert os.stat(k.path).st_mode & 0o777 == mode
+        k.alive()
+    finally:
+        k.stop()
+
+
+def test_the_socket_path_is_never_chmodded():
+    strace = shutil.which("strace")
+    if not strace:
+        pytest.skip("strace is not installed: cannot see whether the keeper chmods its path")
+    folder = Path(tempfile.mkdtemp(prefix="keeperd-"))
+    path, trace = folder / "keeper.sock", folder / "trace"
+    proc = subprocess.Popen(
+        [strace, "-f", "-qq", "-o", str(trace), "-e", "trace=chmod,fchmodat", str(KEEPER)]
+        + ["--socket", str(path), "--socket-mode", "0660"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not path.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the keeper did not bind its socket under strace"
+            time.sleep(0.05)
+        with Client(path) as c:
+            hello = c.ask(hello_request())
+            assert hello.status == 0
+        assert os.stat(path).st_mode & 0o777 == 0o660
+        os.kill(hello.pid, signal.SIGTERM)  # the keeper, not strace: strace would detach
+        proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    calls = [line for line in trace.read_text().splitlines() if "chmod" in line]
+    shutil.rmtree(folder, ignore_errors=True)
+    assert not calls, "the keeper changed a mode by path after bind: %s" % calls
