@@ -42,8 +42,18 @@ struct connection {
 	uint64_t last_heard_ns;
 };
 
+/* Accepts per turn of the loop: a connect flood cannot starve the clients
+ * already connected, whose requests are served between turns. */
+#define ACCEPTS_PER_TURN 16
+/* Out of descriptors, the listener is left out of poll() this long. */
+#define ACCEPT_BACKOFF_NS 100000000u
+/* A repeated complaint is logged once in this long. */
+#define LOG_EVERY_NS 10000000000u
+
 static struct connection *connections;
 static size_t connection_count;
+static int reserve_fd = -1; /* closed to accept-and-close a connection on EMFILE */
+static uint64_t accept_paused_until_ns;
 static uint64_t instance;
 static uint8_t in_buffer[MC_KEEPER_MESSAGE_MAX + 1];
 static uint8_t out_buffer[MC_KEEPER_MESSAGE_MAX];
@@ -216,9 +226,50 @@ static void refuse_rights(int fd)
 		keeper_log("cannot turn SO_PASSRIGHTS off: %s", strerror(errno));
 }
 
+/* Whether a complaint last logged at *@last is due again; counts the others in *@quiet. */
+static bool log_due(uint64_t *last, unsigned *quiet)
+{
+	uint64_t now = monotonic_ns();
+
+	if (*last && now - *last < LOG_EVERY_NS) {
+		(*quiet)++;
+		return false;
+	}
+	*last = now;
+	return true;
+}
+
+/* Out of descriptors: the listener stays readable, and poll() would return at
+ * once for ever.  Close the connection at the head of the backlog with the
+ * reserved descriptor, and leave the listener out of poll() a while. */
+static void out_of_descriptors(int listen_fd, int why)
+{
+	static uint64_t last;
+	static unsigned quiet;
+	int fd;
+
+	if (reserve_fd >= 0) {
+		close(reserve_fd);
+		fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0)
+			close(fd);
+		reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	accept_paused_until_ns = monotonic_ns() + ACCEPT_BACKOFF_NS;
+	if (log_due(&last, &quiet)) {
+		keeper_log("cannot accept a connection: %s; closing new ones at once (%u more since the "
+			   "last report); raise the open file limit (LimitNOFILE=, ulimit -n) or lower "
+			   "--max-connections",
+			   strerror(why), quiet);
+		quiet = 0;
+	}
+}
+
 static void accept_all(int listen_fd, const struct keeper_config *config)
 {
-	for (;;) {
+	int turn;
+
+	for (turn = 0; turn < ACCEPTS_PER_TURN; turn++) {
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		struct connection *c = NULL;
@@ -227,8 +278,7 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE)
-				keeper_log("cannot accept a connection: %s (raise the open file limit)",
-					   strerror(errno));
+				out_of_descriptors(listen_fd, errno);
 			return;
 		}
 		if (connection_count >= config->max_connections ||
@@ -370,7 +420,7 @@ static bool serve(struct connection *c)
 
 /* --- the loop -------------------------------------------------------------- */
 
-static int wait_ms(const struct keeper_config *config, int store_ms)
+static int wait_ms(const struct keeper_config *config, int store_ms, bool paused)
 {
 	uint64_t now = monotonic_ns(), silent_ns = (uint64_t)config->silent_timeout_ms * 1000000u,
 		 soonest = 0;
@@ -386,6 +436,8 @@ static int wait_ms(const struct keeper_config *config, int store_ms)
 		if (!soonest || due < soonest)
 			soonest = due;
 	}
+	if (paused && (!soonest || accept_paused_until_ns < soonest))
+		soonest = accept_paused_until_ns;
 	if (!soonest)
 		return store_ms;
 	ms = soonest <= now ? 0 : (int)((soonest - now) / 1000000u) + 1;
@@ -422,6 +474,7 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 		connections[i].fd = -1;
 	/* On the listener too: a connection inherits it before accept(). */
 	refuse_rights(listen_fd);
+	reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (getrandom(&instance, sizeof(instance), 0) != (ssize_t)sizeof(instance))
 		instance = monotonic_ns() ^ ((uint64_t)getpid() << 32);
 
@@ -431,13 +484,16 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 		int ready;
 
 		polls[count++] = (struct pollfd){ .fd = signal_fd, .events = POLLIN };
-		polls[count++] = (struct pollfd){ .fd = listen_fd, .events = POLLIN };
+		/* fd -1: poll() skips the listener while accepts are paused. */
+		polls[count++] =
+			(struct pollfd){ .fd = monotonic_ns() < accept_paused_until_ns ? -1 : listen_fd,
+					 .events = POLLIN };
 		for (i = 0; i < config->max_connections; i++)
 			if (connections[i].fd >= 0) {
 				polled[count] = &connections[i];
 				polls[count++] = (struct pollfd){ .fd = connections[i].fd, .events = POLLIN };
 			}
-		ready = poll(polls, count, wait_ms(config, store_ms));
+		ready = poll(polls, count, wait_ms(config, store_ms, polls[1].fd < 0));
 		if (ready < 0 && errno != EINTR) {
 			err = -errno;
 			keeper_log("poll failed: %s", strerror(errno));
@@ -473,6 +529,9 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 	for (i = 0; i < config->max_connections; i++)
 		if (connections[i].fd >= 0)
 			drop(&connections[i]);
+	if (reserve_fd >= 0)
+		close(reserve_fd);
+	reserve_fd = -1;
 	free(polls);
 	free(polled);
 	free(connections);

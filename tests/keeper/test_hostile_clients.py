@@ -164,3 +164,33 @@ def test_the_socket_path_is_never_chmodded():
     calls = [line for line in trace.read_text().splitlines() if "chmod" in line]
     shutil.rmtree(folder, ignore_errors=True)
     assert not calls, "the keeper changed a mode by path after bind: %s" % calls
+
+
+# --- out of descriptors -------------------------------------------------------
+
+
+def cpu_seconds(pid):
+    """utime + stime of @pid, in seconds (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_connect_flood_past_the_file_limit_does_not_spin(make_keeper):
+    if not shutil.which("prlimit"):
+        pytest.skip("prlimit is not installed: cannot lower the keeper's open file limit")
+    k = make_keeper()
+    k.alive()
+    # Lowered after start: the keeper raises its soft limit to the hard one.
+    subprocess.run(["prlimit", "--pid", str(k.proc.pid), "--nofile=24:24"], check=True)
+    clients = [k.client() for _ in range(40)]  # past 24 descriptors: accept() fails with EMFILE
+    time.sleep(0.3)
+    before = cpu_seconds(k.proc.pid)
+    time.sleep(2)
+    spent = cpu_seconds(k.proc.pid) - before
+    print("the keeper spent %.2f s of CPU in 2 s with its descriptors exhausted" % spent)
+    assert spent < 0.3, "the keeper spins on a listener it cannot accept from (%.2f s of CPU in 2 s)" % spent
+    for c in clients:
+        c.close()
+    time.sleep(0.3)
+    k.alive()
+    assert "cannot accept a connection" in k.text()
