@@ -8,8 +8,9 @@
  * a message.  A request is received without room for descriptors, so that
  * the kernel never installs one here (closing a client's file can block, a
  * FUSE file whose server never answers); one that carried any arrives with
- * MSG_CTRUNC and ends its connection.  Connections past --max-connections are accepted and
- * closed at once (so that the backlog never fills), and one silent past the
+ * MSG_CTRUNC and ends its connection.  Connections past --max-connections,
+ * or past --max-connections-per-uid for their uid, are accepted and closed
+ * at once (so that the backlog never fills), and one silent past the
  * silent timeout is closed.
  */
 #include "config.h"
@@ -267,6 +268,8 @@ static void out_of_descriptors(int listen_fd, int why)
 
 static void accept_all(int listen_fd, const struct keeper_config *config)
 {
+	static uint64_t last_over_uid;
+	static unsigned quiet_over_uid;
 	int turn;
 
 	for (turn = 0; turn < ACCEPTS_PER_TURN; turn++) {
@@ -274,6 +277,7 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 		socklen_t len = sizeof(cred);
 		struct connection *c = NULL;
 		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		unsigned of_uid = 0;
 		size_t i;
 
 		if (fd < 0) {
@@ -286,9 +290,26 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 			close(fd); /* over --max-connections: the client sees its end closed */
 			continue;
 		}
-		for (i = 0; i < config->max_connections && !c; i++)
-			if (connections[i].fd < 0)
-				c = &connections[i];
+		for (i = 0; i < config->max_connections; i++) {
+			if (connections[i].fd < 0) {
+				if (!c)
+					c = &connections[i];
+			} else if (connections[i].peer.uid == cred.uid) {
+				of_uid++;
+			}
+		}
+		if (of_uid >= config->max_per_uid) {
+			/* Closed before any request: an ERROR now would answer none, and a
+			 * client would read it as a reply to its next one. */
+			close(fd);
+			if (log_due(&last_over_uid, &quiet_over_uid)) {
+				keeper_log("closed a connection of uid %u (pid %d): it has %u, the most "
+					   "--max-connections-per-uid allows (%u more since the last report)",
+					   (unsigned)cred.uid, (int)cred.pid, of_uid, quiet_over_uid);
+				quiet_over_uid = 0;
+			}
+			continue;
+		}
 		if (!c) {
 			close(fd);
 			continue;

@@ -194,3 +194,45 @@ def test_a_connect_flood_past_the_file_limit_does_not_spin(make_keeper):
     time.sleep(0.3)
     k.alive()
     assert "cannot accept a connection" in k.text()
+
+
+# --- connections per uid -------------------------------------------------------
+
+
+def answered(client):
+    """Whether @client's connection is served (a HELLO answered), not closed."""
+    try:
+        client.sock.settimeout(5)
+        return client.ask(hello_request()).status == 0
+    except OSError:
+        return False
+
+
+def test_one_uids_connections_cannot_lock_out_another(make_keeper):
+    if os.getuid() != 0:
+        pytest.skip("needs root to connect as a second uid")
+    k = make_keeper("--max-connections", "8")  # a quarter each: 2 per uid
+    flood = [k.client() for _ in range(20)]
+    served = [c for c in flood if answered(c)]
+
+    def other():
+        with Client(k.path) as c:
+            return "served" if answered(c) else "closed"
+
+    assert as_uid(65534, other) == "served", "uid 0's flood locked uid 65534 out"
+    assert len(served) == 2, "uid 0 holds %d connections, past --max-connections-per-uid 2" % len(served)
+    assert "--max-connections-per-uid" in k.text()
+    for c in flood:
+        c.close()
+    time.sleep(0.2)
+    k.alive()
+
+
+def test_max_connections_per_uid_is_an_option(make_keeper):
+    k = make_keeper("--max-connections-per-uid", "3")
+    flood = [k.client() for _ in range(6)]
+    assert sum(answered(c) for c in flood) == 3
+    for c in flood:
+        c.close()
+    bad = subprocess.run([str(KEEPER), "--max-connections-per-uid", "0"], capture_output=True, text=True, timeout=20)
+    assert bad.returncode == 2 and "--max-connections-per-uid '0' is not a number from 1" in bad.stderr
