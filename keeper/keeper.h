@@ -44,6 +44,8 @@ struct keeper_config {
 	uint64_t uid_budget_bytes;  /* --uid-budget: most bytes one owner uid keeps; 0 unlimited */
 	uint32_t uid_max_segments;  /* --uid-max-segments: most one owner uid keeps; 0: max_segments */
 	uint32_t max_connections;   /* --max-connections (default 256) */
+	uint32_t max_per_uid;	    /* --max-connections-per-uid (default a quarter of
+				      * max_connections, at least 1) */
 	uint32_t idle_timeout_s;    /* --idle-timeout: free a segment this long after
 				      * its last mapper went (and nobody attached); 0 never */
 	uint32_t silent_timeout_ms; /* a connection that sends nothing this long is closed (10 s;

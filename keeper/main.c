@@ -36,6 +36,9 @@ static void usage(FILE *out)
 		     "  --uid-budget BYTES     most bytes one uid keeps (default: no limit but --budget)\n"
 		     "  --uid-max-segments N   most segments one uid keeps (default: --max-segments)\n"
 		     "  --max-connections N    most clients at once (default 256)\n"
+		     "  --max-connections-per-uid N\n"
+		     "                         most clients of one uid at once (default: a quarter\n"
+		     "                         of --max-connections, at least 1)\n"
 		     "  --idle-timeout SECONDS free a segment nobody mapped this long (default 0: never)\n"
 		     "  --socket-mode OCTAL    the socket's mode (default 0666: the directory gates)\n"
 		     "  --help, --version\n");
@@ -115,6 +118,7 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		OPT_UID_BUDGET,
 		OPT_UID_MAX_SEGMENTS,
 		OPT_MAX_CONNECTIONS,
+		OPT_MAX_PER_UID,
 		OPT_IDLE,
 		OPT_MODE,
 		OPT_SILENT,
@@ -129,6 +133,7 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		{ "uid-budget", required_argument, NULL, OPT_UID_BUDGET },
 		{ "uid-max-segments", required_argument, NULL, OPT_UID_MAX_SEGMENTS },
 		{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
+		{ "max-connections-per-uid", required_argument, NULL, OPT_MAX_PER_UID },
 		{ "idle-timeout", required_argument, NULL, OPT_IDLE },
 		{ "socket-mode", required_argument, NULL, OPT_MODE },
 		/* Not in --help: the tests wait for it in seconds, not 10 s. */
@@ -175,6 +180,11 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 			    !config->max_connections)
 				return bad_option("--max-connections", optarg, "a number from 1 to 65536");
 			break;
+		case OPT_MAX_PER_UID:
+			if (!parse_u32(optarg, 10, 1u << 16, &config->max_per_uid) || !config->max_per_uid)
+				return bad_option("--max-connections-per-uid", optarg,
+						  "a number from 1 to 65536");
+			break;
 		case OPT_IDLE:
 			if (!parse_u32(optarg, 10, UINT32_MAX / 1000, &config->idle_timeout_s))
 				return bad_option("--idle-timeout", optarg, "a number of seconds (0: never)");
@@ -212,6 +222,9 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		keeper_log("unexpected argument '%s'; see mooncake-segmentd --help", argv[optind]);
 		return 2;
 	}
+	/* One uid alone cannot take every slot and lock the others out. */
+	if (!config->max_per_uid)
+		config->max_per_uid = config->max_connections >= 4 ? config->max_connections / 4 : 1;
 	return 0;
 }
 

@@ -5,9 +5,12 @@
  * request is one packet read whole (SOCK_SEQPACKET), a reply is sent with
  * MSG_DONTWAIT and a client that does not read its replies is closed.
  * Credentials come from SO_PEERCRED and SO_PEERGROUPS at accept, never from
- * a message; a request that carries descriptors has them closed unread and
- * ends its connection.  Connections past --max-connections are accepted and
- * closed at once (so that the backlog never fills), and one silent past the
+ * a message.  A request is received without room for descriptors, so that
+ * the kernel never installs one here (closing a client's file can block, a
+ * FUSE file whose server never answers); one that carried any arrives with
+ * MSG_CTRUNC and ends its connection.  Connections past --max-connections,
+ * or past --max-connections-per-uid for their uid, are accepted and closed
+ * at once (so that the backlog never fills), and one silent past the
  * silent timeout is closed.
  */
 #include "config.h"
@@ -29,8 +32,10 @@
 
 #include "keeper.h"
 
-/* One received packet may carry this many descriptors before MSG_CTRUNC. */
-#define CONTROL_FDS 16
+/* Linux 6.16: off, a client's sendmsg() with SCM_RIGHTS fails in the client. */
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83
+#endif
 
 struct connection {
 	int fd; /* -1: a free slot */
@@ -38,8 +43,18 @@ struct connection {
 	uint64_t last_heard_ns;
 };
 
+/* Accepts per turn of the loop: a connect flood cannot starve the clients
+ * already connected, whose requests are served between turns. */
+#define ACCEPTS_PER_TURN 16
+/* Out of descriptors, the listener is left out of poll() this long. */
+#define ACCEPT_BACKOFF_NS 100000000u
+/* A repeated complaint is logged once in this long. */
+#define LOG_EVERY_NS 10000000000u
+
 static struct connection *connections;
 static size_t connection_count;
+static int reserve_fd = -1; /* closed to accept-and-close a connection on EMFILE */
+static uint64_t accept_paused_until_ns;
 static uint64_t instance;
 static uint8_t in_buffer[MC_KEEPER_MESSAGE_MAX + 1];
 static uint8_t out_buffer[MC_KEEPER_MESSAGE_MAX];
@@ -92,6 +107,17 @@ static int probe(const struct sockaddr_un *addr)
 	return err;
 }
 
+/* Bind with the final mode under a umask, never a chmod by path after: between
+ * bind and chmod another user could put something else at the path. */
+static int bind_with_mode(int fd, const struct sockaddr_un *addr, mode_t mode)
+{
+	mode_t old = umask(~mode & 0777);
+	int err = bind(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0 ? 0 : -errno;
+
+	umask(old);
+	return err;
+}
+
 int server_listen(const struct keeper_config *config, bool *bound_here)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
@@ -124,7 +150,7 @@ int server_listen(const struct keeper_config *config, bool *bound_here)
 		keeper_log("cannot make a SOCK_SEQPACKET socket: %s", strerror(-err));
 		return err;
 	}
-	err = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 ? 0 : -errno;
+	err = bind_with_mode(fd, &addr, config->socket_mode);
 	if (err == -EADDRINUSE) {
 		err = probe(&addr);
 		if (err == -EADDRINUSE) {
@@ -137,7 +163,7 @@ int server_listen(const struct keeper_config *config, bool *bound_here)
 			/* Refused: nobody listens there, a keeper that died left it. */
 			keeper_log("replacing the stale socket %s", config->socket_path);
 			unlink(config->socket_path);
-			err = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 ? 0 : -errno;
+			err = bind_with_mode(fd, &addr, config->socket_mode);
 		}
 	}
 	if (err) {
@@ -149,9 +175,6 @@ int server_listen(const struct keeper_config *config, bool *bound_here)
 		return err;
 	}
 	*bound_here = true;
-	if (chmod(config->socket_path, config->socket_mode) != 0)
-		keeper_log("cannot set mode %04o on %s: %s", (unsigned)config->socket_mode,
-			   config->socket_path, strerror(errno));
 	if (listen(fd, 128) != 0) {
 		err = -errno;
 		keeper_log("cannot listen on %s: %s", config->socket_path, strerror(-err));
@@ -193,19 +216,73 @@ static void read_groups(int fd, struct keeper_peer *peer)
 	peer->group_count = groups ? len / sizeof(gid_t) : 0;
 }
 
+/* Refuse descriptors at the sender where the kernel can (Linux 6.16+); on an
+ * older one the option is unknown and MSG_CTRUNC alone protects the keeper. */
+static void refuse_rights(int fd)
+{
+	int off = 0;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof(off)) != 0 && errno != ENOPROTOOPT &&
+	    errno != EINVAL)
+		keeper_log("cannot turn SO_PASSRIGHTS off: %s", strerror(errno));
+}
+
+/* Whether a complaint last logged at *@last is due again; counts the others in *@quiet. */
+static bool log_due(uint64_t *last, unsigned *quiet)
+{
+	uint64_t now = monotonic_ns();
+
+	if (*last && now - *last < LOG_EVERY_NS) {
+		(*quiet)++;
+		return false;
+	}
+	*last = now;
+	return true;
+}
+
+/* Out of descriptors: the listener stays readable, and poll() would return at
+ * once for ever.  Close the connection at the head of the backlog with the
+ * reserved descriptor, and leave the listener out of poll() a while. */
+static void out_of_descriptors(int listen_fd, int why)
+{
+	static uint64_t last;
+	static unsigned quiet;
+	int fd;
+
+	if (reserve_fd >= 0) {
+		close(reserve_fd);
+		fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0)
+			close(fd);
+		reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	accept_paused_until_ns = monotonic_ns() + ACCEPT_BACKOFF_NS;
+	if (log_due(&last, &quiet)) {
+		keeper_log("cannot accept a connection: %s; closing new ones at once (%u more since the "
+			   "last report); raise the open file limit (LimitNOFILE=, ulimit -n) or lower "
+			   "--max-connections",
+			   strerror(why), quiet);
+		quiet = 0;
+	}
+}
+
 static void accept_all(int listen_fd, const struct keeper_config *config)
 {
-	for (;;) {
+	static uint64_t last_over_uid;
+	static unsigned quiet_over_uid;
+	int turn;
+
+	for (turn = 0; turn < ACCEPTS_PER_TURN; turn++) {
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		struct connection *c = NULL;
 		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		unsigned of_uid = 0;
 		size_t i;
 
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE)
-				keeper_log("cannot accept a connection: %s (raise the open file limit)",
-					   strerror(errno));
+				out_of_descriptors(listen_fd, errno);
 			return;
 		}
 		if (connection_count >= config->max_connections ||
@@ -213,13 +290,31 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 			close(fd); /* over --max-connections: the client sees its end closed */
 			continue;
 		}
-		for (i = 0; i < config->max_connections && !c; i++)
-			if (connections[i].fd < 0)
-				c = &connections[i];
+		for (i = 0; i < config->max_connections; i++) {
+			if (connections[i].fd < 0) {
+				if (!c)
+					c = &connections[i];
+			} else if (connections[i].peer.uid == cred.uid) {
+				of_uid++;
+			}
+		}
+		if (of_uid >= config->max_per_uid) {
+			/* Closed before any request: an ERROR now would answer none, and a
+			 * client would read it as a reply to its next one. */
+			close(fd);
+			if (log_due(&last_over_uid, &quiet_over_uid)) {
+				keeper_log("closed a connection of uid %u (pid %d): it has %u, the most "
+					   "--max-connections-per-uid allows (%u more since the last report)",
+					   (unsigned)cred.uid, (int)cred.pid, of_uid, quiet_over_uid);
+				quiet_over_uid = 0;
+			}
+			continue;
+		}
 		if (!c) {
 			close(fd);
 			continue;
 		}
+		refuse_rights(fd);
 		c->fd = fd;
 		c->peer.uid = cred.uid;
 		c->peer.gid = cred.gid;
@@ -294,57 +389,26 @@ static void reply_error(struct connection *c, uint32_t sequence, int status, con
 	send_reply(c, &rep, none);
 }
 
-/* Close every descriptor a request carried; true when there was any. */
-static bool close_received(struct msghdr *msg)
-{
-	struct cmsghdr *cmsg;
-	bool any = false;
-
-	for (cmsg = CMSG_FIRSTHDR(msg); cmsg; cmsg = CMSG_NXTHDR(msg, cmsg)) {
-		size_t count, i;
-
-		if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS)
-			continue;
-		any = true;
-		count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (i = 0; i < count; i++) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(fd));
-			close(fd);
-		}
-	}
-	return any;
-}
-
 /* Read and answer one request; false: close the connection. */
 static bool serve(struct connection *c)
 {
-	union {
-		char buf[CMSG_SPACE(CONTROL_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} control;
+	/* No control buffer: descriptors sent are dropped by the kernel (MSG_CTRUNC). */
 	struct iovec iov = { .iov_base = in_buffer, .iov_len = sizeof(in_buffer) };
-	struct msghdr msg = { .msg_iov = &iov,
-			      .msg_iovlen = 1,
-			      .msg_control = control.buf,
-			      .msg_controllen = sizeof(control.buf) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	static struct mc_keeper_request req;
 	static struct mc_keeper_reply rep;
 	char why[256];
 	int fds[2];
-	ssize_t n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-	bool carried;
+	ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT);
 
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR;
-	if (n == 0 && !(msg.msg_flags & MSG_CTRUNC) && msg.msg_controllen == 0)
+	if (n == 0 && !(msg.msg_flags & MSG_CTRUNC))
 		return false; /* the client closed its end */
 	c->last_heard_ns = monotonic_ns();
-	carried = close_received(&msg);
 	mc_keeper_request_decode(in_buffer, (size_t)n < sizeof(in_buffer) ? (size_t)n : sizeof(in_buffer),
 				 &req, why, sizeof(why));
-	if (carried || (msg.msg_flags & MSG_CTRUNC)) {
+	if (msg.msg_flags & MSG_CTRUNC) {
 		keeper_log("refused a request with descriptors from pid %d (uid %u)", (int)c->peer.pid,
 			   (unsigned)c->peer.uid);
 		reply_error(c, req.sequence, EPROTO, "keeper requests carry no descriptors");
@@ -377,7 +441,7 @@ static bool serve(struct connection *c)
 
 /* --- the loop -------------------------------------------------------------- */
 
-static int wait_ms(const struct keeper_config *config, int store_ms)
+static int wait_ms(const struct keeper_config *config, int store_ms, bool paused)
 {
 	uint64_t now = monotonic_ns(), silent_ns = (uint64_t)config->silent_timeout_ms * 1000000u,
 		 soonest = 0;
@@ -393,6 +457,8 @@ static int wait_ms(const struct keeper_config *config, int store_ms)
 		if (!soonest || due < soonest)
 			soonest = due;
 	}
+	if (paused && (!soonest || accept_paused_until_ns < soonest))
+		soonest = accept_paused_until_ns;
 	if (!soonest)
 		return store_ms;
 	ms = soonest <= now ? 0 : (int)((soonest - now) / 1000000u) + 1;
@@ -427,6 +493,9 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 	}
 	for (i = 0; i < config->max_connections; i++)
 		connections[i].fd = -1;
+	/* On the listener too: a connection inherits it before accept(). */
+	refuse_rights(listen_fd);
+	reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (getrandom(&instance, sizeof(instance), 0) != (ssize_t)sizeof(instance))
 		instance = monotonic_ns() ^ ((uint64_t)getpid() << 32);
 
@@ -436,13 +505,16 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 		int ready;
 
 		polls[count++] = (struct pollfd){ .fd = signal_fd, .events = POLLIN };
-		polls[count++] = (struct pollfd){ .fd = listen_fd, .events = POLLIN };
+		/* fd -1: poll() skips the listener while accepts are paused. */
+		polls[count++] =
+			(struct pollfd){ .fd = monotonic_ns() < accept_paused_until_ns ? -1 : listen_fd,
+					 .events = POLLIN };
 		for (i = 0; i < config->max_connections; i++)
 			if (connections[i].fd >= 0) {
 				polled[count] = &connections[i];
 				polls[count++] = (struct pollfd){ .fd = connections[i].fd, .events = POLLIN };
 			}
-		ready = poll(polls, count, wait_ms(config, store_ms));
+		ready = poll(polls, count, wait_ms(config, store_ms, polls[1].fd < 0));
 		if (ready < 0 && errno != EINTR) {
 			err = -errno;
 			keeper_log("poll failed: %s", strerror(errno));
@@ -478,6 +550,9 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 	for (i = 0; i < config->max_connections; i++)
 		if (connections[i].fd >= 0)
 			drop(&connections[i]);
+	if (reserve_fd >= 0)
+		close(reserve_fd);
+	reserve_fd = -1;
 	free(polls);
 	free(polled);
 	free(connections);

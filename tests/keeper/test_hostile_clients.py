@@ -1,0 +1,238 @@
+# SPDX-License-Identifier: Apache-2.0
+"""mooncake-segmentd against hostile clients, the connection layer (issue
+25, doc/keeper.md "Who may do what"): descriptors sent to the keeper are
+never installed in it, one uid's connections cannot take every slot, a
+connect flood past the open file limit does not make the keeper spin, and
+the socket gets its mode at bind, never by a chmod of its path.  The real
+built daemon runs on a temporary socket (test_keeper.py's Keeper)."""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_keeper import KEEPER, Client, Keeper, hello_request  # noqa: E402
+
+
+@pytest.fixture
+def make_keeper():
+    made = []
+
+    def make(*args):
+        made.append(Keeper(*args))
+        return made[-1]
+
+    yield make
+    for k in made:
+        k.stop()
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def holding(pid, target):
+    """How many of @pid's descriptors are @target (a readlink of /proc/PID/fd/N)."""
+    count = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            count += os.readlink("/proc/%d/fd/%s" % (pid, fd)) == target
+        except FileNotFoundError:
+            pass  # closed while listed
+    return count
+
+
+def as_uid(uid, work):
+    """Run @work() in a forked child as @uid (uid and gid); the text it returns."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        out = "child failed"
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            out = work()
+        except BaseException as e:  # noqa: B036 - the parent reports it
+            out = "child failed: %r" % e
+        finally:
+            os.write(write_end, out.encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+# --- descriptors are never installed -----------------------------------------
+
+
+def test_descriptors_sent_are_never_installed_in_the_keeper(make_keeper):
+    k = make_keeper()
+    pid = k.proc.pid
+    k.alive()
+    time.sleep(0.2)  # that connection's close is noticed
+    base = fd_count(pid)
+    read_end, write_end = os.pipe()
+    pipe = os.readlink("/proc/self/fd/%d" % read_end)
+    fds = [write_end] * 100 + [read_end] * 100
+    # A forked sender floods while this process samples the keeper's table:
+    # an installed descriptor shows there however soon the keeper closes it.
+    sender = os.fork()
+    if sender == 0:
+        try:
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                try:
+                    with Client(k.path) as c:
+                        c.send(hello_request(), fds)
+                        c.sock.settimeout(2)
+                        c.sock.recv(64)
+                except OSError:
+                    pass  # EPERM where SO_PASSRIGHTS is off; a closed connection
+        finally:
+            os._exit(0)
+    most, samples = 0, 0
+    while os.waitpid(sender, os.WNOHANG) == (0, 0):
+        most = max(most, holding(pid, pipe))
+        samples += 1
+    os.close(read_end)
+    os.close(write_end)
+    print("the keeper held at most %d of the pipe's descriptors in %d samples" % (most, samples))
+    assert most == 0, "the keeper installed %d descriptors a client sent" % most
+    k.alive()
+    time.sleep(0.2)  # the sender's last connections, closed, are noticed
+    assert fd_count(pid) <= base
+
+
+# --- the socket's mode is set at bind ----------------------------------------
+
+
+@pytest.mark.parametrize("mode", [0o660, 0o666])
+def test_the_socket_gets_its_mode_at_bind_under_any_umask(mode):
+    # umask 077 would leave 0600 if the mode came from the caller's umask.
+    old = os.umask(0o077)
+    try:
+        k = Keeper("--socket-mode", "%04o" % mode)
+    finally:
+        os.umask(old)
+    try:
+        assert os.stat(k.path).st_mode & 0o777 == mode
+        k.alive()
+    finally:
+        k.stop()
+
+
+def test_the_socket_path_is_never_chmodded():
+    strace = shutil.which("strace")
+    if not strace:
+        pytest.skip("strace is not installed: cannot see whether the keeper chmods its path")
+    folder = Path(tempfile.mkdtemp(prefix="keeperd-"))
+    path, trace = folder / "keeper.sock", folder / "trace"
+    proc = subprocess.Popen(
+        [strace, "-f", "-qq", "-o", str(trace), "-e", "trace=chmod,fchmodat", str(KEEPER)]
+        + ["--socket", str(path), "--socket-mode", "0660"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not path.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the keeper did not bind its socket under strace"
+            time.sleep(0.05)
+        with Client(path) as c:
+            hello = c.ask(hello_request())
+            assert hello.status == 0
+        assert os.stat(path).st_mode & 0o777 == 0o660
+        os.kill(hello.pid, signal.SIGTERM)  # the keeper, not strace: strace would detach
+        proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    calls = [line for line in trace.read_text().splitlines() if "chmod" in line]
+    shutil.rmtree(folder, ignore_errors=True)
+    assert not calls, "the keeper changed a mode by path after bind: %s" % calls
+
+
+# --- out of descriptors -------------------------------------------------------
+
+
+def cpu_seconds(pid):
+    """utime + stime of @pid, in seconds (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_connect_flood_past_the_file_limit_does_not_spin(make_keeper):
+    if not shutil.which("prlimit"):
+        pytest.skip("prlimit is not installed: cannot lower the keeper's open file limit")
+    k = make_keeper()
+    k.alive()
+    # Lowered after start: the keeper raises its soft limit to the hard one.
+    subprocess.run(["prlimit", "--pid", str(k.proc.pid), "--nofile=24:24"], check=True)
+    clients = [k.client() for _ in range(40)]  # past 24 descriptors: accept() fails with EMFILE
+    time.sleep(0.3)
+    before = cpu_seconds(k.proc.pid)
+    time.sleep(2)
+    spent = cpu_seconds(k.proc.pid) - before
+    print("the keeper spent %.2f s of CPU in 2 s with its descriptors exhausted" % spent)
+    assert spent < 0.3, "the keeper spins on a listener it cannot accept from (%.2f s of CPU in 2 s)" % spent
+    for c in clients:
+        c.close()
+    time.sleep(0.3)
+    k.alive()
+    assert "cannot accept a connection" in k.text()
+
+
+# --- connections per uid -------------------------------------------------------
+
+
+def answered(client):
+    """Whether @client's connection is served (a HELLO answered), not closed."""
+    try:
+        client.sock.settimeout(5)
+        return client.ask(hello_request()).status == 0
+    except OSError:
+        return False
+
+
+def test_one_uids_connections_cannot_lock_out_another(make_keeper):
+    if os.getuid() != 0:
+        pytest.skip("needs root to connect as a second uid")
+    k = make_keeper("--max-connections", "8")  # a quarter each: 2 per uid
+    flood = [k.client() for _ in range(20)]
+    served = [c for c in flood if answered(c)]
+
+    def other():
+        with Client(k.path) as c:
+            return "served" if answered(c) else "closed"
+
+    assert as_uid(65534, other) == "served", "uid 0's flood locked uid 65534 out"
+    assert len(served) == 2, "uid 0 holds %d connections, past --max-connections-per-uid 2" % len(served)
+    assert "--max-connections-per-uid" in k.text()
+    for c in flood:
+        c.close()
+    time.sleep(0.2)
+    k.alive()
+
+
+def test_max_connections_per_uid_is_an_option(make_keeper):
+    k = make_keeper("--max-connections-per-uid", "3")
+    flood = [k.client() for _ in range(6)]
+    assert sum(answered(c) for c in flood) == 3
+    for c in flood:
+        c.close()
+    bad = subprocess.run([str(KEEPER), "--max-connections-per-uid", "0"], capture_output=True, text=True, timeout=20)
+    assert bad.returncode == 2 and "--max-connections-per-uid '0' is not a number from 1" in bad.stderr
