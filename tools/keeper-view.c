@@ -4,8 +4,9 @@
  * one connection, HELLO for the keeper's pid, LIST page by page, and each
  * record joined to the segment of the same name and size whose memfd the
  * keeper named as its owner.  Two records that fit one segment (two users'
- * segments of one name and size) join neither: the list never shows one
- * user's figures under another's segment.  Quiet by design: list must work,
+ * segments of one name and size), or one record that fits two segments,
+ * join nothing: the list never shows one user's figures under another's
+ * segment.  Quiet by design: list must work,
  * and fast, with no keeper at all.
  */
 #include "config.h"
@@ -20,16 +21,28 @@
 /* The keeper answers at once or not at all, as far as list is concerned. */
 #define ASK_TIMEOUT_MS 1000
 
+static bool fits(const struct segment *s, uint32_t keeper_pid, const struct mc_keeper_segment *r)
+{
+	return s->kept && s->named_owner == (long)keeper_pid && s->size == r->size &&
+	       !strcmp(s->label + strlen(KEPT_LABEL_PREFIX), r->name);
+}
+
 static void join(struct segment_scan *scan, uint32_t keeper_pid, const struct mc_keeper_segment *r,
 		 bool *ambiguous)
 {
+	unsigned int fitting = 0;
+
+	for (unsigned int i = 0; i < scan->nsegs; i++)
+		fitting += fits(&scan->segs[i], keeper_pid, r);
 	for (unsigned int i = 0; i < scan->nsegs; i++) {
 		struct segment *s = &scan->segs[i];
 
-		if (!s->kept || s->named_owner != (long)keeper_pid || s->size != r->size ||
-		    strcmp(s->label + strlen(KEPT_LABEL_PREFIX), r->name) != 0)
+		if (!fits(s, keeper_pid, r))
 			continue;
-		if (s->has_keeper)
+		/* A record that fits two segments (an old generation still mapped
+		 * beside the new one), or a segment two records fit: neither is
+		 * known to be whose, so none is shown. */
+		if (s->has_keeper || fitting > 1)
 			ambiguous[i] = true;
 		s->has_keeper = true;
 		s->keeper = (struct keeper_record){

@@ -104,13 +104,12 @@ struct mooncake_segment_options {
 	uint32_t keep_flags;	      /* MOONCAKE_SEGMENT_KEEP_* */
 	uint32_t keep_sharing;	      /* MOONCAKE_SEGMENT_KEEP_SHARE_*: who else may attach */
 	uint32_t keep_gid;	      /* KEEP_SHARE_GROUP: the group */
-	int64_t keep_owner_uid;	      /* -1: this user's segment; else that uid's, shared with us */
+	uint32_t keep_owner_uid; /* with MOONCAKE_SEGMENT_KEEP_OWNER: that uid's segment, shared with us */
 };
 
 /**
  * Fill @opt with the defaults: world_size 1, rank 0, owner 0, device -1,
- * mmap true, keep_owner_uid -1, everything else off or automatic.  Leaves
- * errno alone.
+ * mmap true, everything else off or automatic.  Leaves errno alone.
  */
 void mooncake_segment_options_init(struct mooncake_segment_options *opt);
 
@@ -453,7 +452,12 @@ int mooncake_segment_slot_device_words(const struct mooncake_segment *seg, uint6
  *  -EBUSY   KEEP_REPLACE while the old pages are still mapped
  *  -EACCES  another user's segment not shared with this one, or a keeper
  *           run by neither root nor this user
- *  -ENOMEM  the keeper's cgroup, budget or the host has no room for it
+ *  -ENOMEM  the keeper's cgroup or the host has no room for it
+ *  -ENOSPC  it would exceed the keeper's --budget or --uid-budget
+ *  -EMFILE  the keeper holds its --max-segments (or this user its
+ *           --uid-max-segments)
+ *  -EINVAL, -ENOTSUP  the keeper refuses the declaration (the message
+ *           quotes it); any other refusal is -EIO
  *  -ETIMEDOUT, -ECONNRESET, -EPROTO  the keeper did not answer in time,
  *           went away, or does not speak this library's protocol
  */
@@ -469,6 +473,8 @@ int mooncake_segment_slot_device_words(const struct mooncake_segment *seg, uint6
 #define MOONCAKE_SEGMENT_KEEP_ATTACH_ONLY (1u << 1)
 /** keep_flags: create only; -EEXIST when it exists. */
 #define MOONCAKE_SEGMENT_KEEP_CREATE_ONLY (1u << 2)
+/** keep_flags: attach to keep_owner_uid's segment (shared with this user), not this user's own. */
+#define MOONCAKE_SEGMENT_KEEP_OWNER (1u << 3)
 
 /** keep_sharing: only the creating uid (and root) may attach (the default). */
 #define MOONCAKE_SEGMENT_KEEP_SHARE_UID 0

@@ -10,6 +10,8 @@
 #include "config.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,16 +222,13 @@ static int check_reply(const struct mc_keeper_request *req, const struct mc_keep
 	return -EPROTO;
 }
 
-MC_PRIVATE int mc_keeper_exchange(struct mc_keeper_conn *conn, struct mc_keeper_request *req,
-				  struct mc_keeper_reply *rep, int fds[2], int timeout_ms)
+int mc_keeper_send(struct mc_keeper_conn *conn, struct mc_keeper_request *req, int timeout_ms)
 {
-	uint8_t *buf = malloc(MC_KEEPER_MESSAGE_MAX + 1);
+	uint8_t *buf = malloc(MC_KEEPER_MESSAGE_MAX);
 	char why[256];
-	bool extra = false;
 	ssize_t n;
 	int len, err;
 
-	fds[0] = fds[1] = -1;
 	if (!buf)
 		return mc_error(ENOMEM, "No memory for a message to the node keeper");
 	req->sequence = ++conn->sequence;
@@ -242,11 +241,43 @@ MC_PRIVATE int mc_keeper_exchange(struct mc_keeper_conn *conn, struct mc_keeper_
 	do
 		n = send(conn->fd, buf, (size_t)len, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	if (n < 0) {
-		err = errno;
-		free(buf);
-		return exchange_error(conn, req, err);
-	}
+	err = n < 0 ? errno : 0;
+	free(buf);
+	return err ? exchange_error(conn, req, err) : 0;
+}
+
+int mc_keeper_wait_reply(struct mc_keeper_conn *conn, const struct mc_keeper_request *req, int timeout_ms)
+{
+	struct pollfd p = { .fd = conn->fd, .events = POLLIN };
+	int64_t deadline = timeout_ms < 0 ? -1 : mc_now_ms() + timeout_ms;
+	int ready;
+
+	do {
+		int64_t left = deadline < 0 ? -1 : deadline - mc_now_ms();
+
+		if (deadline >= 0 && left < 0)
+			left = 0;
+		ready = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+	} while ((ready < 0 && errno == EINTR) || (ready == 0 && (deadline < 0 || mc_now_ms() < deadline)));
+	if (ready < 0)
+		return exchange_error(conn, req, errno);
+	if (ready == 0)
+		return exchange_error(conn, req, EAGAIN);
+	return 0;
+}
+
+int mc_keeper_receive(struct mc_keeper_conn *conn, const struct mc_keeper_request *req,
+		      struct mc_keeper_reply *rep, int fds[2])
+{
+	uint8_t *buf = malloc(MC_KEEPER_MESSAGE_MAX + 1);
+	char why[256];
+	bool extra = false;
+	ssize_t n;
+	int err;
+
+	fds[0] = fds[1] = -1;
+	if (!buf)
+		return mc_error(ENOMEM, "No memory for a message from the node keeper");
 	n = receive(conn->fd, buf, MC_KEEPER_MESSAGE_MAX + 1, fds, &extra);
 	if (n <= 0) {
 		free(buf);
@@ -266,4 +297,18 @@ MC_PRIVATE int mc_keeper_exchange(struct mc_keeper_conn *conn, struct mc_keeper_
 			conn->path, mc_keeper_type_name(req->type), why);
 	}
 	return 0;
+}
+
+MC_PRIVATE int mc_keeper_exchange(struct mc_keeper_conn *conn, struct mc_keeper_request *req,
+				  struct mc_keeper_reply *rep, int fds[2], int timeout_ms)
+{
+	int err;
+
+	fds[0] = fds[1] = -1;
+	err = mc_keeper_send(conn, req, timeout_ms);
+	if (!err)
+		err = mc_keeper_wait_reply(conn, req, timeout_ms);
+	if (!err)
+		err = mc_keeper_receive(conn, req, rep, fds);
+	return err;
 }

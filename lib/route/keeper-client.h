@@ -40,4 +40,14 @@ void mc_keeper_close(struct mc_keeper_conn *conn);
 int mc_keeper_exchange(struct mc_keeper_conn *conn, struct mc_keeper_request *req,
 		       struct mc_keeper_reply *rep, int fds[2], int timeout_ms);
 
+/* The exchange in its three steps, for a caller that must let fork() in
+ * while it waits but receive the descriptors where no fork can copy them
+ * (keep.c): send @req, wait until a reply is there (ETIMEDOUT after
+ * @timeout_ms, -1: no limit), receive it.  Each 0 or a negative errno with
+ * the message, as for the exchange. */
+int mc_keeper_send(struct mc_keeper_conn *conn, struct mc_keeper_request *req, int timeout_ms);
+int mc_keeper_wait_reply(struct mc_keeper_conn *conn, const struct mc_keeper_request *req, int timeout_ms);
+int mc_keeper_receive(struct mc_keeper_conn *conn, const struct mc_keeper_request *req,
+		      struct mc_keeper_reply *rep, int fds[2]);
+
 #endif

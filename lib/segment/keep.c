@@ -24,20 +24,30 @@
 #include "blob.h"
 #include "keep.h"
 
-/* How long connecting to the keeper may take; the CREATE itself waits as
- * long as the keeper commits (minutes at a terabyte), or until it goes. */
+/* How long connecting to the keeper may take. */
 #define CONNECT_TIMEOUT_MS 10000
+/* A cold CREATE answers once the keeper has committed every page, and the
+ * keeper serves one request at a time: a minute, and 10 s per GiB (a tenth
+ * of the commit speed seen on a small VM), before the wait is an error and
+ * never a hang. */
+#define REPLY_BASE_MS	 60000
+#define REPLY_PER_GIB_MS 10000
 
 #define KEEP_FLAGS_KNOWN                                                     \
 	(MOONCAKE_SEGMENT_KEEP_REPLACE | MOONCAKE_SEGMENT_KEEP_ATTACH_ONLY | \
-	 MOONCAKE_SEGMENT_KEEP_CREATE_ONLY)
+	 MOONCAKE_SEGMENT_KEEP_CREATE_ONLY | MOONCAKE_SEGMENT_KEEP_OWNER)
 
-/* keep_owner_uid is left out: a zeroed struct (no options_init) has 0 there,
- * and create() then tells the caller about options_init, not about keeping. */
+/* Every keep field at zero, as options_init and a zeroed struct leave them:
+ * another owner is a flag, so that zero never means root's segment. */
 static bool keep_options_unset(const struct mooncake_segment_options *opt)
 {
 	return !opt->keep_identity && !opt->keep_identity_bytes && !opt->keep_flags && !opt->keep_sharing &&
-	       !opt->keep_gid;
+	       !opt->keep_gid && !opt->keep_owner_uid;
+}
+
+static bool owner_named(const struct mooncake_segment_options *opt)
+{
+	return (opt->keep_flags & MOONCAKE_SEGMENT_KEEP_OWNER) != 0;
 }
 
 int mc_keep_check_options(const struct mooncake_segment_options *opt)
@@ -48,8 +58,8 @@ int mc_keep_check_options(const struct mooncake_segment_options *opt)
 		if (keep_options_unset(opt))
 			return 0;
 		return mc_error(EINVAL,
-				"Shared segment keep_identity, keep_flags, keep_sharing and keep_gid need "
-				"keep_name: set it, or leave them at zero");
+				"Shared segment keep_identity, keep_flags, keep_sharing, keep_gid and "
+				"keep_owner_uid need keep_name: set it, or leave them at zero");
 	}
 	if (!mc_keeper_name_valid(opt->keep_name, strlen(opt->keep_name), why, sizeof(why)))
 		return mc_error(EINVAL, "Shared segment keep_name is not valid: %s", why);
@@ -84,10 +94,17 @@ int mc_keep_check_options(const struct mooncake_segment_options *opt)
 			"Shared segment keep_sharing must be 0 (this uid), 1 (keep_gid's members) or 2 "
 			"(any uid), and keep_gid is for 1 only (got sharing %u, gid %u)",
 			opt->keep_sharing, opt->keep_gid);
-	if (opt->keep_owner_uid < -1 || opt->keep_owner_uid >= (int64_t)UINT32_MAX)
-		return mc_error(EINVAL,
-				"Shared segment keep_owner_uid must be -1 (this user) or a uid, got %lld",
-				(long long)opt->keep_owner_uid);
+	if (opt->keep_owner_uid && !owner_named(opt))
+		return mc_error(
+			EINVAL,
+			"Shared segment keep_owner_uid %u is read only with MOONCAKE_SEGMENT_KEEP_OWNER in "
+			"keep_flags: add the flag to attach to that user's segment, or leave it at 0",
+			opt->keep_owner_uid);
+	/* The keeper refuses names with '|' too late for list: its memfds are
+	 * named "LABEL|owner=PID", and a '|' in the label would forge the pid. */
+	if (strchr(opt->keep_name, '|'))
+		return mc_error(EINVAL, "Shared segment keep_name '%s' has a '|': use another character",
+				opt->keep_name);
 	return 0;
 }
 
@@ -103,7 +120,8 @@ uint64_t mc_keep_fold(uint64_t fingerprint, const struct mooncake_segment_option
 	h = mc_fnv1a_bytes(h, opt->keep_identity, opt->keep_identity_bytes);
 	h = mc_fnv1a_u64(h, opt->keep_sharing);
 	h = mc_fnv1a_u64(h, opt->keep_gid);
-	return mc_fnv1a_u64(h, (uint64_t)opt->keep_owner_uid);
+	/* Another owner named, or (all ones) the owner rank's own segment. */
+	return mc_fnv1a_u64(h, owner_named(opt) ? opt->keep_owner_uid : UINT64_MAX);
 }
 
 static void fill_request(const struct mooncake_segment_options *opt, uint64_t layout_fingerprint,
@@ -128,9 +146,9 @@ static void fill_request(const struct mooncake_segment_options *opt, uint64_t la
 	req->identity_bytes = (uint16_t)opt->keep_identity_bytes;
 	if (opt->keep_identity_bytes)
 		memcpy(req->identity, opt->keep_identity, opt->keep_identity_bytes);
-	if (opt->keep_owner_uid >= 0) {
+	if (owner_named(opt)) {
 		req->owner_given = true;
-		req->owner_uid = (uint32_t)opt->keep_owner_uid;
+		req->owner_uid = opt->keep_owner_uid;
 	}
 }
 
@@ -147,6 +165,9 @@ static int refused(const struct mooncake_segment_options *opt, const char *path,
 	case ENOMEM:
 	case ENOSPC:
 	case EACCES:
+	case EMFILE:
+	case EINVAL:
+	case ENOTSUP:
 		err = (int)rep->status;
 		break;
 	case EPERM:
@@ -169,15 +190,15 @@ static int refused(const struct mooncake_segment_options *opt, const char *path,
 static int check_reply(const struct mooncake_segment_options *opt, const char *path,
 		       const struct mc_keeper_reply *rep, uint64_t page_size, uint64_t alloc_size)
 {
-	uint32_t expected_uid =
-		opt->keep_owner_uid >= 0 ? (uint32_t)opt->keep_owner_uid : (uint32_t)geteuid();
+	uint32_t expected_uid = owner_named(opt) ? opt->keep_owner_uid : (uint32_t)geteuid();
 
 	if (rep->owner_uid != expected_uid)
 		return mc_error(
 			EACCES,
 			"Shared segment keep_name '%s': the node keeper at %s handed uid %u's segment, "
-			"not uid %u's; refusing pages that another user controls (set keep_owner_uid "
-			"to attach to another user's shared segment)",
+			"not uid %u's; refusing pages that another user controls (to attach to "
+			"another user's shared segment, name it: MOONCAKE_SEGMENT_KEEP_OWNER and keep_owner_uid, "
+			"keep_owner= in Python)",
 			opt->keep_name, path, (unsigned)rep->owner_uid, (unsigned)expected_uid);
 	if (rep->size != alloc_size || rep->page_size != page_size)
 		return mc_error(EPROTO,
@@ -214,30 +235,55 @@ static int check_file(const struct mooncake_segment_options *opt, const char *pa
 	return 0;
 }
 
+static int reply_timeout_ms(uint64_t alloc_size)
+{
+	uint64_t gib = (alloc_size + (UINT64_C(1) << 30) - 1) >> 30,
+		 ms = REPLY_BASE_MS + gib * REPLY_PER_GIB_MS;
+
+	return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* The CREATE and its reply.  The connection is tracked (a child forked
+ * meanwhile closes its copy); fork() may run while the keeper commits, and
+ * the descriptors arrive only once the registry is ours again, so no child
+ * ever holds the pages unseen. */
+static int exchange(struct mc_keeper_conn *conn, struct mc_keeper_request *req, struct mc_keeper_reply *rep,
+		    uint64_t alloc_size, struct mc_keep *keep)
+{
+	struct mc_tracked_fd conn_tracking;
+	int timeout_ms = reply_timeout_ms(alloc_size), fds[2] = { -1, -1 }, err;
+
+	mc_fd_track_begin();
+	mc_fd_track_held(&conn_tracking, &conn->fd);
+	mc_fd_track_pause();
+	err = mc_keeper_send(conn, req, timeout_ms);
+	if (!err)
+		err = mc_keeper_wait_reply(conn, req, timeout_ms);
+	mc_fd_track_resume();
+	if (!err)
+		err = mc_keeper_receive(conn, req, rep, fds);
+	mc_fd_untrack_held(&conn_tracking); /* under the registry: the caller closes it */
+	keep->fd = fds[0];
+	mc_fd_track_end(&keep->tracking, &keep->fd);
+	if (fds[1] >= 0)
+		close(fds[1]); /* a control area we did not ask for */
+	return err;
+}
+
 int mc_keep_acquire(const struct mooncake_segment_options *opt, uint64_t layout_fingerprint, uint64_t size,
 		    uint64_t page_size, uint64_t alloc_size, struct mc_keep *keep)
 {
 	struct mc_keeper_request req;
 	struct mc_keeper_reply *rep = malloc(sizeof(*rep));
 	struct mc_keeper_conn conn;
-	int fds[2] = { -1, -1 }, err;
+	int err;
 
 	if (!rep)
 		return mc_error(ENOMEM, "Shared segment: out of memory");
 	fill_request(opt, layout_fingerprint, size, page_size, &req);
 	err = mc_keeper_open(&conn, NULL, CONNECT_TIMEOUT_MS);
-	if (!err) {
-		/* No fork may copy the descriptors unseen; but a fork elsewhere
-		 * must not wait for a commit of minutes in the keeper. */
-		mc_fd_track_begin();
-		mc_fd_track_pause();
-		err = mc_keeper_exchange(&conn, &req, rep, fds, -1);
-		mc_fd_track_resume();
-		keep->fd = fds[0];
-		mc_fd_track_end(&keep->tracking, &keep->fd);
-		if (fds[1] >= 0)
-			close(fds[1]); /* a control area we did not ask for */
-	}
+	if (!err)
+		err = exchange(&conn, &req, rep, alloc_size, keep);
 	if (!err && rep->status)
 		err = refused(opt, conn.path, rep);
 	if (!err)

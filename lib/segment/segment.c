@@ -49,7 +49,6 @@ MC_EXPORT void mooncake_segment_options_init(struct mooncake_segment_options *op
 	opt->device_id = -1;
 	opt->mmap = true;
 	opt->numa_node = MOONCAKE_SEGMENT_NUMA_AUTO;
-	opt->keep_owner_uid = -1;
 }
 
 MC_EXPORT const char *mooncake_segment_version(void)

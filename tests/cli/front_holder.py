@@ -39,7 +39,7 @@ class Options(ctypes.Structure):
         ("keep_flags", ctypes.c_uint32),
         ("keep_sharing", ctypes.c_uint32),
         ("keep_gid", ctypes.c_uint32),
-        ("keep_owner_uid", ctypes.c_int64),
+        ("keep_owner_uid", ctypes.c_uint32),
     ]
 
 

@@ -219,6 +219,10 @@ def test_no_keeper_is_a_clear_error_naming_the_socket_and_the_fix(tmp_path, monk
     "kwargs,text",
     [
         (dict(keep="a/b"), "keep_name is not valid"),
+        (dict(keep="kv|owner=1"), "has a '|'"),
+        (dict(keep="kv\0other"), "must not contain a NUL"),
+        (dict(keep=""), "must not be empty"),
+        (dict(keep="kv", keep_owner=-1), "keep_owner must be a uid"),
         (dict(keep="kv", mmap=False), "a kept segment is host memory"),
         (dict(keep="kv", numa_node=0), "numa_node must be automatic"),
         (dict(keep="kv", keep_identity=b"x" * 65), "at most 64 bytes"),
@@ -236,37 +240,37 @@ def test_bad_keep_arguments_name_themselves(keeper, kwargs, text):
 
 OTHER_UID = 65534  # nobody
 
-AS_OTHER_USER = """
-import json, os, sys
-from mooncake.shared_segment import SharedSegmentError, create_shared_segment
-kwargs = json.loads(sys.argv[1])
-try:
-    seg = create_shared_segment("kv", {"kv": {"count": 4, "shape": (1 << 20,), "dtype": "uint8"}}, 1, 0, **kwargs)
-    out = {"warm": seg.warm, "generation": seg.keep_generation, "head": bytes(seg.buffers("kv")[0][:4]).hex()}
-    seg.close()
-except SharedSegmentError as e:
-    out = {"error": str(e), "errno": e.errno}
-print(json.dumps(out))
-"""
-
 
 def as_other_user(keeper, **kwargs):
-    def drop():
-        os.setgroups([])
-        os.setgid(OTHER_UID)
-        os.setuid(OTHER_UID)
+    """create_shared_segment(**kwargs) in a forked child running as OTHER_UID; its result or error.
 
-    env = dict(os.environ, MOONCAKE_SEGMENT_KEEPER=str(keeper.path))
-    done = subprocess.run(
-        [sys.executable, "-c", AS_OTHER_USER, json.dumps(kwargs)],
-        env=env,
-        preexec_fn=drop,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    Forked, not exec'd: the binding and the library are already loaded here,
+    and OTHER_UID may not be able to read the build tree they come from."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            os.setgroups([])
+            os.setgid(OTHER_UID)
+            os.setuid(OTHER_UID)
+            os.environ["MOONCAKE_SEGMENT_KEEPER"] = str(keeper.path)
+            try:
+                seg = create_shared_segment("kv", BLOCKS, 1, 0, **kwargs)
+                out = {"warm": seg.warm, "generation": seg.keep_generation}
+                out["head"] = bytes(seg.buffers("kv")[0][:4]).hex()
+                seg.close()
+            except SharedSegmentError as e:
+                out = {"error": str(e), "errno": e.errno}
+            os.write(write_end, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert status == 0 and data, f"the child as uid {OTHER_UID} failed (status {status})"
+    return json.loads(data)
 
 
 @pytest.fixture

@@ -77,6 +77,29 @@ static void device_below_minus_one(struct mooncake_segment_options *opt)
 	opt->device_id = -2;
 }
 
+/* Kept segments (keep.c): another owner is a flag, so a zeroed uid never means root's. */
+static void keep_owner_without_flag(struct mooncake_segment_options *opt)
+{
+	opt->keep_name = "kv";
+	opt->keep_owner_uid = 1000;
+}
+
+static void keep_name_with_bar(struct mooncake_segment_options *opt)
+{
+	opt->keep_name = "kv|owner=1";
+}
+
+static void keep_options_without_name(struct mooncake_segment_options *opt)
+{
+	opt->keep_flags = MOONCAKE_SEGMENT_KEEP_REPLACE;
+}
+
+static void keep_mmap_off(struct mooncake_segment_options *opt)
+{
+	opt->keep_name = "kv";
+	opt->mmap = false;
+}
+
 static void numa_below_interleave(struct mooncake_segment_options *opt)
 {
 	opt->numa_node = -3;
@@ -160,6 +183,34 @@ static const struct rejection {
 	  .edit = numa_below_interleave,
 	  .err = EINVAL,
 	  .needle = "numa_node" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = keep_owner_without_flag,
+	  .err = EINVAL,
+	  .needle = "read only with MOONCAKE_SEGMENT_KEEP_OWNER" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = keep_name_with_bar,
+	  .err = EINVAL,
+	  .needle = "has a '|'" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = keep_options_without_name,
+	  .err = EINVAL,
+	  .needle = "need keep_name" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = keep_mmap_off,
+	  .err = EINVAL,
+	  .needle = "a kept segment is host memory" },
 };
 
 START_TEST(test_rejects_invalid_options)

@@ -47,7 +47,7 @@ class SharedSegment:
         keep_flags: int = ...,
         keep_sharing: int = ...,
         keep_gid: int = ...,
-        keep_owner_uid: int = ...,
+        keep_owner_uid: Optional[int] = ...,
     ) -> Tuple["SharedSegment", bytes]: ...
     @staticmethod
     def supported(mmap: bool = ..., host_register: bool = ..., hugetlb: bool = ...) -> bool: ...

@@ -114,7 +114,6 @@ struct keep_arguments {
 static int keep_options(const struct keep_arguments *keep, struct mooncake_segment_options *opt)
 {
 	unsigned long long u;
-	long long s;
 	char *bytes;
 	Py_ssize_t len;
 
@@ -123,9 +122,14 @@ static int keep_options(const struct keep_arguments *keep, struct mooncake_segme
 			PyErr_SetString(PyExc_TypeError, "keep_name must be a str or None");
 			return -1;
 		}
-		opt->keep_name = PyUnicode_AsUTF8(keep->name);
+		opt->keep_name = PyUnicode_AsUTF8AndSize(keep->name, &len);
 		if (!opt->keep_name)
 			return -1;
+		/* A NUL inside would cut the name short, to another segment's. */
+		if (strlen(opt->keep_name) != (size_t)len) {
+			PyErr_SetString(PyExc_ValueError, "keep_name must not contain a NUL character");
+			return -1;
+		}
 	}
 	if (keep->identity && keep->identity != Py_None) {
 		if (!PyBytes_Check(keep->identity)) {
@@ -158,10 +162,11 @@ static int keep_options(const struct keep_arguments *keep, struct mooncake_segme
 			return -1;
 		opt->keep_gid = (uint32_t)u;
 	}
-	if (keep->owner_uid) {
-		if (int_argument(keep->owner_uid, "keep_owner_uid", -1, UINT32_MAX - 1, NULL, &s) < 0)
+	if (keep->owner_uid && keep->owner_uid != Py_None) {
+		if (int_argument(keep->owner_uid, "keep_owner_uid", 0, UINT32_MAX - 1, &u, NULL) < 0)
 			return -1;
-		opt->keep_owner_uid = s;
+		opt->keep_owner_uid = (uint32_t)u;
+		opt->keep_flags |= MOONCAKE_SEGMENT_KEEP_OWNER; /* given: that uid's segment */
 	}
 	return 0;
 }
@@ -835,7 +840,7 @@ static PyMethodDef segment_methods[] = {
 	  "       hugetlb=False, *, numa_node=-1, commit_threads=0, populate_on_import=False,\n"
 	  "       hugetlb_page_size=0, background_commit=False, register_offset=0, register_length=0,\n"
 	  "       register_pause_us=0, slot_count=0, keep_name=None, keep_identity=None, keep_flags=0,\n"
-	  "       keep_sharing=0, keep_gid=0, keep_owner_uid=-1) -> (SharedSegment, bytes)\n\n"
+	  "       keep_sharing=0, keep_gid=0, keep_owner_uid=None) -> (SharedSegment, bytes)\n\n"
 	  "Phase one; returns (segment, blob).  background_commit: the owner returns after the first\n"
 	  "chunk and commits the rest behind the readiness front (see wait_ready()).  keep_name: the\n"
 	  "owner takes the pages from the node keeper (mooncake-segmentd) under that name." },

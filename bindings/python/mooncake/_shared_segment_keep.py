@@ -36,8 +36,13 @@ def keep_options(
         if owner is not None:
             raise ValueError("keep_owner needs keep='name'")
         return {}
-    if not isinstance(keep, str) or not keep:
-        raise TypeError(f"keep must be a non-empty str (the kept segment's name), got {keep!r}")
+    if not isinstance(keep, str):
+        raise TypeError(f"keep must be a str (the kept segment's name), got {keep!r}")
+    if not keep:
+        raise ValueError("keep must not be empty: give the kept segment's name")
+    for label, value in (("keep_gid", gid), ("keep_owner", owner)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise TypeError(f"{label} must be a uid or gid (an int >= 0), got {value!r}")
     if not isinstance(replace, bool):
         raise TypeError(f"keep_replace must be a bool, got {replace!r}")
     if mode not in _MODES:
