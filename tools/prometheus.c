@@ -7,6 +7,7 @@
  */
 #include "config.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,7 +33,18 @@ static void sample_start(FILE *out, const char *name, const struct segment *s)
 	fprintf(out, ",id=\"%u:%u:%llu\"", s->dev_major, s->dev_minor, (unsigned long long)s->ino);
 }
 
-enum segment_fact { SIZE, PAGE_SIZE, MAPPERS, HUGE_PAGES, PRIVATE_COPIES };
+enum segment_fact { SIZE, PAGE_SIZE, MAPPERS, HUGE_PAGES, PRIVATE_COPIES, KEPT, FILE_BYTES, WARM_ATTACHES };
+
+/* Whether @s has @f at all: a file nobody holds a descriptor of, or a kept
+ * segment the keeper did not describe, has no sample rather than a 0. */
+static bool known(const struct segment *s, enum segment_fact f)
+{
+	if (f == FILE_BYTES)
+		return s->has_file_bytes;
+	if (f == WARM_ATTACHES)
+		return s->has_keeper;
+	return true;
+}
 
 static uint64_t fact(const struct segment *s, enum segment_fact f)
 {
@@ -47,16 +59,24 @@ static uint64_t fact(const struct segment *s, enum segment_fact f)
 		return s->huge_page_bytes;
 	case PRIVATE_COPIES:
 		return s->private_copies_bytes;
+	case KEPT:
+		return s->kept;
+	case FILE_BYTES:
+		return s->file_bytes;
+	case WARM_ATTACHES:
+		return s->keeper.warm_attaches;
 	}
 	return 0;
 }
 
-/* One sample per segment of a per-segment fact. */
+/* One sample per segment that has the per-segment fact. */
 static void per_segment(FILE *out, const struct segment_scan *scan, const char *name, const char *help,
 			enum segment_fact f)
 {
 	family(out, name, help);
 	for (unsigned int i = 0; i < scan->nsegs; i++) {
+		if (!known(&scan->segs[i], f))
+			continue;
 		sample_start(out, name, &scan->segs[i]);
 		fprintf(out, "} %llu\n", (unsigned long long)fact(&scan->segs[i], f));
 	}
@@ -124,27 +144,12 @@ void prometheus_write(FILE *out, const struct segment_scan *scan)
 		    "Resident bytes of the segment in huge pages (THP or HugeTLB).", HUGE_PAGES);
 	per_segment(out, scan, "private_copies_bytes", "What a private copy per mapping process would take.",
 		    PRIVATE_COPIES);
-	family(out, "kept", "1 when the node keeper holds the segment past its ranks.");
-	for (unsigned int i = 0; i < scan->nsegs; i++) {
-		sample_start(out, "kept", &scan->segs[i]);
-		fprintf(out, "} %d\n", scan->segs[i].kept ? 1 : 0);
-	}
-	family(out, "file_bytes",
-	       "Bytes the segment's file holds, mapped or not (where a descriptor was read).");
-	for (unsigned int i = 0; i < scan->nsegs; i++) {
-		if (!scan->segs[i].has_file_bytes)
-			continue;
-		sample_start(out, "file_bytes", &scan->segs[i]);
-		fprintf(out, "} %llu\n", (unsigned long long)scan->segs[i].file_bytes);
-	}
-	family(out, "keeper_warm_attaches",
-	       "Attaches that found a kept segment already there, as its keeper counts.");
-	for (unsigned int i = 0; i < scan->nsegs; i++) {
-		if (!scan->segs[i].has_keeper)
-			continue;
-		sample_start(out, "keeper_warm_attaches", &scan->segs[i]);
-		fprintf(out, "} %u\n", scan->segs[i].keeper.warm_attaches);
-	}
+	per_segment(out, scan, "kept", "1 when the node keeper holds the segment past its ranks.", KEPT);
+	per_segment(out, scan, "file_bytes",
+		    "Bytes the segment's file holds, mapped or not (where a descriptor was read).",
+		    FILE_BYTES);
+	per_segment(out, scan, "keeper_warm_attaches",
+		    "Attaches that found a kept segment already there, as its keeper counts.", WARM_ATTACHES);
 	per_process(out, scan, "process_resident_bytes",
 		    "Resident bytes of the segment in one process's mappings.",
 		    offsetof(struct segment_process, resident_bytes));
