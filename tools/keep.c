@@ -159,14 +159,7 @@ static int keep_list(struct mc_keeper_conn *conn, const struct keep_config *cfg)
 				table_row(stdout, &rep.segments[i], now);
 			}
 		}
-		/* The decoder checked the order and that "more" comes with a record;
-		 * the cursor is the last record's (name, owner uid). */
-		if (rep.count) {
-			snprintf(req.name, sizeof(req.name), "%s", rep.segments[rep.count - 1].name);
-			req.owner_given = true;
-			req.owner_uid = rep.segments[rep.count - 1].owner_uid;
-		}
-	} while (rep.list_flags & MC_KEEPER_LIST_MORE);
+	} while (mc_keeper_list_advance(&req, &rep));
 	if (cfg->json)
 		fputs(total ? "\n ]}\n" : "]}\n", stdout);
 	return ret;

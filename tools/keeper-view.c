@@ -82,13 +82,7 @@ void segments_join_keeper(struct segment_scan *scan, const char *socket)
 			goto close;
 		for (unsigned int i = 0; i < rep->count; i++)
 			join(scan, keeper_pid, &rep->segments[i], ambiguous);
-		/* The cursor: the last record's name and owner. */
-		if (rep->count) {
-			snprintf(req.name, sizeof(req.name), "%s", rep->segments[rep->count - 1].name);
-			req.owner_given = true;
-			req.owner_uid = rep->segments[rep->count - 1].owner_uid;
-		}
-	} while (rep->list_flags & MC_KEEPER_LIST_MORE);
+	} while (mc_keeper_list_advance(&req, rep));
 	scan->keeper_answered = true;
 close:
 	/* A keeper that stopped answering half way joins nothing. */

@@ -70,6 +70,19 @@ static bool all_zero(const uint8_t *p, size_t len)
 	return true;
 }
 
+MC_PRIVATE bool mc_keeper_list_advance(struct mc_keeper_request *req, const struct mc_keeper_reply *rep)
+{
+	const struct mc_keeper_segment *last = rep->count ? &rep->segments[rep->count - 1] : NULL;
+
+	/* The decoder checked that "more" comes with a record. */
+	if (last) {
+		snprintf(req->name, sizeof(req->name), "%s", last->name);
+		req->owner_given = true;
+		req->owner_uid = last->owner_uid;
+	}
+	return (rep->list_flags & MC_KEEPER_LIST_MORE) != 0;
+}
+
 MC_PRIVATE const char *mc_keeper_type_name(uint16_t type)
 {
 	switch (type & ~MC_KEEPER_REPLY) {

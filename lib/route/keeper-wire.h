@@ -201,6 +201,10 @@ int mc_keeper_reply_encode(const struct mc_keeper_reply *rep, uint8_t *out, size
 int mc_keeper_reply_decode(const uint8_t *in, size_t len, struct mc_keeper_reply *rep, char *why,
 			   size_t why_size);
 
+/* After LIST reply @rep to @req: move @req's cursor past @rep's last record
+ * (its name and owner uid) and say whether more records follow. */
+bool mc_keeper_list_advance(struct mc_keeper_request *req, const struct mc_keeper_reply *rep);
+
 /* The name of a request type or a field, for messages ("CREATE", "size"). */
 const char *mc_keeper_type_name(uint16_t type);
 const char *mc_keeper_field_name(uint16_t field);
