@@ -438,6 +438,9 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 	err = plan_memory(seg);
 	if (!err)
 		err = allocate_memory(seg);
+	/* The caller's keep strings are not ours past create: keep.h holds what lasts. */
+	seg->opt.keep_name = NULL;
+	seg->opt.keep_identity = NULL;
 	if (!err) {
 		fill_blob(seg, &b);
 		err = mc_blob_encode(&b, blob);
