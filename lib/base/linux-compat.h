@@ -22,6 +22,9 @@
 #ifndef MFD_HUGE_SHIFT
 #define MFD_HUGE_SHIFT 26
 #endif
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
+#endif
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434 /* Linux 5.3 */
 #endif

@@ -210,11 +210,13 @@ static int check_reply(const struct mooncake_segment_options *opt, const char *p
 	return 0;
 }
 
-/* The descriptor is the sealed file of @alloc_size bytes that every rank can trust. */
+/* The descriptor is the sealed file of @alloc_size bytes that every rank
+ * can trust, and can write: a write seal would make every rank's shared
+ * writable mapping fail (EPERM) far from its cause. */
 static int check_file(const struct mooncake_segment_options *opt, const char *path, int fd,
 		      uint64_t alloc_size)
 {
-	const int needed = F_SEAL_SHRINK | F_SEAL_GROW;
+	const int needed = F_SEAL_SHRINK | F_SEAL_GROW, unwritable = F_SEAL_WRITE | F_SEAL_FUTURE_WRITE;
 	struct stat st;
 	int seals;
 
@@ -232,6 +234,11 @@ static int check_file(const struct mooncake_segment_options *opt, const char *pa
 			"growing",
 			opt->keep_name, path, (unsigned long long)st.st_size, seals < 0 ? 0 : seals,
 			(unsigned long long)alloc_size);
+	if (seals & unwritable)
+		return mc_error(EPROTO,
+				"Shared segment keep_name '%s': the node keeper at %s sent a memfd sealed "
+				"against writing (seals 0x%x); its pages cannot be mapped writable",
+				opt->keep_name, path, seals);
 	return 0;
 }
 

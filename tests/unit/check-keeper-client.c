@@ -6,7 +6,10 @@
  * descriptors it does not announce, or not at all), and the client must
  * take what is right, refuse the rest with -EPROTO and leak no descriptor.
  * Also: no keeper at the path, a path too long, and a socket served by
- * another user (as root only: it needs a second uid).
+ * another user (as root only: it needs a second uid).  And create() of a
+ * kept segment against a keeper that hands pages it must not trust
+ * (unsealed, short, write-sealed, another uid's, other pages): refused,
+ * nothing mapped or left open.
  */
 #include "config.h"
 
@@ -27,6 +30,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "mooncake/segment.h"
 #include "route/keeper-client.h"
 #include "route/keeper-wire.h"
 
@@ -37,6 +41,13 @@ enum fake_mode {
 	ANSWER_ONE_OF_TWO,	/* a CREATE that announces two descriptors and sends one */
 	ANSWER_FIVE,		/* a CREATE that announces two descriptors and sends five */
 	ANSWER_NEVER,		/* reads the request and says nothing until the client goes */
+	/* A CREATE from the library's create(): the pages it asked for, ... */
+	KEPT_RIGHT,	      /* sealed against shrinking and growing, warm */
+	KEPT_UNSEALED,	      /* ... with no seal */
+	KEPT_SHORT,	      /* ... a page short */
+	KEPT_WRITE_SEALED,    /* ... sealed against writing too */
+	KEPT_OTHER_UID,	      /* ... owned by another uid */
+	KEPT_OTHER_PAGE_SIZE, /* ... announced in pages of another size */
 };
 
 struct fake_keeper {
@@ -81,6 +92,27 @@ static void send_with_fds(int s, const uint8_t *buf, size_t len, const int *fds,
 	ck_assert_int_eq(sendmsg(s, &msg, MSG_NOSIGNAL), (ssize_t)len);
 }
 
+/* The pages a library create() asked for, as fake.mode lies about them. */
+static void fake_kept_pages(const struct mc_keeper_request *req, struct mc_keeper_reply *made, int *fds)
+{
+	uint64_t bytes = (req->size + req->page_size - 1) / req->page_size * req->page_size;
+	int seals = F_SEAL_SHRINK | F_SEAL_GROW;
+
+	made->generation = 41;
+	made->size = bytes;
+	made->page_size = fake.mode == KEPT_OTHER_PAGE_SIZE ? req->page_size * 2 : req->page_size;
+	made->attach_flags = MC_KEEPER_ATTACH_WARM;
+	made->owner_uid = (uint32_t)geteuid() + (fake.mode == KEPT_OTHER_UID ? 1 : 0);
+	made->descriptors = 1;
+	fds[0] = memfd_create("fake-keeper-pages", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ck_assert_int_ge(fds[0], 0);
+	ck_assert_int_eq(ftruncate(fds[0], (off_t)(fake.mode == KEPT_SHORT ? bytes - 4096 : bytes)), 0);
+	if (fake.mode == KEPT_WRITE_SEALED)
+		seals |= F_SEAL_WRITE;
+	if (fake.mode != KEPT_UNSEALED)
+		ck_assert_int_eq(fcntl(fds[0], F_ADD_SEALS, seals), 0);
+}
+
 /* The reply @mode makes to @req, with the descriptors to attach. */
 static size_t fake_reply(const struct mc_keeper_request *req, uint8_t *out, int *fds, size_t *nfds)
 {
@@ -97,6 +129,9 @@ static size_t fake_reply(const struct mc_keeper_request *req, uint8_t *out, int 
 		made.keeper_pid = (uint32_t)getpid();
 		made.instance = 0x1234;
 		made.message_max = MC_KEEPER_MESSAGE_MAX;
+	} else if (req->type == MC_KEEPER_CREATE && fake.mode >= KEPT_RIGHT) {
+		fake_kept_pages(req, &made, fds);
+		*nfds = 1;
 	} else if (req->type == MC_KEEPER_CREATE) {
 		made.generation = 9;
 		made.size = made.page_size = 4096;
@@ -192,6 +227,71 @@ static int exchange_with(enum fake_mode mode, uint16_t type, struct mc_keeper_re
 }
 
 static struct mc_keeper_reply rep;
+
+/* A library create() of a kept segment, world size 1, against the fake
+ * keeper in @mode: create's result; *@seg is the segment when it succeeds. */
+static int kept_create(enum fake_mode mode, struct mooncake_segment **seg)
+{
+	struct mooncake_segment_options opt;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	int rc;
+
+	mooncake_segment_options_init(&opt);
+	opt.world_size = 1;
+	opt.keep_name = "kv";
+	fake_keeper_start(mode);
+	setenv("MOONCAKE_SEGMENT_KEEPER", fake.path, 1);
+	*seg = NULL;
+	rc = mooncake_segment_create("kv", 4 << 20, &opt, seg, blob);
+	if (rc == 0)
+		ck_assert_int_eq(mooncake_segment_complete(*seg, blob, sizeof(blob)), 0);
+	unsetenv("MOONCAKE_SEGMENT_KEEPER");
+	fake_keeper_stop();
+	return rc;
+}
+
+START_TEST(test_create_maps_the_kept_pages_it_is_handed)
+{
+	struct mooncake_segment *seg;
+	struct mooncake_segment_info info;
+	int before = count_fds();
+	char *base;
+
+	ck_assert_msg(kept_create(KEPT_RIGHT, &seg) == 0, "%s", mooncake_segment_last_error());
+	ck_assert(mooncake_segment_warm(seg));
+	ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
+	ck_assert_uint_eq(info.keep_generation, 41);
+	base = mooncake_segment_base(seg);
+	base[0] = 'k';
+	base[(4 << 20) - 1] = 'v';
+	ck_assert_int_eq(mooncake_segment_finish(seg), 0);
+	mooncake_segment_destroy(seg);
+	ck_assert_int_eq(count_fds(), before);
+}
+END_TEST
+
+/* Pages create() must not trust: refused naming why, nothing left open. */
+static void check_kept_lie(enum fake_mode mode, int err, const char *needle)
+{
+	struct mooncake_segment *seg;
+	int before = count_fds();
+
+	ck_assert_int_eq(kept_create(mode, &seg), err);
+	ck_assert_ptr_null(seg);
+	ck_assert_msg(strstr(mooncake_segment_last_error(), needle), "%s", mooncake_segment_last_error());
+	ck_assert_int_eq(count_fds(), before);
+}
+
+START_TEST(test_create_refuses_kept_pages_it_cannot_trust)
+{
+	check_kept_lie(KEPT_UNSEALED, -EPROTO,
+		       "not a memfd of 4194304 bytes sealed against shrinking and growing");
+	check_kept_lie(KEPT_SHORT, -EPROTO, "sent a file of 4190208 bytes");
+	check_kept_lie(KEPT_WRITE_SEALED, -EPROTO, "sealed against writing");
+	check_kept_lie(KEPT_OTHER_UID, -EACCES, "refusing pages that another user controls");
+	check_kept_lie(KEPT_OTHER_PAGE_SIZE, -EPROTO, "in pages of 8192, this create needs");
+}
+END_TEST
 
 START_TEST(test_a_right_hello_and_create_are_taken)
 {
@@ -357,6 +457,10 @@ static Suite *suite_keeper_client(void)
 	tcase_add_test(tc, test_no_keeper_names_the_path_and_the_fix);
 	tcase_add_test(tc, test_the_socket_path_comes_from_the_environment);
 	tcase_add_test(tc, test_a_keeper_of_another_user_is_refused);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("library");
+	tcase_add_test(tc, test_create_maps_the_kept_pages_it_is_handed);
+	tcase_add_test(tc, test_create_refuses_kept_pages_it_cannot_trust);
 	suite_add_tcase(s, tc);
 	return s;
 }
