@@ -89,9 +89,13 @@ void list_write_json(FILE *out, const struct segment_scan *scan)
 {
 	fprintf(out,
 		"{\"schema_version\": 1, \"root\": %s, \"processes_scanned\": %u, "
-		"\"processes_unreadable\": %u, \"scan_seconds\": %.6f, \"segments\": [",
+		"\"processes_unreadable\": %u, \"scan_seconds\": %.6f, \"keeper_answered\": %s, "
+		"\"segments\": [",
 		geteuid() == 0 ? "true" : "false", scan->processes, scan->unreadable,
-		(double)scan->duration_ns / 1e9);
+		(double)scan->duration_ns / 1e9,
+		!scan->keeper_asked	? "null"
+		: scan->keeper_answered ? "true"
+					: "false");
 	for (unsigned int i = 0; i < scan->nsegs; i++) {
 		const struct segment *s = &scan->segs[i];
 

@@ -322,6 +322,7 @@ def test_list_shows_a_kept_segment_with_its_file_bytes_and_the_keepers_record(ke
     seg.close()
     create_shared_segment("kv", BLOCKS, 1, 0, keep="kv-list").close()  # a warm attach
 
+    assert json.loads(listed(keeper.path, "--json"))["keeper_answered"] is True
     (entry,) = kept_entries(keeper.path, "kv-list")
     assert entry["kept"] and entry["mapped_processes"] == 0 and entry["owner_pid"] == keeper.proc.pid
     assert entry["file_bytes"] == 4 * MIB, "the keeper committed every page; nobody maps them"
@@ -341,6 +342,7 @@ def test_list_shows_a_kept_segment_with_its_file_bytes_and_the_keepers_record(ke
     doc = json.loads(listed(tmp_path / "none.sock", "--json"))
     (alone,) = [s for s in doc["segments"] if s["label"] == "keep:kv-list"]
     assert alone["kept"] and alone["keeper"] is None and alone["file_bytes"] == 4 * MIB
+    assert doc["keeper_answered"] is False, "a consumer must tell 'no record' from 'no keeper'"
     assert "The node keeper did not answer" in listed(tmp_path / "none.sock")
 
 

@@ -248,6 +248,7 @@ def test_nodes_huge_pages_and_owners_from_a_fixture_proc(tmp_path):
     (tmp_path / "2" / "maps").write_text("")  # a kernel thread: no memory, skipped
     doc = list_json("--proc", str(tmp_path))
     assert doc["processes_scanned"] == 4 and doc["processes_unreadable"] == 0
+    assert doc["keeper_answered"] is None, "--proc without --keeper asks no keeper"
     kv_seg = only_segment(doc, "kv")
     assert kv_seg["id"] == "0:1:4242" and kv_seg["size_bytes"] == 4 * MiB
     assert kv_seg["owner_pid"] is None and kv_seg["owner_pid_in_namespace"] == 100
