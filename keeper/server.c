@@ -363,6 +363,10 @@ static bool send_reply(struct connection *c, struct mc_keeper_reply *rep, const 
 	int len, count = 0;
 
 	clean_text(rep->text);
+	/* Who the caller is here: a client in a user namespace of its own
+	 * compares the owner with this, not with its own uid. */
+	if (rep->type == (MC_KEEPER_CREATE | MC_KEEPER_REPLY))
+		rep->caller_uid = (uint32_t)c->peer.uid;
 	len = mc_keeper_reply_encode(rep, out_buffer, sizeof(out_buffer), why, sizeof(why));
 	if (len < 0) {
 		keeper_log("cannot encode a reply to pid %d: %s", (int)c->peer.pid, why);
