@@ -190,3 +190,21 @@ def test_a_stop_mid_commit_exits_and_the_restart_has_no_half_segment(tmp_path):
         again.close_fds()
     finally:
         managed.close()
+
+
+def test_a_parked_creator_outlives_the_silence_timeout():
+    # 100 ms of silence closes an idle connection; committing 4 GiB takes longer.
+    keeper = Keeper("--silent-timeout-ms", "100")
+    try:
+        a = start_commit(keeper.proc.pid, keeper.path, "kv-slow", keeper.text)
+        # Another client keeps the loop turning (and checking silences) meanwhile.
+        with keeper.client() as b:
+            while not pending(a):
+                assert b.ask(hello_request()).status == 0
+                time.sleep(0.02)
+        made = a.receive()
+        assert made.status == 0 and made.size == BIG, made.text
+        made.close_fds()
+        a.close()
+    finally:
+        keeper.stop()
