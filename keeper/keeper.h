@@ -15,6 +15,10 @@
  *   commit.c   allocating and committing a kept segment's pages with the
  *              library's own backend, room check and commit lock, charged
  *              to the keeper's memory cgroup;
+ *   committer.c the committer threads: each cold create's commit runs on one
+ *              (--max-commits at once, --uid-max-commits per uid, the rest
+ *              queued), so that the poll loop keeps serving everyone else,
+ *              and reports back through an eventfd the loop watches;
  *   service.c  the service manager: socket activation (LISTEN_FDS) and the
  *              file descriptor store (FDSTORE=1), through libsystemd when
  *              configure found it;
@@ -53,7 +57,11 @@ struct keeper_config {
 	mode_t socket_mode;	    /* --socket-mode (default 0666: the directory gates) */
 	uint32_t scan_cache_ms;	    /* how long STAT and LIST reuse one mapper scan (1 s; the hidden
 				      * --scan-cache-ms, for tests) */
+	uint32_t max_commits;	    /* --max-commits: committer threads at once (default 2) */
+	uint32_t uid_max_commits;   /* --uid-max-commits: of one owner uid (default 1) */
 };
+
+struct commit_job;
 
 /* --- one kept segment (store.c) -------------------------------------------- */
 
@@ -62,10 +70,16 @@ struct kept_segment {
 	int pages_fd;			 /* the segment's memfd */
 	int control_fd;			 /* the control area's memfd, -1 when control_bytes is 0 */
 	bool hugetlb;
-	uint64_t last_mapped_ns; /* CLOCK_MONOTONIC when mappers were last seen > 0 (idle timeout) */
-	uint32_t mappers_seen;	 /* the last count: processes whose maps the keeper could read */
-	bool handed_unseen;	 /* handed to a peer whose maps the keeper cannot read (another PID
+	uint64_t last_mapped_ns;       /* CLOCK_MONOTONIC when mappers were last seen > 0 (idle timeout) */
+	uint32_t mappers_seen;	       /* the last count: processes whose maps the keeper could read */
+	bool handed_unseen;	       /* handed to a peer whose maps the keeper cannot read (another PID
 				  * namespace: pid 0): mapped, mappers unknown, until released */
+	struct commit_job *committing; /* while a committer thread commits its pages: reserved
+					* (counted by the budget and the limits), pages_fd -1,
+					* never saved, listed or released; NULL once kept */
+	uint32_t commit_flags;	       /* its creator's reply flags once committed (replaced) */
+	bool creator_unseen;	       /* its creator's maps are unreadable (see handed_unseen) */
+	pid_t creator_pid;
 };
 
 /* --- logging (log.c) ------------------------------------------------------- */
@@ -114,11 +128,26 @@ int store_start(const struct keeper_config *config);
 /* Close every descriptor (the kernel keeps pages that are still mapped). */
 void store_stop(void);
 uint32_t store_count(void);
-/* Answer @req from @peer in @rep (status, field, sentence and body).  For a
- * successful CREATE, @fds gets the descriptors to send (pages, control or
- * -1), which stay the store's: the caller sends them and closes nothing. */
-void store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-		  struct mc_keeper_reply *rep, int fds[2]);
+/* What a request waits for instead of its reply: nothing (generation 0),
+ * or the commit of the segment of that generation, as its creator (its
+ * reply comes from store_commit_done()) or behind it (a CREATE of the same
+ * name, handled again with @behind_commit once the commit is done). */
+struct store_wait {
+	uint64_t generation;
+	bool creator;
+};
+/* Answer @req from @peer in @rep (status, field, sentence and body), or say
+ * what it waits for (then @rep is not to be sent).  For a successful CREATE,
+ * @fds gets the descriptors to send (pages, control or -1), which stay the
+ * store's: the caller sends them and closes nothing.  @behind_commit: the
+ * request waited for a commit of its name, whose pages nobody wrote yet, so
+ * an attach to them is not warm. */
+struct store_wait store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+			       bool behind_commit, struct mc_keeper_reply *rep, int fds[2]);
+/* A committer thread finished @job: keep its segment (or drop the
+ * reservation when the commit failed), free @job, and fill its creator's
+ * reply in @rep and @fds (sequence left to the caller); the generation. */
+uint64_t store_commit_done(struct commit_job *job, struct mc_keeper_reply *rep, int fds[2]);
 /* The idle timeout: free what nobody mapped for config->idle_timeout_s.
  * Returns how long the loop may sleep before the next look, -1 forever. */
 int store_tick(void);
@@ -141,6 +170,38 @@ int commit_page_size(uint64_t requested, bool hugetlb, uint64_t *page_size, char
  * with @why (ENOMEM: no room, with the numbers). */
 int commit_segment(const char *name, uint64_t alloc_size, uint64_t page_size, bool hugetlb,
 		   uint64_t control_bytes, struct kept_pages *out, char *why, size_t why_size);
+
+/* --- committer threads (committer.c) --------------------------------------- */
+
+struct commit_job {
+	/* Set before committer_submit(), read-only while it runs. */
+	char name[MC_KEEPER_NAME_MAX + 1];
+	uint64_t alloc_size, page_size, control_bytes;
+	bool hugetlb;
+	uint32_t owner_uid; /* whose commits --uid-max-commits counts */
+	/* The committer thread's results, for the loop once it is done. */
+	struct kept_pages pages;
+	int err;
+	char why[MC_KEEPER_TEXT_MAX + 1];
+	/* The committer's own. */
+	bool running;
+	struct commit_job *next;
+};
+
+/* The eventfd the loop polls: readable when a job is done.  0 or a negative
+ * errno, logged. */
+int committer_start(const struct keeper_config *config);
+int committer_fd(void);
+/* Queue @job (the caller's until committer_take_done() gives it back); it
+ * starts when fewer than --max-commits run, and fewer than
+ * --uid-max-commits of its owner.  0, or a negative errno with @why. */
+int committer_submit(struct commit_job *job, char *why, size_t why_size);
+/* A finished job, or NULL when none is; reads the eventfd first. */
+struct commit_job *committer_take_done(void);
+/* At the stop: queued jobs are dropped; running ones are left to their
+ * threads, which the process's exit ends (their half-made memfds go with
+ * it: nothing of them was stored or saved). */
+void committer_stop(void);
 
 /* --- the service manager (service.c) --------------------------------------- */
 

@@ -41,6 +41,9 @@ static void usage(FILE *out)
 		     "                         of --max-connections, at least 1)\n"
 		     "  --idle-timeout SECONDS free a segment nobody mapped this long (default 0: never)\n"
 		     "  --socket-mode OCTAL    the socket's mode (default 0666: the directory gates)\n"
+		     "  --max-commits N        cold creates committing at once, each on a thread of\n"
+		     "                         its own (default 2); more wait in a queue\n"
+		     "  --uid-max-commits N    of them, most of one uid at once (default 1)\n"
 		     "  --help, --version\n");
 }
 
@@ -123,6 +126,8 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		OPT_MODE,
 		OPT_SILENT,
 		OPT_SCAN_CACHE,
+		OPT_MAX_COMMITS,
+		OPT_UID_MAX_COMMITS,
 		OPT_HELP,
 		OPT_VERSION
 	};
@@ -136,6 +141,8 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		{ "max-connections-per-uid", required_argument, NULL, OPT_MAX_PER_UID },
 		{ "idle-timeout", required_argument, NULL, OPT_IDLE },
 		{ "socket-mode", required_argument, NULL, OPT_MODE },
+		{ "max-commits", required_argument, NULL, OPT_MAX_COMMITS },
+		{ "uid-max-commits", required_argument, NULL, OPT_UID_MAX_COMMITS },
 		/* Not in --help: the tests wait for it in seconds, not 10 s. */
 		{ "silent-timeout-ms", required_argument, NULL, OPT_SILENT },
 		/* Not in --help either: a test counts scans without racing the clock. */
@@ -204,6 +211,14 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 			if (!parse_u32(optarg, 10, 3600000, &config->scan_cache_ms))
 				return bad_option("--scan-cache-ms", optarg, "a number of milliseconds");
 			break;
+		case OPT_MAX_COMMITS:
+			if (!parse_u32(optarg, 10, 256, &config->max_commits) || !config->max_commits)
+				return bad_option("--max-commits", optarg, "a number from 1 to 256");
+			break;
+		case OPT_UID_MAX_COMMITS:
+			if (!parse_u32(optarg, 10, 256, &config->uid_max_commits) || !config->uid_max_commits)
+				return bad_option("--uid-max-commits", optarg, "a number from 1 to 256");
+			break;
 		case OPT_HELP:
 			usage(stdout);
 			*done = true;
@@ -267,6 +282,8 @@ int main(int argc, char **argv)
 		.silent_timeout_ms = 10000,
 		.scan_cache_ms = 1000,
 		.socket_mode = 0666,
+		.max_commits = 2,
+		.uid_max_commits = 1,
 	};
 	struct stat bound = { 0 };
 	char budget[32] = "none";
@@ -293,7 +310,7 @@ int main(int argc, char **argv)
 		keeper_log("cannot read what the service manager passed: %s", strerror(-err));
 		return 1;
 	}
-	if (store_start(&config) != 0)
+	if (committer_start(&config) != 0 || store_start(&config) != 0)
 		return 1;
 	listen_fd = server_listen(&config, &bound_here);
 	if (listen_fd < 0) {
@@ -319,6 +336,7 @@ int main(int argc, char **argv)
 	close(listen_fd);
 	close(signal_fd);
 	store_stop();
+	committer_stop();
 	keeper_log("stopped");
 	return err ? 1 : 0;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The keeper's socket and its one-thread poll loop (keeper.h).  Every
+ * The keeper's socket and its poll loop (keeper.h).  Every
  * descriptor is non-blocking, so that no client can stall the keeper: a
  * request is one packet read whole (SOCK_SEQPACKET), a reply is sent with
  * MSG_DONTWAIT and a client that does not read its replies is closed.
@@ -12,6 +12,13 @@
  * or past --max-connections-per-uid for their uid, are accepted and closed
  * at once (so that the backlog never fills), and one silent past the
  * silent timeout is closed.
+ *
+ * A CREATE that commits pages is parked: its segment is reserved, a
+ * committer thread (committer.c) commits, and the connection is left out of
+ * the input polling (polled only for its hangup) and of the silent timeout
+ * until the loop, woken by the committers' eventfd, sends its reply.  A
+ * CREATE of the same name meanwhile is parked behind it and handled again
+ * once the commit is done.  So no request waits for another's commit.
  */
 #include "config.h"
 
@@ -41,6 +48,10 @@ struct connection {
 	int fd; /* -1: a free slot */
 	struct keeper_peer peer;
 	uint64_t last_heard_ns;
+	/* Parked: the request that waits for the commit of generation
+	 * parked_on (as its creator, or behind it); NULL when not parked. */
+	struct mc_keeper_request *parked;
+	struct store_wait parked_on;
 };
 
 /* Accepts per turn of the loop: a connect flood cannot starve the clients
@@ -190,6 +201,9 @@ static void drop(struct connection *c)
 {
 	close(c->fd);
 	c->fd = -1;
+	/* A creator that goes leaves its commit to finish: the segment is kept. */
+	free(c->parked);
+	c->parked = NULL;
 	free(c->peer.groups);
 	c->peer.groups = NULL;
 	c->peer.group_count = 0;
@@ -349,6 +363,10 @@ static bool send_reply(struct connection *c, struct mc_keeper_reply *rep, const 
 	int len, count = 0;
 
 	clean_text(rep->text);
+	/* Who the caller is here: a client in a user namespace of its own
+	 * compares the owner with this, not with its own uid. */
+	if (rep->type == (MC_KEEPER_CREATE | MC_KEEPER_REPLY))
+		rep->caller_uid = (uint32_t)c->peer.uid;
 	len = mc_keeper_reply_encode(rep, out_buffer, sizeof(out_buffer), why, sizeof(why));
 	if (len < 0) {
 		keeper_log("cannot encode a reply to pid %d: %s", (int)c->peer.pid, why);
@@ -389,6 +407,8 @@ static void reply_error(struct connection *c, uint32_t sequence, int status, con
 	send_reply(c, &rep, none);
 }
 
+static bool answer(struct connection *c, const struct mc_keeper_request *req, bool behind_commit);
+
 /* Read and answer one request; false: close the connection. */
 static bool serve(struct connection *c)
 {
@@ -396,9 +416,7 @@ static bool serve(struct connection *c)
 	struct iovec iov = { .iov_base = in_buffer, .iov_len = sizeof(in_buffer) };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	static struct mc_keeper_request req;
-	static struct mc_keeper_reply rep;
 	char why[256];
-	int fds[2];
 	ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT);
 
 	if (n < 0)
@@ -422,10 +440,20 @@ static bool serve(struct connection *c)
 		reply_error(c, req.sequence, EPROTO, why);
 		return false;
 	}
+	return answer(c, &req, false);
+}
+
+/* Answer @req, or park @c when it waits for a commit; false: close it. */
+static bool answer(struct connection *c, const struct mc_keeper_request *req, bool behind_commit)
+{
+	static struct mc_keeper_reply rep;
+	struct store_wait wait = { 0, false };
+	int fds[2];
+
 	memset(&rep, 0, sizeof(rep));
-	if (req.type == MC_KEEPER_HELLO) {
+	if (req->type == MC_KEEPER_HELLO) {
 		rep.type = MC_KEEPER_HELLO | MC_KEEPER_REPLY;
-		rep.sequence = req.sequence;
+		rep.sequence = req->sequence;
 		rep.version = MC_KEEPER_VERSION;
 		rep.keeper_pid = (uint32_t)getpid();
 		rep.instance = instance;
@@ -434,9 +462,70 @@ static bool serve(struct connection *c)
 		rep.hello_flags = service_can_store() ? MC_KEEPER_HELLO_FDSTORE : 0;
 		fds[0] = fds[1] = -1;
 	} else {
-		store_handle(&req, &c->peer, &rep, fds);
+		wait = store_handle(req, &c->peer, behind_commit, &rep, fds);
 	}
-	return send_reply(c, &rep, fds);
+	if (!wait.generation)
+		return send_reply(c, &rep, fds);
+	c->parked = malloc(sizeof(*c->parked));
+	if (!c->parked) {
+		keeper_log("out of memory to park a request of pid %d", (int)c->peer.pid);
+		return false;
+	}
+	*c->parked = *req;
+	c->parked_on = wait;
+	return true;
+}
+
+/* --- commits done ------------------------------------------------------------ */
+
+static void unpark(struct connection *c)
+{
+	free(c->parked);
+	c->parked = NULL;
+	c->parked_on = (struct store_wait){ 0, false };
+	c->last_heard_ns = monotonic_ns(); /* its silence starts now */
+}
+
+/* Each commit a committer finished: its creator's reply, then the requests
+ * parked behind it, handled again (which may park them anew). */
+static void commits_done(const struct keeper_config *config)
+{
+	static struct mc_keeper_reply rep;
+	struct commit_job *job;
+
+	while ((job = committer_take_done())) {
+		uint64_t generation;
+		int fds[2];
+		size_t i;
+
+		memset(&rep, 0, sizeof(rep));
+		generation = store_commit_done(job, &rep, fds);
+		for (i = 0; i < config->max_connections; i++) {
+			struct connection *c = &connections[i];
+
+			if (c->fd < 0 || !c->parked || !c->parked_on.creator ||
+			    c->parked_on.generation != generation)
+				continue;
+			rep.sequence = c->parked->sequence;
+			unpark(c);
+			if (!send_reply(c, &rep, fds))
+				drop(c);
+		}
+		for (i = 0; i < config->max_connections; i++) {
+			struct connection *c = &connections[i];
+			struct mc_keeper_request *req;
+
+			if (c->fd < 0 || !c->parked || c->parked_on.creator ||
+			    c->parked_on.generation != generation)
+				continue;
+			req = c->parked;
+			c->parked = NULL;
+			unpark(c);
+			if (!answer(c, req, true))
+				drop(c);
+			free(req);
+		}
+	}
 }
 
 /* --- the loop -------------------------------------------------------------- */
@@ -451,7 +540,7 @@ static int wait_ms(const struct keeper_config *config, int store_ms, bool paused
 	for (i = 0; i < config->max_connections; i++) {
 		uint64_t due;
 
-		if (connections[i].fd < 0)
+		if (connections[i].fd < 0 || connections[i].parked)
 			continue;
 		due = connections[i].last_heard_ns + silent_ns;
 		if (!soonest || due < soonest)
@@ -471,13 +560,14 @@ static void close_silent(const struct keeper_config *config)
 	size_t i;
 
 	for (i = 0; i < config->max_connections; i++)
-		if (connections[i].fd >= 0 && now - connections[i].last_heard_ns >= silent_ns)
+		if (connections[i].fd >= 0 && !connections[i].parked &&
+		    now - connections[i].last_heard_ns >= silent_ns)
 			drop(&connections[i]);
 }
 
 int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 {
-	size_t slots = config->max_connections + 2, i;
+	size_t slots = config->max_connections + 3, i;
 	struct pollfd *polls = calloc(slots, sizeof(*polls));
 	struct connection **polled = calloc(slots, sizeof(struct connection *));
 	int store_ms = store_tick(), err = 0;
@@ -509,10 +599,15 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 		polls[count++] =
 			(struct pollfd){ .fd = monotonic_ns() < accept_paused_until_ns ? -1 : listen_fd,
 					 .events = POLLIN };
+		polls[count++] = (struct pollfd){ .fd = committer_fd(), .events = POLLIN };
+		/* A parked connection is polled for its hangup only: no input is
+		 * read until its reply is sent. */
 		for (i = 0; i < config->max_connections; i++)
 			if (connections[i].fd >= 0) {
 				polled[count] = &connections[i];
-				polls[count++] = (struct pollfd){ .fd = connections[i].fd, .events = POLLIN };
+				polls[count++] =
+					(struct pollfd){ .fd = connections[i].fd,
+							 .events = connections[i].parked ? 0 : POLLIN };
 			}
 		ready = poll(polls, count, wait_ms(config, store_ms, polls[1].fd < 0));
 		if (ready < 0 && errno != EINTR) {
@@ -528,10 +623,14 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 				break;
 			}
 		}
+		if (ready > 0 && polls[2].revents)
+			commits_done(config);
 		before = monotonic_ns();
-		for (i = 2; ready > 0 && i < count; i++) {
+		for (i = 3; ready > 0 && i < count; i++) {
 			struct connection *c = polled[i];
 
+			/* Parked (or unparked by commits_done() above), it was polled for
+			 * its hangup only: any event is its end. */
 			if (!polls[i].revents || c->fd < 0)
 				continue;
 			if ((polls[i].revents & POLLIN) ? !serve(c) : true)

@@ -46,6 +46,7 @@ static bool told_unreadable;
 static uint64_t scanned_ns;    /* CLOCK_MONOTONIC of the last scan; 0: none valid */
 static bool scanned_this_turn; /* a scan ran for the current request or tick */
 static uint64_t scan_count;
+static size_t committing_count; /* reserved segments whose pages a committer thread commits */
 
 #define CONTROL_MAX (UINT64_C(1) << 30)
 
@@ -59,7 +60,7 @@ static uint64_t monotonic_ns(void)
 
 uint32_t store_count(void)
 {
-	return (uint32_t)table_count;
+	return (uint32_t)(table_count - committing_count);
 }
 
 /* (name, owner uid) against a segment: the table's order. */
@@ -134,10 +135,24 @@ static uint32_t owner_of(const struct mc_keeper_request *req, const struct keepe
 	return req->owner_given ? req->owner_uid : (uint32_t)peer->uid;
 }
 
+/* The table as it is saved: a segment still being committed is no part of
+ * it (a stop or crash mid-commit must not leave a half-made one). */
 static void save(void)
 {
-	int err = state_save((const struct kept_segment *const *)table, table_count, next_generation);
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, as state_save() takes */
+	const struct kept_segment **kept = calloc(table_count ? table_count : 1, sizeof(*kept));
+	size_t count = 0, i;
+	int err;
 
+	if (!kept) {
+		keeper_log("cannot save the table for a restart: out of memory");
+		return;
+	}
+	for (i = 0; i < table_count; i++)
+		if (!table[i]->committing)
+			kept[count++] = table[i];
+	err = state_save(kept, count, next_generation);
+	free(kept);
 	if (err)
 		keeper_log("cannot save the table for a restart: %s", strerror(-err));
 }
@@ -370,15 +385,21 @@ static bool peer_visible(const struct keeper_peer *peer)
 
 /* A segment handed to a peer the keeper cannot see counts as mapped by it
  * from now on: its unmapping is invisible too. */
-static void note_peer(struct kept_segment *seg, const struct keeper_peer *peer)
+static void mark_unseen(struct kept_segment *seg, pid_t pid)
 {
-	if (seg->handed_unseen || peer_visible(peer))
+	if (seg->handed_unseen)
 		return;
 	seg->handed_unseen = true;
 	keeper_log("'%s' of uid %u (generation %" PRIu64
 		   ") went to pid %d, whose maps the keeper cannot read: "
 		   "it counts as mapped (mappers unknown) until released",
-		   seg->record.name, seg->record.owner_uid, seg->record.generation, (int)peer->pid);
+		   seg->record.name, seg->record.owner_uid, seg->record.generation, (int)pid);
+}
+
+static void note_peer(struct kept_segment *seg, const struct keeper_peer *peer)
+{
+	if (!seg->handed_unseen && !peer_visible(peer))
+		mark_unseen(seg, peer->pid);
 }
 
 /* --- replies ---------------------------------------------------------------- */
@@ -636,11 +657,83 @@ static int errno_of_commit(int err)
 	}
 }
 
+/* Take a reservation whose commit failed (or never started) out of the
+ * table: nothing of it was stored or saved. */
+static void unreserve(struct kept_segment *seg)
+{
+	size_t index = index_of(seg);
+
+	memmove(&table[index], &table[index + 1], (table_count - index - 1) * sizeof(struct kept_segment *));
+	table_count--;
+	committing_count--;
+	free(seg);
+}
+
+uint64_t store_commit_done(struct commit_job *job, struct mc_keeper_reply *rep, int fds[2])
+{
+	struct kept_segment *seg = NULL;
+	uint64_t generation;
+	char name[48];
+	size_t i;
+	int err;
+
+	fds[0] = fds[1] = -1;
+	rep->type = MC_KEEPER_CREATE | MC_KEEPER_REPLY;
+	for (i = 0; i < table_count && !seg; i++)
+		if (table[i]->committing == job)
+			seg = table[i];
+	if (!seg) {
+		/* Not reached: a reservation leaves the table only here. */
+		keeper_log("a commit of '%s' ended for no reserved segment", job->name);
+		if (job->pages.pages_fd >= 0)
+			close(job->pages.pages_fd);
+		if (job->pages.control_fd >= 0)
+			close(job->pages.control_fd);
+		free(job);
+		refuse(rep, ENOMEM, 0, "the keeper lost its reservation");
+		return 0;
+	}
+	generation = seg->record.generation;
+	if (job->err) {
+		refuse(rep, errno_of_commit(job->err), 0, "the keeper cannot keep '%s': %s", job->name,
+		       job->why);
+		keeper_log("cannot keep '%s' for uid %u: %s", job->name, seg->record.owner_uid, job->why);
+		unreserve(seg);
+		free(job);
+		return generation;
+	}
+	seg->pages_fd = job->pages.pages_fd;
+	seg->control_fd = job->pages.control_fd;
+	seg->committing = NULL;
+	committing_count--;
+	free(job);
+	seg->last_mapped_ns = monotonic_ns();
+	scanned_ns = 0; /* a count taken while it committed has none for it */
+
+	fd_name(name, sizeof(name), "pages", generation);
+	err = service_store(name, seg->pages_fd);
+	if (!err && seg->control_fd >= 0) {
+		fd_name(name, sizeof(name), "control", generation);
+		err = service_store(name, seg->control_fd);
+	}
+	if (err)
+		keeper_log("cannot store '%s' in the service manager (%s): a restart of the keeper loses it",
+			   seg->record.name, strerror(-err));
+	if (seg->creator_unseen)
+		mark_unseen(seg, seg->creator_pid);
+	save();
+	keeper_log("kept '%s' (%" PRIu64 " bytes, generation %" PRIu64 ") for uid %u", seg->record.name,
+		   seg->record.size, generation, seg->record.owner_uid);
+	reply_create(seg, seg->commit_flags, rep, fds);
+	return generation;
+}
+
 /* A new kept segment for @req, owned by the uid it names: the caller's, or
  * for a replace by root the replaced segment's owner. */
-static void create_new(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-		       uint64_t page_size, uint32_t flags, struct mc_keeper_reply *rep, int fds[2])
+static struct store_wait create_new(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+				    uint64_t page_size, uint32_t flags, struct mc_keeper_reply *rep)
 {
+	const struct store_wait answered = { 0, false };
 	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0;
 	uint32_t owner = owner_of(req, peer);
 	size_t index;
@@ -648,10 +741,10 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 	uint64_t alloc_size, need, kept;
 	struct usage u;
 	size_t i, released_here = 0;
-	struct kept_pages pages;
+	struct commit_job *job;
 	struct kept_segment *seg;
 	struct timespec now;
-	char why[MC_KEEPER_TEXT_MAX + 1], name[48];
+	char why[MC_KEEPER_TEXT_MAX + 1];
 	int err;
 
 	/* Released segments whose last mapper went are freed before any refusal. */
@@ -667,21 +760,21 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 		       "uid %u's '%s' has %zu released generations that processes still map; stop them "
 		       "(mooncake-segment keep list shows them) or use another name",
 		       (unsigned)owner, req->name, released_here);
-		return;
+		return answered;
 	}
 	if (table_count >= conf->max_segments) {
 		refuse(rep, EMFILE, 0,
 		       "the keeper holds %zu segments, its --max-segments; release one (mooncake-segment keep "
 		       "release NAME) or raise --max-segments",
 		       table_count);
-		return;
+		return answered;
 	}
 	if (u.owner_segments >= uid_max) {
 		refuse(rep, EMFILE, 0,
 		       "uid %u keeps %zu segments (released ones still mapped included), its --uid-max-segments; "
 		       "release one (mooncake-segment keep release NAME) or raise --uid-max-segments",
 		       (unsigned)owner, u.owner_segments);
-		return;
+		return answered;
 	}
 	/* The control area is the library's small shared header (readiness,
 	 * slots); a huge one would be memory outside the room check. */
@@ -690,11 +783,11 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 		       "a control area of %" PRIu64
 		       " bytes is more than the keeper keeps (%llu); ask for less",
 		       req->control_bytes, (unsigned long long)CONTROL_MAX);
-		return;
+		return answered;
 	}
 	if (req->size > UINT64_MAX - page_size) {
 		refuse(rep, EINVAL, 0, "size %" PRIu64 " is too large", req->size);
-		return;
+		return answered;
 	}
 	alloc_size = (req->size + page_size - 1) / page_size * page_size;
 	need = alloc_size + req->control_bytes;
@@ -706,7 +799,7 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 		       " kept now); release a kept segment (mooncake-segment keep release NAME) "
 		       "or raise --budget",
 		       req->name, need, conf->budget_bytes, kept);
-		return;
+		return answered;
 	}
 	if (conf->uid_budget_bytes &&
 	    (need > conf->uid_budget_bytes - u.owner_bytes || u.owner_bytes > conf->uid_budget_bytes)) {
@@ -717,23 +810,18 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 		       " kept now, released ones still mapped included); release "
 		       "a kept segment (mooncake-segment keep release NAME) or raise --uid-budget",
 		       req->name, need, conf->uid_budget_bytes, (unsigned)owner, u.owner_bytes);
-		return;
+		return answered;
 	}
-	err = commit_segment(req->name, alloc_size, page_size, hugetlb, req->control_bytes, &pages, why,
-			     sizeof(why));
-	if (err) {
-		refuse(rep, errno_of_commit(err), 0, "the keeper cannot keep '%s': %s", req->name, why);
-		keeper_log("cannot keep '%s' for uid %u: %s", req->name, (unsigned)peer->uid, why);
-		return;
-	}
+	/* Reserved now, in the table: counted by the budget and the limits
+	 * before the next request is read, so that two creates committing at
+	 * once cannot together pass them. */
+	job = calloc(1, sizeof(*job));
 	seg = calloc(1, sizeof(*seg));
-	if (!seg || insert_at(index, seg) != 0) {
+	if (!job || !seg || insert_at(index, seg) != 0) {
+		free(job);
 		free(seg);
-		close(pages.pages_fd);
-		if (pages.control_fd >= 0)
-			close(pages.control_fd);
 		refuse(rep, ENOMEM, 0, "the keeper is out of memory for its table");
-		return;
+		return answered;
 	}
 	clock_gettime(CLOCK_REALTIME, &now);
 	memcpy(seg->record.name, req->name, sizeof(seg->record.name));
@@ -750,30 +838,37 @@ static void create_new(const struct mc_keeper_request *req, const struct keeper_
 	seg->record.flags = hugetlb ? MC_KEEPER_SEGMENT_HUGETLB : 0;
 	seg->record.identity_bytes = req->identity_bytes;
 	memcpy(seg->record.identity, req->identity, req->identity_bytes);
-	seg->pages_fd = pages.pages_fd;
-	seg->control_fd = pages.control_fd;
+	seg->pages_fd = seg->control_fd = -1;
 	seg->hugetlb = hugetlb;
 	seg->last_mapped_ns = monotonic_ns();
+	seg->committing = job;
+	seg->commit_flags = flags;
+	seg->creator_unseen = !peer_visible(peer);
+	seg->creator_pid = peer->pid;
+	committing_count++;
 
-	fd_name(name, sizeof(name), "pages", seg->record.generation);
-	err = service_store(name, seg->pages_fd);
-	if (!err && seg->control_fd >= 0) {
-		fd_name(name, sizeof(name), "control", seg->record.generation);
-		err = service_store(name, seg->control_fd);
+	memcpy(job->name, req->name, sizeof(job->name));
+	job->alloc_size = alloc_size;
+	job->page_size = page_size;
+	job->control_bytes = req->control_bytes;
+	job->hugetlb = hugetlb;
+	job->owner_uid = owner;
+	err = committer_submit(job, why, sizeof(why));
+	if (err) {
+		unreserve(seg);
+		free(job);
+		refuse(rep, -err, 0, "the keeper cannot keep '%s': %s", req->name, why);
+		return answered;
 	}
-	if (err)
-		keeper_log("cannot store '%s' in the service manager (%s): a restart of the keeper loses it",
-			   req->name, strerror(-err));
-	note_peer(seg, peer);
-	save();
-	keeper_log("kept '%s' (%" PRIu64 " bytes, generation %" PRIu64 ") for uid %u", req->name, alloc_size,
-		   seg->record.generation, (unsigned)owner);
-	reply_create(seg, flags, rep, fds);
+	keeper_debug("committing '%s' (%" PRIu64 " bytes, generation %" PRIu64 ") for uid %u on a thread",
+		     req->name, alloc_size, seg->record.generation, (unsigned)owner);
+	return (struct store_wait){ seg->record.generation, true };
 }
 
-static void handle_create(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-			  struct mc_keeper_reply *rep, int fds[2])
+static struct store_wait handle_create(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+				       bool behind_commit, struct mc_keeper_reply *rep, int fds[2])
 {
+	const struct store_wait answered = { 0, false };
 	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0, found;
 	char why[MC_KEEPER_TEXT_MAX + 1];
 	uint32_t owner = owner_of(req, peer);
@@ -785,7 +880,7 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 	err = commit_page_size(req->page_size, hugetlb, &page_size, why, sizeof(why));
 	if (err) {
 		refuse(rep, -err, 0, "%s", why);
-		return;
+		return answered;
 	}
 	if (!found) {
 		/* Nobody, root included, creates a segment another uid owns. */
@@ -794,55 +889,63 @@ static void handle_create(const struct mc_keeper_request *req, const struct keep
 			       "uid %u keeps no segment '%s'; only uid %u can create it (leave the owner out to "
 			       "use your own)",
 			       (unsigned)owner, req->name, (unsigned)owner);
-			return;
+			return answered;
 		}
 		if (req->flags & MC_KEEPER_CREATE_ATTACH_ONLY) {
 			refuse(rep, ENOENT, 0, "no kept segment '%s' (attach only); create it first",
 			       req->name);
-			return;
+			return answered;
 		}
-		create_new(req, peer, page_size, 0, rep, fds);
-		return;
+		return create_new(req, peer, page_size, 0, rep);
 	}
 	seg = table[index];
 	if (!may_attach(seg, peer, rep))
-		return;
+		return answered;
+	if (seg->committing) {
+		/* Answered once its pages are there (or its commit failed). */
+		keeper_debug("a CREATE of '%s' by uid %u waits for its commit (generation %" PRIu64 ")",
+			     req->name, (unsigned)peer->uid, seg->record.generation);
+		return (struct store_wait){ seg->record.generation, false };
+	}
 	if (req->flags & MC_KEEPER_CREATE_CREATE_ONLY) {
 		refuse(rep, EEXIST, 0,
 		       "'%s' is already kept (generation %" PRIu64 "); create only refuses it", req->name,
 		       seg->record.generation);
-		return;
+		return answered;
 	}
 	if (compare(seg, req, page_size, rep) == MC_KEEPER_FIELD_NONE) {
-		seg->record.warm_attaches++;
+		/* Behind its commit, nobody wrote the pages yet: not warm. */
+		if (!behind_commit)
+			seg->record.warm_attaches++;
 		seg->last_mapped_ns = monotonic_ns();
 		note_peer(seg, peer);
 		save();
-		keeper_log("attached uid %u to '%s' (generation %" PRIu64 ", warm)", (unsigned)peer->uid,
-			   req->name, seg->record.generation);
-		reply_create(seg, MC_KEEPER_ATTACH_WARM, rep, fds);
-		return;
+		keeper_log("attached uid %u to '%s' (generation %" PRIu64 ", %s)", (unsigned)peer->uid,
+			   req->name, seg->record.generation,
+			   behind_commit ? "cold, behind its create" : "warm");
+		reply_create(seg, behind_commit ? 0 : MC_KEEPER_ATTACH_WARM, rep, fds);
+		return answered;
 	}
 	if (!(req->flags & MC_KEEPER_CREATE_REPLACE))
-		return; /* refused with EEXIST and the field */
+		return answered; /* refused with EEXIST and the field */
 	/* Replace: the old declaration goes only when nobody maps it. */
 	memset(rep->text, 0, sizeof(rep->text));
 	rep->status = 0;
 	rep->field = 0;
 	if (!may_free(seg, peer, rep, "replace"))
-		return;
+		return answered;
 	scan_fresh("a replace");
 	if (mapped(seg)) {
 		refuse(rep, EBUSY, 0,
 		       "'%s' cannot be replaced: %u process(es) map it; stop them first, or use another name",
 		       req->name, seg->mappers_seen);
-		return;
+		return answered;
 	}
 	generation = seg->record.generation;
 	remove_at(index);
 	keeper_log("replaced '%s' (generation %" PRIu64 ") for uid %u: a new declaration", req->name,
 		   generation, (unsigned)peer->uid);
-	create_new(req, peer, page_size, MC_KEEPER_ATTACH_REPLACED, rep, fds);
+	return create_new(req, peer, page_size, MC_KEEPER_ATTACH_REPLACED, rep);
 }
 
 /* @owner's @name, or NULL with ENOENT in @rep. */
@@ -869,6 +972,13 @@ static void handle_stat(const struct mc_keeper_request *req, const struct keeper
 		return;
 	if (!may_attach(table[index], peer, rep))
 		return;
+	if (table[index]->committing) {
+		refuse(rep, EBUSY, 0,
+		       "'%s' of uid %u is being committed (its create is under way); ask again once it is "
+		       "answered",
+		       req->name, table[index]->record.owner_uid);
+		return;
+	}
 	scan_cached("STAT");
 	rep->segments[0] = table[index]->record;
 	rep->count = 1;
@@ -886,7 +996,8 @@ static void handle_list(const struct mc_keeper_request *req, const struct keeper
 	else
 		index = req->name[0] ? after_name(req->name) : 0;
 	for (; index < table_count; index++) {
-		if (!may_attach(table[index], peer, NULL))
+		/* Not kept until its commit is done. */
+		if (table[index]->committing || !may_attach(table[index], peer, NULL))
 			continue;
 		if (taken == MC_KEEPER_LIST_MAX) {
 			rep->list_flags = MC_KEEPER_LIST_MORE;
@@ -915,6 +1026,13 @@ static void handle_release(const struct mc_keeper_request *req, const struct kee
 		return;
 	if (!may_free(seg, peer, rep, "release"))
 		return;
+	if (seg->committing) {
+		refuse(rep, EBUSY, 0,
+		       "'%s' is being committed (its create is under way); release it once that create is "
+		       "answered",
+		       req->name);
+		return;
+	}
 	scan_fresh("a release");
 	in_use = mapped(seg);
 	rep->generation = seg->record.generation;
@@ -940,16 +1058,18 @@ static void handle_release(const struct mc_keeper_request *req, const struct kee
 	save();
 }
 
-void store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-		  struct mc_keeper_reply *rep, int fds[2])
+struct store_wait store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+			       bool behind_commit, struct mc_keeper_reply *rep, int fds[2])
 {
+	struct store_wait wait = { 0, false };
+
 	fds[0] = fds[1] = -1;
 	scanned_this_turn = false;
 	rep->type = (uint16_t)(req->type | MC_KEEPER_REPLY);
 	rep->sequence = req->sequence;
 	switch (req->type) {
 	case MC_KEEPER_CREATE:
-		handle_create(req, peer, rep, fds);
+		wait = handle_create(req, peer, behind_commit, rep, fds);
 		break;
 	case MC_KEEPER_LIST:
 		handle_list(req, peer, rep);
@@ -964,6 +1084,7 @@ void store_handle(const struct mc_keeper_request *req, const struct keeper_peer 
 		refuse(rep, EPROTO, 0, "keeper request: type %u is not served here", (unsigned)req->type);
 		break;
 	}
+	return wait;
 }
 
 int store_tick(void)
@@ -994,7 +1115,7 @@ int store_tick(void)
 	if (!due)
 		return 1000;
 	for (i = 0; i < table_count; i++)
-		if (!released(table[i]) && now - table[i]->last_mapped_ns >= idle_ns)
+		if (!released(table[i]) && !table[i]->committing && now - table[i]->last_mapped_ns >= idle_ns)
 			due[count++] = table[i];
 	if (count)
 		scan_fresh("the idle timeout");
@@ -1066,11 +1187,14 @@ void store_stop(void)
 
 	/* Not free_segment(): the descriptor store keeps them for the next keeper. */
 	for (i = 0; i < table_count; i++) {
-		close(table[i]->pages_fd);
+		/* A committing one's job is its committer's (committer_stop()). */
+		if (table[i]->pages_fd >= 0)
+			close(table[i]->pages_fd);
 		if (table[i]->control_fd >= 0)
 			close(table[i]->control_fd);
 		free(table[i]);
 	}
+	committing_count = 0;
 	free(table);
 	table = NULL;
 	table_count = table_room = 0;

@@ -104,7 +104,8 @@ struct mooncake_segment_options {
 	uint32_t keep_flags;	      /* MOONCAKE_SEGMENT_KEEP_* */
 	uint32_t keep_sharing;	      /* MOONCAKE_SEGMENT_KEEP_SHARE_*: who else may attach */
 	uint32_t keep_gid;	      /* KEEP_SHARE_GROUP: the group */
-	uint32_t keep_owner_uid; /* with MOONCAKE_SEGMENT_KEEP_OWNER: that uid's segment, shared with us */
+	uint32_t keep_owner_uid;      /* with MOONCAKE_SEGMENT_KEEP_OWNER: that uid's segment, shared with us;
+				  * the uid as the keeper's user namespace sees it */
 };
 
 /**

@@ -731,6 +731,7 @@ int mc_keeper_reply_encode(const struct mc_keeper_reply *rep, uint8_t *out, size
 			mc_put_le32(out + at + 32, rep->attach_flags);
 			mc_put_le32(out + at + 36, rep->owner_uid);
 			out[at + 40] = rep->descriptors;
+			mc_put_le32(out + at + 44, rep->caller_uid);
 			break;
 		case MC_KEEPER_RELEASE:
 			mc_put_le64(out + at, rep->generation);
@@ -816,7 +817,7 @@ static int decode_reply(const struct report *rr, const uint8_t *in, size_t len, 
 			rep->hello_flags = mc_get_le32(body + 24);
 			break;
 		case MC_KEEPER_CREATE:
-			if ((err = reserved_zero(&r, in, REPLY_PREFIX_BYTES + 41, 7)))
+			if ((err = reserved_zero(&r, in, REPLY_PREFIX_BYTES + 41, 3)))
 				return err;
 			rep->generation = mc_get_le64(body);
 			rep->size = mc_get_le64(body + 8);
@@ -825,6 +826,7 @@ static int decode_reply(const struct report *rr, const uint8_t *in, size_t len, 
 			rep->attach_flags = mc_get_le32(body + 32);
 			rep->owner_uid = mc_get_le32(body + 36);
 			rep->descriptors = body[40];
+			rep->caller_uid = mc_get_le32(body + 44);
 			break;
 		case MC_KEEPER_RELEASE:
 			if ((err = reserved_zero(&r, in, REPLY_PREFIX_BYTES + 12, 4)))

@@ -190,7 +190,9 @@ static int refused(const struct mooncake_segment_options *opt, const char *path,
 static int check_reply(const struct mooncake_segment_options *opt, const char *path,
 		       const struct mc_keeper_reply *rep, uint64_t page_size, uint64_t alloc_size)
 {
-	uint32_t expected_uid = owner_named(opt) ? opt->keep_owner_uid : (uint32_t)geteuid();
+	/* Both as the keeper's user namespace sees them, which a client in a
+	 * user namespace of its own (rootless containers) does not share. */
+	uint32_t expected_uid = owner_named(opt) ? opt->keep_owner_uid : rep->caller_uid;
 
 	if (rep->owner_uid != expected_uid)
 		return mc_error(

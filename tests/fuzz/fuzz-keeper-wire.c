@@ -156,6 +156,8 @@ int main(int argc, char **argv)
 	reply.page_size = 2 << 20;
 	reply.control_bytes = 4096;
 	reply.attach_flags = MC_KEEPER_ATTACH_WARM;
+	reply.owner_uid = 100000;
+	reply.caller_uid = 100000;
 	reply.descriptors = 2;
 	write_seed(dir, "reply-create", out, mc_keeper_reply_encode(&reply, out, sizeof(out), NULL, 0));
 

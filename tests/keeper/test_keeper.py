@@ -45,7 +45,7 @@ CREATE_FIXED = struct.Struct("<QQQQIIBB2xIHHI")  # ..., sharing, owner given, gi
 NAMED_FIXED = struct.Struct("<HBxI")  # name length, owner given, owner uid
 REPLY_FIXED = struct.Struct("<IHH")
 HELLO_BODY = struct.Struct("<HHIQIIII")
-CREATE_BODY = struct.Struct("<QQQQIIB7x")
+CREATE_BODY = struct.Struct("<QQQQIIB3xI")
 RELEASE_BODY = struct.Struct("<QII")
 LIST_BODY = struct.Struct("<HHI")
 RECORD = struct.Struct("<QQQQQQIIIBBHHHIII")
@@ -130,6 +130,7 @@ class Reply:
                 self.flags,
                 self.uid,
                 self.descriptors,
+                self.caller_uid,
             ) = CREATE_BODY.unpack_from(body)
             assert len(fds) == self.descriptors
         elif kind == RELEASE:
@@ -288,7 +289,7 @@ def test_create_then_a_second_create_attaches_warm_and_sees_the_pattern(keeper):
     assert first.status == 0, first.text
     assert first.flags & WARM == 0 and first.descriptors == 2 and len(first.fds) == 2
     assert first.size >= 3 * MIB + 5 and first.size % first.page_size == 0
-    assert first.uid == os.getuid() and first.control == 8192
+    assert first.uid == os.getuid() and first.caller_uid == os.getuid() and first.control == 8192
     # The keeper seals both against a shrink under other mappers.
     for fd in first.fds:
         with pytest.raises(OSError):

@@ -24,7 +24,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from test_keeper import Keeper  # noqa: E402
+from test_keeper import STAT, Keeper, named_request  # noqa: E402
 
 from mooncake.shared_segment import SharedSegmentError, create_shared_segment  # noqa: E402
 
@@ -352,3 +352,71 @@ def re_sample(text, family, label):
     found = re.search(rf'^mooncake_segment_{family}{{segment="{re.escape(label)}",[^}}]*}} (\d+)$', text, re.M)
     assert found, f"no {family} sample for {label}"
     return int(found.group(1))
+
+
+def libc_unshare_user():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+
+
+NS_UID, HOST_UID = 1000, 101000  # a rootless container's map: its uid 1000 is the node's 101000
+
+
+def in_user_namespace(keeper, **kwargs):
+    """create_shared_segment(**kwargs) in a forked child in a user namespace of
+    its own, as its uid NS_UID, which the keeper sees as HOST_UID; root is
+    mapped to root, so the child trusts the keeper (run by root)."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for fd in (ready_r, go_w, out_r):
+                os.close(fd)
+            try:
+                libc_unshare_user()
+                os.write(ready_w, b"u")
+                os.read(go_r, 1)  # the parent wrote the maps
+                os.setgroups([])
+                os.setresgid(NS_UID, NS_UID, NS_UID)
+                os.setresuid(NS_UID, NS_UID, NS_UID)
+                os.environ["MOONCAKE_SEGMENT_KEEPER"] = str(keeper.path)
+                seg = create_shared_segment("kv", BLOCKS, 1, 0, **kwargs)
+                out = {"uid": os.geteuid(), "warm": seg.warm, "generation": seg.keep_generation}
+                seg.buffers("kv")[0][:4] = b"ns!!"
+                seg.close()
+            except (SharedSegmentError, OSError) as e:
+                out = {"error": str(e), "errno": e.errno}
+            os.write(out_w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    for fd in (ready_w, go_r, out_w):
+        os.close(fd)
+    assert os.read(ready_r, 1) == b"u", "the child could not unshare its user namespace"
+    for kind in ("uid_map", "gid_map"):
+        with open(f"/proc/{pid}/{kind}", "w") as f:
+            f.write(f"0 0 1\n{NS_UID} {HOST_UID} 1\n")
+    os.write(go_w, b"g")
+    with os.fdopen(out_r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    for fd in (ready_r, go_w):
+        os.close(fd)
+    assert status == 0 and data, f"the child in a user namespace failed (status {status})"
+    return json.loads(data)
+
+
+def test_a_client_in_a_user_namespace_of_its_own_is_served(keeper, root_only):
+    made = in_user_namespace(keeper, keep="kv-userns")
+    assert made.get("error") is None, made
+    assert made["uid"] == NS_UID and not made["warm"] and made["generation"]
+    # The keeper keeps it for the uid it sees, and hands it back warm.
+    again = in_user_namespace(keeper, keep="kv-userns")
+    assert again.get("error") is None, again
+    assert again["warm"] and again["generation"] == made["generation"]
+    stat = keeper.ask(named_request(STAT, "kv-userns", owner=HOST_UID))
+    assert stat.status == 0 and stat.segments[0]["uid"] == HOST_UID, stat.text

@@ -314,6 +314,7 @@ static void fill_create_reply(void)
 	rep_in.attach_flags = MC_KEEPER_ATTACH_WARM | MC_KEEPER_ATTACH_HUGETLB;
 	rep_in.owner_uid = 1000;
 	rep_in.descriptors = 2;
+	rep_in.caller_uid = 100000;
 }
 
 START_TEST(test_create_reply_round_trip)
@@ -333,6 +334,8 @@ START_TEST(test_create_reply_round_trip)
 	ck_assert_uint_eq(rep_out.attach_flags, rep_in.attach_flags);
 	ck_assert_uint_eq(rep_out.owner_uid, 1000);
 	ck_assert_uint_eq(rep_out.descriptors, 2);
+	ck_assert_uint_eq(mc_get_le32(buf + 24 + 44), 100000);
+	ck_assert_uint_eq(rep_out.caller_uid, 100000);
 	ck_assert_str_eq(rep_out.text, "");
 }
 END_TEST
@@ -716,9 +719,9 @@ START_TEST(test_bad_reply_fields)
 	buf[24 + 40] = 1;
 	reply_refused(buf, len, "CREATE announces 1 descriptors with a control area of 8192 bytes");
 	buf[24 + 40] = 2;
-	buf[24 + 47] = 1;
-	reply_refused(buf, len, "reserved bytes 65..71 are not zero");
-	buf[24 + 47] = 0;
+	buf[24 + 43] = 1;
+	reply_refused(buf, len, "reserved bytes 65..67 are not zero");
+	buf[24 + 43] = 0;
 	mc_put_le64(buf + 24 + 16, 3000);
 	reply_refused(buf, len, "page size 3000 is not a power of two");
 	mc_put_le64(buf + 24 + 16, 2 << 20);
