@@ -102,7 +102,8 @@ static void fake_kept_pages(const struct mc_keeper_request *req, struct mc_keepe
 	made->size = bytes;
 	made->page_size = fake.mode == KEPT_OTHER_PAGE_SIZE ? req->page_size * 2 : req->page_size;
 	made->attach_flags = MC_KEEPER_ATTACH_WARM;
-	made->owner_uid = (uint32_t)geteuid() + (fake.mode == KEPT_OTHER_UID ? 1 : 0);
+	made->caller_uid = (uint32_t)geteuid();
+	made->owner_uid = made->caller_uid + (fake.mode == KEPT_OTHER_UID ? 1 : 0);
 	made->descriptors = 1;
 	fds[0] = memfd_create("fake-keeper-pages", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	ck_assert_int_ge(fds[0], 0);
