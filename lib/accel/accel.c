@@ -10,7 +10,6 @@
 
 #include "base/error.h"
 #include "host/placement.h"
-#include "host/procfs.h"
 #include "mooncake/segment.h"
 #include "accel.h"
 #include "private.h"
@@ -53,20 +52,19 @@ int mc_accel_require_host_register(void)
 				: "this build has neither CUDA nor Ascend support");
 }
 
-int mc_accel_device_node(int device, const char *sysfs_root)
+int mc_accel_device_node(int device)
 {
 	char bus[32];
 
 	for (size_t i = 0; runtimes[i]; i++)
 		if (runtimes[i]->pci_bus_id(device, bus, sizeof(bus)))
-			return mc_topology_pci_node(sysfs_root, bus);
+			return mc_topology_pci_node(bus);
 	return -1;
 }
 
 MC_PRIVATE bool mc_accel_report(size_t index, struct mc_runtime_report *report)
 {
 	const struct mc_accel_ops *runtime;
-	char sysfs[1024];
 
 	for (size_t i = 0; i <= index; i++)
 		if (!runtimes[i])
@@ -76,13 +74,12 @@ MC_PRIVATE bool mc_accel_report(size_t index, struct mc_runtime_report *report)
 	report->name = runtime->name;
 	report->available = runtime->available();
 	report->why = runtime->why_unavailable(&report->loaded);
-	mc_host_path(sysfs, sizeof(sysfs), "/sys");
 	for (int d = 0; d < MC_RUNTIME_REPORT_DEVICES; d++) {
 		char *bus = report->device[d].pci_bus_id;
 
 		if (!runtime->pci_bus_id(d, bus, sizeof(report->device[d].pci_bus_id)))
 			break;
-		report->device[d].numa_node = mc_topology_pci_node(sysfs, bus);
+		report->device[d].numa_node = mc_topology_pci_node(bus);
 		report->devices++;
 	}
 	return true;

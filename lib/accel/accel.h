@@ -122,9 +122,9 @@ const struct mc_accel_ops *mc_accel_for_host_register(void);
 /* 0 when a runtime can register host memory here, else -ENOTSUP naming the
  * runtimes this build would load and how to point at them. */
 int mc_accel_require_host_register(void);
-/* The host NUMA node of @device (its PCI device's numa_node under
- * @sysfs_root), from whichever runtime names the device; -1 when unknown.
+/* The host NUMA node of @device (its PCI device's numa_node in sysfs under
+ * the host root), from whichever runtime names the device; -1 when unknown.
  * Loads runtimes: call it only when the answer is needed. */
-int mc_accel_device_node(int device, const char *sysfs_root);
+int mc_accel_device_node(int device);
 
 #endif

@@ -15,25 +15,8 @@
 #include "cgroup.h"
 #include "procfs.h"
 
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-static bool read_u64(const char *path, uint64_t *value)
-{
-	char line[64], *end;
-
-	if (!mc_read_line(path, line, sizeof(line)))
-		return false;
-	if (!strcmp(line, "max")) {
-		*value = UINT64_MAX;
-		return true;
-	}
-	errno = 0;
-	*value = strtoull(line, &end, 10);
-	return !errno && end != line;
-}
 
 /* memory.stat: v1 gives hierarchical totals under "total_" names. */
 static void read_page_cache(const char *path, bool v2, struct mc_page_cache *cache)
@@ -69,13 +52,13 @@ static uint64_t room_in(const char *dir, bool v2, uint64_t *limit_out, uint64_t 
 	uint64_t limit, usage = 0, charged;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
-	if (!read_u64(path, &limit))
+	if (!mc_read_number(path, &limit))
 		return UINT64_MAX;
 	/* v1 reports "no limit" as a huge page-aligned number. */
 	if (limit >= (UINT64_C(1) << 62))
 		return UINT64_MAX;
 	snprintf(path, sizeof(path), "%s/%s", dir, v2 ? "memory.current" : "memory.usage_in_bytes");
-	read_u64(path, &usage);
+	mc_read_number(path, &usage);
 	snprintf(path, sizeof(path), "%s/memory.stat", dir);
 	read_page_cache(path, v2, cache);
 	if (cache->clean > usage)

@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/abstract-socket.h"
 #include "base/error.h"
 #include "cgroup.h"
 #include "base/tracked-fd.h"
@@ -58,16 +59,11 @@
 static socklen_t lock_address(const char *cgroup_dir, struct sockaddr_un *addr)
 {
 	struct stat st;
-	int len;
 
 	if (stat(cgroup_dir, &st) != 0)
 		return 0;
-	memset(addr, 0, sizeof(*addr));
-	addr->sun_family = AF_UNIX;
-	/* sun_path[0] == '\0': the abstract namespace. */
-	len = snprintf(addr->sun_path + 1, sizeof(addr->sun_path) - 1, "mooncake-segment/memcg/%llx:%llx",
-		       (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
-	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+	return mc_abstract_address(addr, "mooncake-segment/memcg/%llx:%llx", (unsigned long long)st.st_dev,
+				   (unsigned long long)st.st_ino);
 }
 
 static void sleep_ms(long ms)

@@ -7,10 +7,8 @@
  */
 #include "config.h"
 
-#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,16 +79,11 @@ uint64_t mc_host_base_page_size(void)
 
 uint64_t mc_host_thp_pmd_size(void)
 {
-	char line[32];
-	char *end;
-	unsigned long long value;
+	uint64_t value;
 
-	if (mc_read_host_line("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", line, sizeof(line))) {
-		errno = 0;
-		value = strtoull(line, &end, 10);
-		if (!errno && end != line && mc_is_power_of_two(value))
-			return value;
-	}
+	if (mc_read_host_number("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", &value) &&
+	    mc_is_power_of_two(value))
+		return value;
 	return UINT64_C(2) << 20;
 }
 

@@ -9,7 +9,6 @@
 #include "config.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,17 +21,6 @@
 uint64_t mc_hugetlb_default_size(void)
 {
 	return mc_meminfo_field("Hugepagesize");
-}
-
-static bool read_u64_file(const char *path, uint64_t *value)
-{
-	char line[32], *end;
-
-	if (!mc_read_host_line(path, line, sizeof(line)))
-		return false;
-	errno = 0;
-	*value = strtoull(line, &end, 10);
-	return !errno && end != line;
 }
 
 bool mc_hugetlb_size_configured(uint64_t page_size)
@@ -81,13 +69,13 @@ MC_PRIVATE bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *a
 	unsigned long long kb = (unsigned long long)(page_size >> 10);
 
 	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%llukB/nr_hugepages", kb);
-	if (!read_u64_file(path, total))
+	if (!mc_read_host_number(path, total))
 		return false;
 	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%llukB/free_hugepages", kb);
-	if (!read_u64_file(path, &free_pages))
+	if (!mc_read_host_number(path, &free_pages))
 		return false;
 	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%llukB/resv_hugepages", kb);
-	if (!read_u64_file(path, &reserved))
+	if (!mc_read_host_number(path, &reserved))
 		reserved = 0;
 	*available = free_pages > reserved ? free_pages - reserved : 0;
 	return true;

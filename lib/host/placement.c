@@ -11,7 +11,8 @@
  * placement with a warning; it never fails a create.  What the pages actually
  * got is read back with move_pages in query mode.
  *
- * Topology comes from sysfs under a root that tests point at fixture trees.
+ * Topology comes from sysfs under the host root (procfs.h), which tests point
+ * at fixture trees.
  */
 #include "config.h"
 
@@ -60,21 +61,20 @@ bool mc_parse_node_list(const char *text, uint64_t *mask)
 	return true;
 }
 
-bool mc_topology_online_nodes(const char *sysfs_root, uint64_t *mask)
+bool mc_topology_online_nodes(uint64_t *mask)
 {
-	char path[512], line[256];
+	char line[256];
 
-	snprintf(path, sizeof(path), "%s/devices/system/node/online", sysfs_root);
-	if (!mc_read_line(path, line, sizeof(line)))
+	if (!mc_read_host_line("/sys/devices/system/node/online", line, sizeof(line)))
 		return false;
 	return mc_parse_node_list(line, mask);
 }
 
-int mc_topology_pci_node(const char *sysfs_root, const char *pci_bus_id)
+int mc_topology_pci_node(const char *pci_bus_id)
 {
 	char path[512], line[32], *end;
 	long node;
-	int n = snprintf(path, sizeof(path), "%s/bus/pci/devices/", sysfs_root);
+	int n = snprintf(path, sizeof(path), "/sys/bus/pci/devices/");
 
 	/* The CUDA driver spells the hex digits in capitals ("0000:3B:00.0"), sysfs in small letters. */
 	if (n < 0 || (size_t)n >= sizeof(path))
@@ -83,7 +83,7 @@ int mc_topology_pci_node(const char *sysfs_root, const char *pci_bus_id)
 		path[n++] = (char)tolower((unsigned char)*c);
 	path[n] = '\0';
 	snprintf(path + n, sizeof(path) - (size_t)n, "/numa_node");
-	if (!mc_read_line(path, line, sizeof(line)))
+	if (!mc_read_host_line(path, line, sizeof(line)))
 		return -1;
 	node = strtol(line, &end, 10);
 	return end != line && node >= 0 && node < MAX_NODES ? (int)node : -1;
@@ -109,28 +109,28 @@ static int check_node(int numa_node, uint64_t online)
 	return 0;
 }
 
-static uint64_t online_nodes(const char *sysfs_root)
+static uint64_t online_nodes(void)
 {
 	uint64_t online = 0;
 
-	if (!mc_topology_online_nodes(sysfs_root, &online))
+	if (!mc_topology_online_nodes(&online))
 		online = 1; /* no NUMA in sysfs: one node, 0 */
 	return online;
 }
 
-int mc_placement_check(int numa_node, const char *sysfs_root)
+int mc_placement_check(int numa_node)
 {
-	return numa_node >= 0 ? check_node(numa_node, online_nodes(sysfs_root)) : 0;
+	return numa_node >= 0 ? check_node(numa_node, online_nodes()) : 0;
 }
 
-bool mc_placement_wants_device_node(int numa_node, const char *sysfs_root)
+bool mc_placement_wants_device_node(int numa_node)
 {
-	return numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && node_count(online_nodes(sysfs_root)) > 1;
+	return numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && node_count(online_nodes()) > 1;
 }
 
-int mc_placement_resolve(int numa_node, int device_node, const char *sysfs_root, struct mc_placement *p)
+int mc_placement_resolve(int numa_node, int device_node, struct mc_placement *p)
 {
-	uint64_t online = online_nodes(sysfs_root);
+	uint64_t online = online_nodes();
 	int err = check_node(numa_node, online);
 
 	memset(p, 0, sizeof(*p));

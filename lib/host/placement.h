@@ -23,19 +23,20 @@ struct mc_placement {
 
 /* "0-3,5" -> bit mask (nodes < 64); false on junk. */
 bool mc_parse_node_list(const char *text, uint64_t *mask);
-bool mc_topology_online_nodes(const char *sysfs_root, uint64_t *mask);
+/* The nodes online, from sysfs under the host root (procfs.h), as every reader below. */
+bool mc_topology_online_nodes(uint64_t *mask);
 /* The NUMA node of PCI device @pci_bus_id ("0000:3b:00.0", either case), -1 when unknown. */
-int mc_topology_pci_node(const char *sysfs_root, const char *pci_bus_id);
+int mc_topology_pci_node(const char *pci_bus_id);
 /* -EINVAL when @numa_node names a node this host does not have (every rank checks). */
-int mc_placement_check(int numa_node, const char *sysfs_root);
+int mc_placement_check(int numa_node);
 /* Whether automatic placement would follow the device's host node: numa_node
  * is automatic and more than one node is online.  Only then is it worth
  * asking an accelerator runtime where the device sits. */
-bool mc_placement_wants_device_node(int numa_node, const char *sysfs_root);
+bool mc_placement_wants_device_node(int numa_node);
 /* The owner's policy from the requested @numa_node (a node, AUTO or
  * INTERLEAVE) and, for AUTO, the device's host node @device_node (-1:
  * unknown); -EINVAL for a node that does not exist.  Loads no runtime. */
-int mc_placement_resolve(int numa_node, int device_node, const char *sysfs_root, struct mc_placement *p);
+int mc_placement_resolve(int numa_node, int device_node, struct mc_placement *p);
 /* mbind the mapping before its first page; a refusal degrades (p->degraded). */
 void mc_placement_apply(struct mc_placement *p, void *addr, uint64_t len);
 /* Set this thread's policy (HugeTLB fallocate follows it); false when nothing was set. */

@@ -11,6 +11,7 @@
 #include "private.h"
 #include "procfs.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,28 @@ MC_PRIVATE bool mc_read_host_line(const char *path, char *buf, size_t size)
 	char full[1024];
 
 	return mc_read_line(mc_host_path(full, sizeof(full), path), buf, size);
+}
+
+bool mc_read_number(const char *path, uint64_t *value)
+{
+	char line[64], *end;
+
+	if (!mc_read_line(path, line, sizeof(line)))
+		return false;
+	if (!strcmp(line, "max")) {
+		*value = UINT64_MAX;
+		return true;
+	}
+	errno = 0;
+	*value = strtoull(line, &end, 10);
+	return !errno && end != line;
+}
+
+bool mc_read_host_number(const char *path, uint64_t *value)
+{
+	char full[1024];
+
+	return mc_read_number(mc_host_path(full, sizeof(full), path), value);
 }
 
 bool mc_read_line(const char *path, char *buf, size_t size)

@@ -22,6 +22,12 @@
 
 /* The first line of @path into @buf, newline stripped; false on error. */
 bool mc_read_line(const char *path, char *buf, size_t size);
+/* The first line of @path as an unsigned decimal number into *@value;
+ * cgroup's "max" (no limit) reads as UINT64_MAX.  False when the file cannot
+ * be read or does not start with a number (*@value may then be 0). */
+bool mc_read_number(const char *path, uint64_t *value);
+/* mc_read_number() of @path (absolute, under /proc or /sys) below the host root. */
+bool mc_read_host_number(const char *path, uint64_t *value);
 /* The state letter of process @pid in this process's /proc/PID/stat (R, S,
  * D, T, t, Z, X...), '\0' when it cannot be read.  A live process's file:
  * never under the host root. */

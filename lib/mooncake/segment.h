@@ -258,6 +258,20 @@ bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb);
  */
 int mooncake_segment_room(const struct mooncake_segment_options *opt, uint64_t *bytes);
 
+/** The bytes of mooncake_segment_host_id(). */
+#define MOONCAKE_SEGMENT_HOST_ID_SIZE 16
+
+/**
+ * This host as complete() tells hosts apart: the kernel's boot id
+ * (/proc/sys/kernel/random/boot_id, read under MOONCAKE_SEGMENT_HOST_ROOT
+ * as every host fact), into @id.  Ranks on hosts with different ids never
+ * share a segment: a group that spans hosts forms one group of this API per
+ * host id (the Python helper does).  Returns false, with @id zeroed, when
+ * the boot id cannot be read; complete() then tells no hosts apart either.
+ * Sets no error message.  Added in 0.3 (MOONCAKE_SEGMENT_0.3).
+ */
+bool mooncake_segment_host_id(uint8_t id[MOONCAKE_SEGMENT_HOST_ID_SIZE]);
+
 /** The details of the last failure in this thread; never NULL, "" when none. */
 const char *mooncake_segment_last_error(void);
 

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "base/abstract-socket.h"
 #include "mooncake/segment.h"
 #include "route.h"
 
@@ -54,14 +55,7 @@ static inline void mc_fd_socket_name(uint64_t id, char *name, size_t size)
 /* The abstract address of socket @id; returns the address length for bind/connect. */
 static inline socklen_t mc_fd_socket_address(uint64_t id, struct sockaddr_un *addr)
 {
-	int n;
-
-	memset(addr, 0, sizeof(*addr));
-	addr->sun_family = AF_UNIX;
-	/* sun_path[0] stays '\0': the abstract namespace, gone with the last descriptor. */
-	n = snprintf(addr->sun_path + 1, sizeof(addr->sun_path) - 1, "mooncake-segment/%016llx",
-		     (unsigned long long)id);
-	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+	return mc_abstract_address(addr, "mooncake-segment/%016llx", (unsigned long long)id);
 }
 
 /* --- the peer's side (fd-client.c) ---------------------------------------- */

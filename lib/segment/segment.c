@@ -32,7 +32,6 @@
 #include "host/host.h"
 #include "host/limits.h"
 #include "host/placement.h"
-#include "host/procfs.h"
 #include "mooncake/segment.h"
 #include "route/route.h"
 #include "blob.h"
@@ -266,24 +265,17 @@ static void fill_blob(const struct mooncake_segment *seg, struct mc_blob *b)
 	memcpy(b->handle, seg->memory.handle, seg->memory.handle_bytes);
 }
 
-static const char *sysfs_root(char buf[1024])
-{
-	return mc_host_path(buf, 1024, "/sys");
-}
-
 /* Owner only: where its pages go.  A peer places nothing, so it never asks
  * an accelerator runtime where the device sits; the owner asks only when
  * automatic placement on a multi-node host needs the answer. */
 static int resolve_placement(struct mooncake_segment *seg)
 {
 	const struct mooncake_segment_options *opt = &seg->opt;
-	char sysfs[1024];
 	int device_node = -1, err;
 
-	sysfs_root(sysfs);
-	if (opt->device_id >= 0 && mc_placement_wants_device_node(opt->numa_node, sysfs))
-		device_node = mc_accel_device_node(opt->device_id, sysfs);
-	err = mc_placement_resolve(opt->numa_node, device_node, sysfs, &seg->memory.placement);
+	if (opt->device_id >= 0 && mc_placement_wants_device_node(opt->numa_node))
+		device_node = mc_accel_device_node(opt->device_id);
+	err = mc_placement_resolve(opt->numa_node, device_node, &seg->memory.placement);
 	/* Report the node automatic placement chose. */
 	if (!err && opt->numa_node == MOONCAKE_SEGMENT_NUMA_AUTO && seg->memory.placement.node >= 0)
 		seg->numa_node_requested = seg->memory.placement.node;
@@ -334,7 +326,6 @@ static int plan_memory(struct mooncake_segment *seg)
 {
 	const struct mooncake_segment_options *opt = &seg->opt;
 	struct mc_memory *mem = &seg->memory;
-	char sysfs[1024];
 	int err;
 
 	seg->backend = pick_backend(opt);
@@ -350,7 +341,7 @@ static int plan_memory(struct mooncake_segment *seg)
 	if (err)
 		return hint_zeroed_options(opt, err);
 	mem->alloc_size = mc_align_up(seg->size, mem->page_size);
-	return mem->is_owner ? resolve_placement(seg) : mc_placement_check(opt->numa_node, sysfs_root(sysfs));
+	return mem->is_owner ? resolve_placement(seg) : mc_placement_check(opt->numa_node);
 }
 
 /* Owner: the control area its backend passes to the peers with the pages. */

@@ -16,23 +16,12 @@ import torch.distributed as dist
 
 from mooncake import _segment
 from mooncake.shared_segment import SharedSegmentError, create_shared_segment, shared_segment_room
+from smaps import mapping_pss  # beside this script: the kernel's figures, read independently
 
 BLOCKS = {
     "k": {"count": 4, "shape": (512, 64), "dtype": torch.float32},
     "v": {"count": 4, "shape": (256, 32), "dtype": torch.float16},
 }
-
-
-def mapping_pss(base: int) -> int:
-    inside, pss = False, 0
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split(" ", 1)[0]
-            if "-" in head and not head.endswith(":"):
-                inside = int(head.split("-")[0], 16) == base
-            elif inside and line.startswith("Pss:"):
-                pss += int(line.split()[1]) * 1024
-    return pss
 
 
 def share(rank, world, group, params):

@@ -58,6 +58,26 @@ START_TEST(test_boot_id_comes_from_the_host_root)
 }
 END_TEST
 
+/* The public host id is that boot id, from the same root; an unreadable one is false and zeroed. */
+START_TEST(test_public_host_id_is_the_boot_id_under_the_host_root)
+{
+	uint8_t id[MOONCAKE_SEGMENT_HOST_ID_SIZE], boot[MC_BOOT_ID_SIZE];
+
+	host_fixture(BOOT_B, "[never]\n", PLENTY);
+	memset(id, 0xaa, sizeof(id));
+	ck_assert(mooncake_segment_host_id(id));
+	ck_assert(mc_host_boot_id(boot));
+	ck_assert_mem_eq(id, boot, sizeof(id));
+	ck_assert_uint_eq(id[0], 0xfe);
+	fixture_put(root, "proc/sys/kernel/random/boot_id", "not a boot id\n");
+	ck_assert(!mooncake_segment_host_id(id));
+	for (size_t i = 0; i < sizeof(id); i++)
+		ck_assert_uint_eq(id[i], 0);
+	ck_assert(!mooncake_segment_host_id(NULL));
+	host_fixture_remove();
+}
+END_TEST
+
 START_TEST(test_ranks_of_two_hosts_cannot_share)
 {
 	struct mooncake_segment_options owner_opt = test_options(2, 0, 0), peer_opt = test_options(2, 1, 0);
@@ -228,6 +248,7 @@ Suite *suite_host_root(void)
 	TCase *tc = tcase_create("fixture-hosts");
 
 	tcase_add_test(tc, test_boot_id_comes_from_the_host_root);
+	tcase_add_test(tc, test_public_host_id_is_the_boot_id_under_the_host_root);
 	tcase_add_test(tc, test_ranks_of_two_hosts_cannot_share);
 	tcase_add_test(tc, test_thp_advise_mode_rounds_to_the_pmd_size_and_advises);
 	tcase_add_test(tc, test_thp_never_keeps_base_pages);

@@ -278,14 +278,9 @@ END_TEST
 static int connect_to(uint64_t id)
 {
 	struct sockaddr_un addr;
-	socklen_t len;
+	socklen_t len = mc_fd_socket_address(id, &addr);
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
-	memset(&addr, 0, sizeof(addr));
-	addr.sun_family = AF_UNIX;
-	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-			  (size_t)snprintf(addr.sun_path + 1, sizeof(addr.sun_path) - 1,
-					   "mooncake-segment/%016llx", (unsigned long long)id));
 	ck_assert_int_ge(s, 0);
 	ck_assert_int_eq(connect(s, (struct sockaddr *)&addr, len), 0);
 	return s;

@@ -33,6 +33,19 @@ static void remove_root(void)
 	fixture_tree_remove(root);
 }
 
+/* The fixture as the host root: the topology is read under it, as create() reads it. */
+static void make_host_root(void)
+{
+	make_root();
+	mc_host_root_set(root);
+}
+
+static void remove_host_root(void)
+{
+	mc_host_root_set(NULL);
+	remove_root();
+}
+
 START_TEST(test_node_lists)
 {
 	uint64_t mask;
@@ -54,44 +67,43 @@ START_TEST(test_topology_of_a_two_socket_fixture)
 	struct mc_placement p;
 	uint64_t mask;
 
-	make_root();
-	put("devices/system/node/online", "0-1\n");
-	put("bus/pci/devices/0000:3b:00.0/numa_node", "1\n");
-	put("bus/pci/devices/0000:18:00.0/numa_node", "-1\n");
-	ck_assert(mc_topology_online_nodes(root, &mask) && mask == 3);
-	ck_assert_int_eq(mc_topology_pci_node(root, "0000:3b:00.0"), 1);
-	ck_assert_int_eq(mc_topology_pci_node(root, "0000:18:00.0"), -1); /* no affinity reported */
-	ck_assert_int_eq(mc_topology_pci_node(root, "0000:99:00.0"), -1); /* no such device */
+	make_host_root();
+	put("sys/devices/system/node/online", "0-1\n");
+	put("sys/bus/pci/devices/0000:3b:00.0/numa_node", "1\n");
+	put("sys/bus/pci/devices/0000:18:00.0/numa_node", "-1\n");
+	ck_assert(mc_topology_online_nodes(&mask) && mask == 3);
+	ck_assert_int_eq(mc_topology_pci_node("0000:3b:00.0"), 1);
+	ck_assert_int_eq(mc_topology_pci_node("0000:18:00.0"), -1); /* no affinity reported */
+	ck_assert_int_eq(mc_topology_pci_node("0000:99:00.0"), -1); /* no such device */
 
 	opt.numa_node = 1;
-	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, root, &p), 0);
+	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_BIND);
 	ck_assert_int_eq(p.node, 1);
 	ck_assert_uint_eq(p.nodes, 2);
 	opt.numa_node = 2;
-	ck_assert_error(mc_placement_resolve(opt.numa_node, -1, root, &p), EINVAL,
-			"numa_node 2 does not exist");
+	ck_assert_error(mc_placement_resolve(opt.numa_node, -1, &p), EINVAL, "numa_node 2 does not exist");
 	opt.numa_node = MOONCAKE_SEGMENT_NUMA_INTERLEAVE;
-	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, root, &p), 0);
+	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_INTERLEAVE);
 	ck_assert_uint_eq(p.nodes, 3);
 	opt.numa_node = MOONCAKE_SEGMENT_NUMA_AUTO;
-	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, root, &p), 0);
+	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_DEFAULT);
 	/* Automatic follows the device's host node when it is online, and only then. */
-	ck_assert(mc_placement_wants_device_node(MOONCAKE_SEGMENT_NUMA_AUTO, root));
-	ck_assert(!mc_placement_wants_device_node(0, root));
-	ck_assert(!mc_placement_wants_device_node(MOONCAKE_SEGMENT_NUMA_INTERLEAVE, root));
-	ck_assert_int_eq(mc_placement_resolve(MOONCAKE_SEGMENT_NUMA_AUTO, 1, root, &p), 0);
+	ck_assert(mc_placement_wants_device_node(MOONCAKE_SEGMENT_NUMA_AUTO));
+	ck_assert(!mc_placement_wants_device_node(0));
+	ck_assert(!mc_placement_wants_device_node(MOONCAKE_SEGMENT_NUMA_INTERLEAVE));
+	ck_assert_int_eq(mc_placement_resolve(MOONCAKE_SEGMENT_NUMA_AUTO, 1, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_PREFERRED);
 	ck_assert_int_eq(p.node, 1);
-	ck_assert_int_eq(mc_placement_resolve(MOONCAKE_SEGMENT_NUMA_AUTO, 5, root, &p), 0);
+	ck_assert_int_eq(mc_placement_resolve(MOONCAKE_SEGMENT_NUMA_AUTO, 5, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_DEFAULT);
-	ck_assert_int_eq(mc_placement_resolve(0, 1, root, &p), 0); /* explicit wins */
+	ck_assert_int_eq(mc_placement_resolve(0, 1, &p), 0); /* explicit wins */
 	ck_assert_int_eq(p.node, 0);
-	ck_assert_int_eq(mc_placement_check(1, root), 0);
-	ck_assert_error(mc_placement_check(2, root), EINVAL, "numa_node 2 does not exist");
-	remove_root();
+	ck_assert_int_eq(mc_placement_check(1), 0);
+	ck_assert_error(mc_placement_check(2), EINVAL, "numa_node 2 does not exist");
+	remove_host_root();
 }
 END_TEST
 
@@ -100,16 +112,16 @@ START_TEST(test_interleave_on_one_node_is_the_default_policy)
 	struct mooncake_segment_options opt = test_options(1, 0, 0);
 	struct mc_placement p;
 
-	make_root();
-	put("devices/system/node/online", "0\n");
+	make_host_root();
+	put("sys/devices/system/node/online", "0\n");
 	opt.numa_node = MOONCAKE_SEGMENT_NUMA_INTERLEAVE;
-	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, root, &p), 0);
+	ck_assert_int_eq(mc_placement_resolve(opt.numa_node, -1, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_DEFAULT);
 	/* One node: nothing to choose, so no device to ask about. */
-	ck_assert(!mc_placement_wants_device_node(MOONCAKE_SEGMENT_NUMA_AUTO, root));
-	ck_assert_int_eq(mc_placement_resolve(MOONCAKE_SEGMENT_NUMA_AUTO, 0, root, &p), 0);
+	ck_assert(!mc_placement_wants_device_node(MOONCAKE_SEGMENT_NUMA_AUTO));
+	ck_assert_int_eq(mc_placement_resolve(MOONCAKE_SEGMENT_NUMA_AUTO, 0, &p), 0);
 	ck_assert_int_eq(p.mode, MC_PLACE_DEFAULT);
-	remove_root();
+	remove_host_root();
 }
 END_TEST
 
@@ -271,7 +283,7 @@ START_TEST(test_node_that_does_not_exist_is_einval)
 	uint64_t online = 0;
 	int fds = count_fds(), maps = count_mappings();
 
-	mc_topology_online_nodes("/sys", &online);
+	mc_topology_online_nodes(&online);
 	opt.numa_node = 63;
 	if (online & (UINT64_C(1) << 63))
 		return; /* a 64-node host: nothing to test */

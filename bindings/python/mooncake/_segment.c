@@ -2,7 +2,7 @@
 /*
  * mooncake._segment: the private native module under mooncake.shared_segment.
  *
- * This file: the module itself, its functions (version, room) and its init.
+ * This file: the module itself, its functions (version, room, host_id) and its init.
  * The SharedSegment type is in _segment_object.c, its buffer protocol and
  * views in _segment_buffer.c, errors and argument parsing in
  * _segment_errors.c; _segment.h is what they share.
@@ -48,11 +48,25 @@ static PyObject *module_room(PyObject *module, PyObject *args, PyObject *kwargs)
 	return PyLong_FromUnsignedLongLong(bytes);
 }
 
+/* mooncake_segment_host_id(): this host as complete() tells hosts apart; None when unknown. */
+static PyObject *module_host_id(PyObject *module, PyObject *unused)
+{
+	uint8_t id[MOONCAKE_SEGMENT_HOST_ID_SIZE];
+
+	(void)module;
+	(void)unused;
+	if (!mooncake_segment_host_id(id))
+		Py_RETURN_NONE;
+	return PyBytes_FromStringAndSize((const char *)id, sizeof(id));
+}
+
 static PyMethodDef module_methods[] = {
 	{ "version", module_version, METH_NOARGS, "version() -> str: the C library's version" },
 	{ "room", (PyCFunction)(void (*)(void))module_room, METH_VARARGS | METH_KEYWORDS,
 	  "room(mmap=True, hugetlb=False, hugetlb_page_size=0) -> int\n\n"
 	  "mooncake_segment_room(): the bytes a segment of this kind can take on this host." },
+	{ "host_id", module_host_id, METH_NOARGS,
+	  "host_id() -> bytes | None: mooncake_segment_host_id(), this host as complete() tells hosts apart" },
 	{ NULL, NULL, 0, NULL },
 };
 

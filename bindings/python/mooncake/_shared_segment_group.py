@@ -11,10 +11,10 @@ module.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import _segment
 from ._shared_segment_base import _TORCH_PACKAGE_HINT, SharedSegmentError, _an_int, dist
 from ._shared_segment_layout import _Declaration, _declaration_failures
 
@@ -149,27 +149,18 @@ class _Group:
 
 # --- Groups that span hosts ---------------------------------------------------
 #
-# Segments never span hosts; groups may.  Every rank reads its host's boot id
-# where the C library does (under $MOONCAKE_SEGMENT_HOST_ROOT), one all-gather
-# over the whole group tells the hosts apart, and each host's ranks form a
-# group of the C API of their own: local world size, rank and owner, and only
-# that host's blobs at complete.  Declarations and every failure still go
-# through the consensus over the whole group.
-
-_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+# Segments never span hosts; groups may.  Every rank asks the C library for
+# its host's id (mooncake_segment_host_id: the boot id, as complete() tells
+# hosts apart), one all-gather over the whole group tells the hosts apart, and
+# each host's ranks form a group of the C API of their own: local world size,
+# rank and owner, and only that host's blobs at complete.  Declarations and
+# every failure still go through the consensus over the whole group.
 
 
 def _host_id() -> str:
-    """This host's boot id, read as the C library reads it; "" when unreadable (one unknown host)."""
-    # As the C library reads it (secure_getenv): never in a process running with
-    # privileges its user does not have (doc/environment.md).
-    privileged = os.getuid() != os.geteuid() or os.getgid() != os.getegid()
-    root = "" if privileged else os.environ.get("MOONCAKE_SEGMENT_HOST_ROOT", "")
-    try:
-        with open((root if root != "/" else "") + _BOOT_ID, encoding="ascii") as f:
-            return f.read().strip().lower()
-    except (OSError, UnicodeDecodeError):
-        return ""
+    """This host's id as the C library tells hosts apart; "" when unreadable (one unknown host)."""
+    ident = _segment.host_id()
+    return ident.hex() if ident is not None else ""
 
 
 @dataclass(frozen=True)
@@ -221,9 +212,11 @@ def _plan_hosts(
     Returns (host group, error text); the host group is None when this rank
     already failed, the error text when the group's hosts cannot be planned.
     """
-    entries = [(_host_id(), settings)]
+    # A group without a collective is one rank on one host: no id to ask for (and
+    # upstream's test harness gives a native module with SharedSegment alone).
+    entries = [("", settings)]
     if group.collective is not None:
-        entries = group.exchange("create", entries[0], None)
+        entries = group.exchange("create", (_host_id(), settings), None)
     if error is not None:
         return None, None
     host_ids = [entry[0] for entry in entries]
