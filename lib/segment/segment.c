@@ -113,15 +113,11 @@ static bool zeroed_defaults(const struct mooncake_segment_options *opt)
 /* A VMM refusal for options that were zeroed, not initialised: say so. */
 static int hint_zeroed_options(const struct mooncake_segment_options *opt, int err)
 {
-	char message[768];
-
 	if (err != -ENOTSUP || opt->mmap || !zeroed_defaults(opt))
 		return err;
-	snprintf(message, sizeof(message), "%s", mooncake_segment_last_error());
-	return mc_error(ENOTSUP,
-			"%s (mmap is false, as in an options struct that mooncake_segment_options_init() "
-			"did not fill: call it first, then set the fields)",
-			message);
+	return mc_error_add(ENOTSUP, " (mmap is false, as in an options struct that "
+				     "mooncake_segment_options_init() did not fill: call it first, then set "
+				     "the fields)");
 }
 
 /* The backend for these options, or NULL with the error recorded. */
@@ -434,7 +430,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		return err;
 	seg = new_segment(name, size, opt);
 	if (!seg)
-		return mc_error(ENOMEM, "Shared segment: out of memory");
+		return mc_segment_error(ENOMEM, "out of memory");
 	err = plan_memory(seg);
 	if (!err)
 		err = allocate_memory(seg);
