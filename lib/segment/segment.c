@@ -56,6 +56,18 @@ MC_EXPORT const char *mooncake_segment_version(void)
 	return PACKAGE_VERSION;
 }
 
+int mc_segment_check_flags(const struct mooncake_segment_options *opt)
+{
+	if (opt->host_register && !opt->mmap)
+		return mc_error(EINVAL, "Shared segment host_register requires mmap=true");
+	if (opt->hugetlb && !opt->mmap)
+		return mc_error(EINVAL, "Shared segment hugetlb requires mmap=true");
+	if (opt->device_id < -1)
+		return mc_error(EINVAL, "Shared segment device_id must be a device index or -1, got %d",
+				opt->device_id);
+	return 0;
+}
+
 static int validate(const char *name, uint64_t size, const struct mooncake_segment_options *opt,
 		    struct mooncake_segment **out, const void *blob)
 {
@@ -77,13 +89,8 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 	if (size == 0 || size > MOONCAKE_SEGMENT_MAX_SIZE)
 		return mc_error(EINVAL, "Shared segment size must be in (0, %llu], got %llu",
 				(unsigned long long)MOONCAKE_SEGMENT_MAX_SIZE, (unsigned long long)size);
-	if (opt->host_register && !opt->mmap)
-		return mc_error(EINVAL, "Shared segment host_register requires mmap=true");
-	if (opt->hugetlb && !opt->mmap)
-		return mc_error(EINVAL, "Shared segment hugetlb requires mmap=true");
-	if (opt->device_id < -1)
-		return mc_error(EINVAL, "Shared segment device_id must be a device index or -1, got %d",
-				opt->device_id);
+	if (mc_segment_check_flags(opt))
+		return -EINVAL;
 	if (opt->register_offset > size || opt->register_length > size - opt->register_offset ||
 	    ((opt->register_offset || opt->register_length) && !opt->host_register))
 		return mc_error(
