@@ -154,6 +154,18 @@ int mc_control_read(int fd, struct mc_front_view *out);
  * protocol, which is the library's own and versioned with it; a program
  * keeps a segment through create()'s options. */
 
+/* --- this host's namespaces and THP mode (host.c) ----------------------------- */
+
+/* The inode of this process's PID (network) namespace, 0 when unknown: what
+ * the blob carries to tell a peer in another namespace.
+ * Why private: doctor shows them so a person can see which containers share
+ * a route; a program compares blobs, not namespaces. */
+uint64_t mc_host_pid_namespace(void);
+uint64_t mc_host_net_namespace(void);
+/* Whether shmem_enabled selects a mode that gives a memfd 2 MiB pages.
+ * Why private: doctor's advice; get_info() tells a program what it got. */
+bool mc_host_shmem_thp_allowed(void);
+
 /* --- clock (inline: no symbol; the CLI's bench times with it too) ------------- */
 
 /* CLOCK_MONOTONIC in nanoseconds. */

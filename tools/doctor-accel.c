@@ -79,8 +79,8 @@ void check_ascend(void)
 
 /*
  * mmap=false: which VMM backend (CUDA host VMM, Ascend VMM) serves device 0
- * here, as create() itself answers: a one-rank segment of one byte, created,
- * completed, described and destroyed at once; or create's reason why none can.
+ * here, as create() itself answers: the library's reason why none can, else
+ * a one-rank segment of one byte, created, completed, described and destroyed.
  * Optional: a host without one is fine (mmap=true serves everyone).
  */
 void check_vmm(void)
@@ -89,8 +89,14 @@ void check_vmm(void)
 	struct mooncake_segment *seg = NULL;
 	struct mooncake_segment_info info;
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+	char reason[1024];
 	bool described;
 
+	if (mooncake_segment_unsupported_reason(false, false, false, 0, reason, sizeof(reason)) < 0) {
+		doctor_add("mmap=false", OK, NULL, "unavailable on device 0: %s", reason);
+		return;
+	}
+	/* Supported: a one-rank segment says which backend, and how it commits. */
 	mooncake_segment_options_init(&opt);
 	opt.mmap = false;
 	opt.device_id = 0;

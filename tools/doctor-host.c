@@ -158,7 +158,7 @@ void check_thp(void)
 	mc_read_host_line("/sys/kernel/mm/transparent_hugepage/enabled", enabled, sizeof(enabled));
 	mc_read_host_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shmem, sizeof(shmem));
 	mc_read_host_line("/sys/kernel/mm/transparent_hugepage/defrag", defrag, sizeof(defrag));
-	shmem_on = !strstr(shmem, "[never]") && !strstr(shmem, "[deny]") && strchr(shmem, '[');
+	shmem_on = mc_host_shmem_thp_allowed(); /* as create reads it */
 	doctor_add(
 		"THP", shmem_on ? OK : WARN,
 		shmem_on

@@ -99,16 +99,6 @@ static bool socket_route_works(void)
 	return works;
 }
 
-/* Inode of one of this process's namespaces, 0 when unknown. */
-static unsigned long long namespace_inode(const char *name)
-{
-	char path[64];
-	struct stat st;
-
-	snprintf(path, sizeof(path), "/proc/self/ns/%s", name);
-	return stat(path, &st) == 0 ? (unsigned long long)st.st_ino : 0;
-}
-
 /* A child that holds a memfd, as an owner would: its pid, with the
  * descriptor's number in *@fd; -1 (the finding added) when it could not start. */
 static pid_t fork_memfd_holder(int *fd)
@@ -200,5 +190,6 @@ void check_peer_access(void)
 		"(ranks in another PID namespace share through the socket in net:[%llu] only)",
 		route_socket ? "passes it" : "refused", route_proc ? "opens" : "refused",
 		route_pidfd ? "works" : "refused or missing", scope[0] ? scope : "n/a (no Yama)",
-		namespace_inode("net"), namespace_inode("pid"), namespace_inode("net"));
+		(unsigned long long)mc_host_net_namespace(), (unsigned long long)mc_host_pid_namespace(),
+		(unsigned long long)mc_host_net_namespace());
 }

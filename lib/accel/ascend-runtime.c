@@ -116,9 +116,14 @@ int mc_acl_require_device(int device, const char *what)
 
 	if (current == device)
 		return 0;
-	/* "Shared segment owner must...", or "Shared segment: must..." for the state machine to name the rank. */
-	return mc_error(EINVAL,
-			"Shared segment%s%s must run on device %d, but the current device is %d "
-			"(call torch.npu.set_device(%d) or aclrtSetDevice on this thread first)",
-			what ? " " : ":", what ? what : "", device, current, device);
+	/* "Shared segment owner must...", or a cause about the segment for the state machine to name the rank. */
+	if (what)
+		return mc_error(EINVAL,
+				"Shared segment %s must run on device %d, but the current device is %d "
+				"(call torch.npu.set_device(%d) or aclrtSetDevice on this thread first)",
+				what, device, current, device);
+	return mc_segment_error(EINVAL,
+				"must run on device %d, but the current device is %d "
+				"(call torch.npu.set_device(%d) or aclrtSetDevice on this thread first)",
+				device, current, device);
 }

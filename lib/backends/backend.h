@@ -5,8 +5,8 @@
  * need to reach them, and maps them into a peer's window.  It sees one
  * struct mc_memory (what the state machine asks for, and what the backend
  * fills), never the segment object: it knows nothing of blobs, ranks or
- * registration, and a message of its that starts "Shared segment: " gets
- * the rank from the state machine.  Adding a backend: one file defining one
+ * registration, and a cause of its about the segment (mc_segment_error) is
+ * said with the rank by the state machine.  Adding a backend: one file defining one
  * struct mc_backend_ops, one line in backends.c's table, its tests.
  */
 #ifndef MOONCAKE_SEGMENT_BACKEND_H

@@ -60,38 +60,21 @@ const struct mc_backend_ops *mc_backend_for(bool mmap, bool host_register, bool 
 	return mc_backend_choose(mc_backends, mmap, host_register, hugetlb);
 }
 
-/* A backend's refusal without the lead and the advice every VMM refusal
- * shares, e.g. "libcuda.so.1: cannot open shared object file" (in place). */
-static const char *bare_reason(char *message)
+/* A backend's refusal as its cause gives it, without the lead and the advice
+ * every VMM refusal shares: e.g. "libcuda.so.1: cannot open shared object file". */
+static const char *refusal_reason(void)
 {
-	static const char *const leads[] = {
-		"This build has no VMM backend for shared segments",
-		"This mooncake build has no VMM backend for shared segments",
-	};
-	char *reason = message, *advice;
-	bool parenthesised;
+	const struct mc_cause *cause = mc_last_cause();
 
-	for (size_t i = 0; i < MC_ARRAY_SIZE(leads); i++)
-		if (!strncmp(message, leads[i], strlen(leads[i])))
-			reason = message + strlen(leads[i]);
-	reason += strspn(reason, " :");
-	parenthesised = *reason == '(';
-	reason += parenthesised;
-	if (!strncmp(reason, "on this host: ", 14))
-		reason += 14;
-	advice = strstr(reason, "; use mmap=true");
-	if (advice) {
-		*advice = '\0';
-		if (parenthesised && advice > reason && advice[-1] == ')')
-			advice[-1] = '\0';
-	}
-	return reason;
+	return cause->form == MC_FORM_SENTENCE || cause->form == MC_FORM_SEGMENT
+		       ? mooncake_segment_last_error()
+		       : cause->reason;
 }
 
 int mc_backend_granularity(const struct mc_backend_ops *chosen, const struct mooncake_segment_options *opt,
 			   uint64_t *page_size)
 {
-	char reasons[768], message[512], chosen_message[512];
+	char reasons[768], message[sizeof(mc_last_cause()->reason)], chosen_reason[sizeof(message)];
 	size_t used = 0, serving = 0;
 	int err = chosen->granularity(opt, page_size);
 
@@ -101,7 +84,7 @@ int mc_backend_granularity(const struct mc_backend_ops *chosen, const struct moo
 		return err;
 	/* None of several can serve: each one's reason, not only the first's
 	 * (@chosen's as it gave it: a second call need not fail the same way). */
-	snprintf(chosen_message, sizeof(chosen_message), "%s", mooncake_segment_last_error());
+	snprintf(chosen_reason, sizeof(chosen_reason), "%s", refusal_reason());
 	reasons[0] = '\0';
 	for (size_t i = 0; mc_backends[i] && used < sizeof(reasons); i++) {
 		uint64_t ignored;
@@ -109,16 +92,13 @@ int mc_backend_granularity(const struct mc_backend_ops *chosen, const struct moo
 		if (mc_backends[i]->mmap != opt->mmap)
 			continue;
 		if (mc_backends[i] == chosen)
-			snprintf(message, sizeof(message), "%s", chosen_message);
+			snprintf(message, sizeof(message), "%s", chosen_reason);
 		else if (mc_backends[i]->granularity(opt, &ignored) != -ENOTSUP)
 			snprintf(message, sizeof(message), "could serve, but was not chosen");
 		else
-			snprintf(message, sizeof(message), "%s", mooncake_segment_last_error());
+			snprintf(message, sizeof(message), "%s", refusal_reason());
 		used += (size_t)snprintf(reasons + used, sizeof(reasons) - used, "%s%s: %s", used ? "; " : "",
-					 mc_backends[i]->name, bare_reason(message));
+					 mc_backends[i]->name, message);
 	}
-	return mc_error(ENOTSUP,
-			"This build has no VMM backend for shared segments that this host can use (%s); "
-			"use mmap=true",
-			reasons);
+	return mc_error_no_vmm(MC_FORM_NO_VMM_ANY, "use mmap=true", "%s", reasons);
 }

@@ -291,7 +291,7 @@ static int memfd_create_owner(struct mc_memory *mem)
 	int err;
 
 	if (!state)
-		return mc_error(ENOMEM, "Shared segment: out of memory");
+		return mc_segment_error(ENOMEM, "out of memory");
 	state->fd = -1;
 	state->commit_fd = -1;
 	state->need = (struct mc_room_need){ .label = mem->label, .bytes = mem->alloc_size };
@@ -395,7 +395,7 @@ static int open_companion(struct mc_memory *mem, const struct mc_owner_ref *owne
 	if (owner->handle_bytes == used)
 		return 0;
 	if (!mc_peer_fd_decode_companion(owner->handle + used, owner->handle_bytes - used, h, &companion))
-		return mc_error(EPROTO, "Shared segment: the owner's handle names a malformed control area");
+		return mc_segment_error(EPROTO, "the owner's handle names a malformed control area");
 	/* Closed by the state machine once mapped; a child forked meanwhile never holds it. */
 	mc_fd_track_begin();
 	mem->companion_fd = mc_peer_fd_open(owner, &companion);
@@ -412,8 +412,7 @@ static int memfd_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 
 	if (!mc_peer_fd_decode(owner->handle, owner->handle_bytes, &h, &used) ||
 	    (owner->handle_bytes != used && owner->handle_bytes != used + MC_PEER_FD_COMPANION_BYTES))
-		return mc_error(EPROTO,
-				"Shared segment: the owner exported a handle that is not a memfd handle");
+		return mc_segment_error(EPROTO, "the owner exported a handle that is not a memfd handle");
 	/* Opened under the fork registry: a child forked meanwhile never holds it. */
 	mc_fd_track_begin();
 	fd = mc_peer_fd_open(owner, &h);
@@ -424,9 +423,9 @@ static int memfd_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 	if (!err) {
 		err = map_over_window(mem, fd);
 		if (err)
-			err = mc_error_sys(mc_fold_errno(-err), -err,
-					   "Shared segment: cannot map the owner's %llu bytes",
-					   (unsigned long long)mem->alloc_size);
+			err = mc_segment_error_sys(mc_fold_errno(-err), -err,
+						   "cannot map the owner's %llu bytes",
+						   (unsigned long long)mem->alloc_size);
 	}
 	mc_fd_close(&tracking);
 	if (!err)

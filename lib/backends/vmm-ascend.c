@@ -93,8 +93,7 @@ static int vmm_granularity(const struct mooncake_segment_options *opt, uint64_t 
 
 	(void)opt;
 	if (!mc_acl_vmm_ready(&why))
-		return mc_error(ENOTSUP,
-				"This build has no VMM backend for shared segments (%s); use mmap=true", why);
+		return mc_error_no_vmm(MC_FORM_NO_VMM, "use mmap=true", "%s", why);
 	if (mc_acl.aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
 						    &granularity) != ACL_SUCCESS ||
 	    !mc_is_power_of_two(granularity))
@@ -117,7 +116,7 @@ static int require_device(struct mc_memory *mem)
 	if (err)
 		return err;
 	mem->state = calloc(1, sizeof(struct vmm_state));
-	return mem->state ? 0 : mc_error(ENOMEM, "Shared segment: out of memory");
+	return mem->state ? 0 : mc_segment_error(ENOMEM, "out of memory");
 }
 
 /* The placement's node where the runtime can place there, else any host memory (degraded). */
@@ -282,10 +281,10 @@ static int vmm_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 		memcpy(&in_server, owner->handle, DEFAULT_HANDLE_BYTES);
 		handle = &in_server;
 	} else {
-		return mc_error(EPROTO,
-				"Shared segment: the owner exported a handle of %u bytes, not an Ascend "
-				"shareable handle (8 or 128 bytes)",
-				owner->handle_bytes);
+		return mc_segment_error(EPROTO,
+					"the owner exported a handle of %u bytes, not an Ascend "
+					"shareable handle (8 or 128 bytes)",
+					owner->handle_bytes);
 	}
 	r = mc_acl.aclrtMemImportFromShareableHandleV2(handle, type, 0, &state_of(mem)->physical);
 	if (r != ACL_SUCCESS) {

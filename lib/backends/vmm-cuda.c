@@ -59,16 +59,15 @@ static CUdeviceptr base_of(const struct mc_memory *mem)
 	return (CUdeviceptr)(uintptr_t)mem->base;
 }
 
-/* Record a failed driver call: "Shared segment: cuMemX failed (<what>): NAME: text". */
+/* Record a failed driver call: "cuMemX failed (<what>): NAME: text" about the segment. */
 static int cu_failure(CUresult r, const char *call, const char *what)
 {
 	char text[160];
 
-	return mc_error(mc_cu_errno(r), "Shared segment: %s failed (%s): %s%s", call, what,
-			mc_cu_describe(r, text, sizeof(text)),
-			r == CUDA_ERROR_OUT_OF_MEMORY
-				? " (out of memory: a smaller segment, or free host memory)"
-				: "");
+	return mc_segment_error(
+		mc_cu_errno(r), "%s failed (%s): %s%s", call, what, mc_cu_describe(r, text, sizeof(text)),
+		r == CUDA_ERROR_OUT_OF_MEMORY ? " (out of memory: a smaller segment, or free host memory)"
+					      : "");
 }
 
 /* --- what a device can do ---------------------------------------------------- */
@@ -140,22 +139,16 @@ static bool vmm_supported(bool host_register, bool hugetlb)
 }
 
 /* -ENOTSUP naming what this host or build lacks, and the fix. */
+#define VMM_CUDA_FIX "use mmap=true (with host_register=true for the GPU)"
 static int require_capable_device(int device)
 {
 	const char *why = "";
 	char text[256];
 
 	if (!mc_cu_vmm_ready(&why))
-		return mc_error(ENOTSUP,
-				"This build has no VMM backend for shared segments (%s); use mmap=true "
-				"(with host_register=true for the GPU)",
-				why);
+		return mc_error_no_vmm(MC_FORM_NO_VMM, VMM_CUDA_FIX, "%s", why);
 	if (device >= 0 && device < mc_cu_device_count() && !device_capable(device, text, sizeof(text)))
-		return mc_error(
-			ENOTSUP,
-			"This mooncake build has no VMM backend for shared segments on this host: %s; "
-			"use mmap=true (with host_register=true for the GPU)",
-			text);
+		return mc_error_no_vmm(MC_FORM_NO_VMM_HERE, VMM_CUDA_FIX, "%s", text);
 	return 0;
 }
 
@@ -186,11 +179,10 @@ static int vmm_granularity(const struct mooncake_segment_options *opt, uint64_t 
 	if (r != CUDA_SUCCESS)
 		return cu_failure(r, "cuMemGetAllocationGranularity", "the size of its pinned memory");
 	if (!mc_is_power_of_two(granularity))
-		return mc_error(
-			EIO,
-			"Shared segment: cuMemGetAllocationGranularity gave %zu bytes, not a power of "
-			"two; the CUDA driver is not usable for mmap=false",
-			granularity);
+		return mc_segment_error(EIO,
+					"cuMemGetAllocationGranularity gave %zu bytes, not a power of "
+					"two; the CUDA driver is not usable for mmap=false",
+					granularity);
 	*page_size = granularity;
 	return 0;
 }
@@ -264,9 +256,9 @@ static int allocate_pinned(struct mc_memory *mem, bool *fabric)
 		p->degraded = true;
 	}
 	if (r != CUDA_SUCCESS)
-		return mc_error(
+		return mc_segment_error(
 			mc_cu_errno(r),
-			"Shared segment: cuMemCreate failed for %llu bytes of pinned host memory on node %d: %s%s",
+			"cuMemCreate failed for %llu bytes of pinned host memory on node %d: %s%s",
 			(unsigned long long)mem->alloc_size, node, mc_cu_describe(r, text, sizeof(text)),
 			r == CUDA_ERROR_OUT_OF_MEMORY
 				? " (out of memory: a smaller segment, or free host memory)"
@@ -355,7 +347,7 @@ static int export_and_offer(struct mc_memory *mem, bool fabric)
 		return err;
 	used = mc_peer_fd_encode(&h, mem->handle, sizeof(mem->handle));
 	if (!used || (fabric && used + FABRIC_HANDLE_BYTES > sizeof(mem->handle)))
-		return mc_error(EPROTO, "Shared segment: the CUDA VMM handle does not fit in a blob");
+		return mc_segment_error(EPROTO, "the CUDA VMM handle does not fit in a blob");
 	if (fabric) {
 		memcpy(mem->handle + used, &fabric_handle, FABRIC_HANDLE_BYTES);
 		used += FABRIC_HANDLE_BYTES;
@@ -377,7 +369,7 @@ static int enter_device(struct mc_memory *mem)
 				mem->opt->device_id);
 	state = calloc(1, sizeof(*state));
 	if (!state)
-		return mc_error(ENOMEM, "Shared segment: out of memory");
+		return mc_segment_error(ENOMEM, "out of memory");
 	state->exported_fd = -1;
 	mem->state = state;
 	err = mc_cu_enter(mem->opt->device_id, &state->ctx, "mmap=false");
@@ -467,11 +459,10 @@ static int import_allocation(struct mc_memory *mem, const struct mc_owner_ref *o
 
 	if (!mc_peer_fd_decode(owner->handle, owner->handle_bytes, &h, &used) ||
 	    ((rest = owner->handle_bytes - used) != 0 && rest != FABRIC_HANDLE_BYTES))
-		return mc_error(
-			EPROTO,
-			"Shared segment: the owner exported a handle of %u bytes, not a CUDA VMM handle "
-			"(a descriptor's %d bytes, then an optional FABRIC handle of %zu)",
-			owner->handle_bytes, MC_PEER_FD_HANDLE_BYTES, FABRIC_HANDLE_BYTES);
+		return mc_segment_error(EPROTO,
+					"the owner exported a handle of %u bytes, not a CUDA VMM handle "
+					"(a descriptor's %d bytes, then an optional FABRIC handle of %zu)",
+					owner->handle_bytes, MC_PEER_FD_HANDLE_BYTES, FABRIC_HANDLE_BYTES);
 	/* Opened under the fork registry: a child forked meanwhile never holds it. */
 	mc_fd_track_begin();
 	fd = mc_peer_fd_open(owner, &h);
@@ -494,15 +485,14 @@ static int import_allocation(struct mc_memory *mem, const struct mc_owner_ref *o
 	memcpy(&fabric, owner->handle + used, FABRIC_HANDLE_BYTES);
 	r = mc_cu.cuMemImportFromShareableHandle(&state->allocation, &fabric, CU_MEM_HANDLE_TYPE_FABRIC);
 	if (r != CUDA_SUCCESS) {
-		char message[512], text[160];
+		char text[160];
 
 		state->allocation = 0;
-		snprintf(message, sizeof(message), "%s", mooncake_segment_last_error());
-		return mc_error(
+		return mc_error_add(
 			mc_cu_errno(r),
-			"%s; and cuMemImportFromShareableHandle(FABRIC) failed too (%s: grant every rank "
-			"the same IMEX channel)",
-			message, mc_cu_describe(r, text, sizeof(text)));
+			"; and cuMemImportFromShareableHandle(FABRIC) failed too (%s: grant every "
+			"rank the same IMEX channel)",
+			mc_cu_describe(r, text, sizeof(text)));
 	}
 	return 0;
 }
@@ -513,8 +503,7 @@ static int vmm_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 	int err;
 
 	if (!state || !state->ctx || !mc_cu_push(state->ctx))
-		return mc_error(EIO, "Shared segment: cannot make CUDA device %d current",
-				mem->opt->device_id);
+		return mc_segment_error(EIO, "cannot make CUDA device %d current", mem->opt->device_id);
 	err = import_allocation(mem, owner);
 	/* The host grant's node is ignored by the driver for HOST_NUMA (cuda.h). */
 	if (!err)

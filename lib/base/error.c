@@ -95,23 +95,68 @@ void mc_log(int priority, const char *fmt, ...)
 	log_message(priority, message);
 }
 
-static int record(int err, int sys_errno, const char *fmt, va_list ap) MC_PRINTF(3, 0);
+static _Thread_local struct mc_cause last_cause;
 
-static int record(int err, int sys_errno, const char *fmt, va_list ap)
+/* The one place a cause becomes the sentence the user reads.  @rank is
+ * named when the cause is about the segment and @named is set. */
+static void compose(const struct mc_cause *c, bool named, uint32_t rank)
 {
-	int saved_errno = errno;
-	int n = vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	const char *fix = c->fix ? c->fix : "";
+	size_t cap = sizeof(last_error);
+	int n;
 
-	if (sys_errno && n >= 0 && (size_t)n < sizeof(last_error))
-		n += snprintf(last_error + n, sizeof(last_error) - (size_t)n, ": %s", strerror(sys_errno));
+	switch (c->form) {
+	case MC_FORM_SEGMENT:
+		n = named ? snprintf(last_error, cap, "Shared segment rank %u: %s", rank, c->reason)
+			  : snprintf(last_error, cap, "Shared segment: %s", c->reason);
+		break;
+	case MC_FORM_NO_VMM:
+		n = snprintf(last_error, cap, "This build has no VMM backend for shared segments (%s); %s",
+			     c->reason, fix);
+		break;
+	case MC_FORM_NO_VMM_HERE:
+		n = snprintf(
+			last_error, cap,
+			"This mooncake build has no VMM backend for shared segments on this host: %s; %s",
+			c->reason, fix);
+		break;
+	case MC_FORM_NO_VMM_ANY:
+		n = snprintf(
+			last_error, cap,
+			"This build has no VMM backend for shared segments that this host can use (%s); %s",
+			c->reason, fix);
+		break;
+	case MC_FORM_SENTENCE:
+	default:
+		n = snprintf(last_error, cap, "%s", c->reason);
+		break;
+	}
+	if (c->sys_errno && n >= 0 && (size_t)n < cap)
+		n += snprintf(last_error + n, cap - (size_t)n, ": %s", strerror(c->sys_errno));
 	/* Out of descriptors: the cause has a fix the errno text does not name. */
-	if ((sys_errno == EMFILE || sys_errno == ENFILE) && n >= 0 && (size_t)n < sizeof(last_error))
-		snprintf(last_error + n, sizeof(last_error) - (size_t)n, "%s",
-			 sys_errno == EMFILE
+	if ((c->sys_errno == EMFILE || c->sys_errno == ENFILE) && n >= 0 && (size_t)n < cap)
+		snprintf(last_error + n, cap - (size_t)n, "%s",
+			 c->sys_errno == EMFILE
 				 ? " (this process is out of file descriptors: raise its limit, "
 				   "ulimit -n / RLIMIT_NOFILE; systemd: LimitNOFILE=; Docker: --ulimit "
 				   "nofile=)"
 				 : " (the system is out of file descriptors: fs.file-max)");
+}
+
+static int record(int err, int sys_errno, enum mc_cause_form form, const char *fix, const char *fmt,
+		  va_list ap) MC_PRINTF(5, 0);
+
+static int record(int err, int sys_errno, enum mc_cause_form form, const char *fix, const char *fmt,
+		  va_list ap)
+{
+	int saved_errno = errno;
+
+	last_cause.err = err;
+	last_cause.sys_errno = sys_errno;
+	last_cause.form = form;
+	last_cause.fix = fix;
+	vsnprintf(last_cause.reason, sizeof(last_cause.reason), fmt, ap);
+	compose(&last_cause, false, 0);
 	log_message(MOONCAKE_SEGMENT_LOG_DEBUG, last_error);
 	errno = saved_errno;
 	return -err;
@@ -123,7 +168,7 @@ int mc_error(int err, const char *fmt, ...)
 	int ret;
 
 	va_start(ap, fmt);
-	ret = record(err, 0, fmt, ap);
+	ret = record(err, 0, MC_FORM_SENTENCE, NULL, fmt, ap);
 	va_end(ap);
 	return ret;
 }
@@ -134,32 +179,91 @@ int mc_error_sys(int err, int sys_errno, const char *fmt, ...)
 	int ret;
 
 	va_start(ap, fmt);
-	ret = record(err, sys_errno, fmt, ap);
+	ret = record(err, sys_errno, MC_FORM_SENTENCE, NULL, fmt, ap);
 	va_end(ap);
 	return ret;
 }
 
+int mc_segment_error(int err, const char *fmt, ...)
+{
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = record(err, 0, MC_FORM_SEGMENT, NULL, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+int mc_segment_error_sys(int err, int sys_errno, const char *fmt, ...)
+{
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = record(err, sys_errno, MC_FORM_SEGMENT, NULL, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+int mc_error_no_vmm(enum mc_cause_form form, const char *fix, const char *fmt, ...)
+{
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = record(ENOTSUP, 0, form, fix, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+static int record_parts(int err, int sys_errno, enum mc_cause_form form, const char *fix, const char *fmt,
+			...) MC_PRINTF(5, 6);
+
+static int record_parts(int err, int sys_errno, enum mc_cause_form form, const char *fix, const char *fmt,
+			...)
+{
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = record(err, sys_errno, form, fix, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+int mc_error_add(int err, const char *fmt, ...)
+{
+	struct mc_cause was = last_cause;
+	char added[sizeof(was.reason)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(added, sizeof(added), fmt, ap);
+	va_end(ap);
+	/* The errno text (and its hint) ends the reason as it read so far. */
+	compose(&(struct mc_cause){ .sys_errno = was.sys_errno }, false, 0);
+	return record_parts(err, 0, was.form, was.fix, "%s%s%s", was.reason, last_error, added);
+}
+
+const struct mc_cause *mc_last_cause(void)
+{
+	return &last_cause;
+}
+
 int mc_error_name_rank(int err, uint32_t rank)
 {
-	static const char unnamed[] = "Shared segment: ";
-	size_t skip = sizeof(unnamed) - 1, prefix_len, rest;
-	char prefix[48];
-
-	if (!err || strncmp(last_error, unnamed, skip) != 0)
-		return err;
-	prefix_len = (size_t)snprintf(prefix, sizeof(prefix), "Shared segment rank %u: ", rank);
-	rest = strlen(last_error) - skip;
-	if (prefix_len + rest >= sizeof(last_error))
-		rest = sizeof(last_error) - 1 - prefix_len;
-	memmove(last_error + prefix_len, last_error + skip, rest);
-	memcpy(last_error, prefix, prefix_len);
-	last_error[prefix_len + rest] = '\0';
+	/* Only a cause recorded since the last clear, and only one about the segment. */
+	if (err && last_error[0] && last_cause.form == MC_FORM_SEGMENT)
+		compose(&last_cause, true, rank);
 	return err;
 }
 
 void mc_clear_error(void)
 {
 	last_error[0] = '\0';
+	last_cause.reason[0] = '\0';
+	last_cause.form = MC_FORM_SENTENCE;
 }
 
 int mc_fold_errno(int sys_errno)

@@ -13,15 +13,47 @@
 #include "mooncake/segment.h"
 #include "base.h"
 
+/* Why a call failed, as the layer that found it knows it: the errno, the
+ * system's errno behind it, the reason without any layer's lead-in, the fix,
+ * and the form of the sentence.  The sentence is composed from it in one place
+ * (error.c), so a layer above that knows more (the state machine knows the
+ * rank, backends.c the other backends) composes it again from the parts
+ * instead of rewriting another layer's text. */
+enum mc_cause_form {
+	MC_FORM_SENTENCE,    /* the reason is the whole sentence */
+	MC_FORM_SEGMENT,     /* "Shared segment: <reason>", or "Shared segment rank N: <reason>" */
+	MC_FORM_NO_VMM,	     /* a VMM backend this build lacks: "... (<reason>); <fix>" */
+	MC_FORM_NO_VMM_HERE, /* a VMM backend this host cannot use: "... on this host: <reason>; <fix>" */
+	MC_FORM_NO_VMM_ANY, /* none of several VMM backends: "... that this host can use (<reason>); <fix>" */
+};
+
+struct mc_cause {
+	int err;       /* the (positive) errno the call returns */
+	int sys_errno; /* the system's errno behind it, or 0 */
+	enum mc_cause_form form;
+	const char *fix;  /* what to do, a static string, or NULL */
+	char reason[768]; /* what went wrong, with no lead-in and no fix */
+};
+
 /* Record a message for mooncake_segment_last_error(), log it at DEBUG and
  * return -err, so a failure path is `return mc_error(EINVAL, "...")`. */
 int mc_error(int err, const char *fmt, ...) MC_PRINTF(2, 3);
 /* Same, appending ": strerror(sys_errno)". */
 int mc_error_sys(int err, int sys_errno, const char *fmt, ...) MC_PRINTF(3, 4);
+/* A cause about the segment, said as "Shared segment: <fmt>" until the state
+ * machine names the rank (mc_error_name_rank); the layers below know none. */
+int mc_segment_error(int err, const char *fmt, ...) MC_PRINTF(2, 3);
+int mc_segment_error_sys(int err, int sys_errno, const char *fmt, ...) MC_PRINTF(3, 4);
+/* -ENOTSUP from a VMM backend, in one of the MC_FORM_NO_VMM* forms. */
+int mc_error_no_vmm(enum mc_cause_form form, const char *fix, const char *fmt, ...) MC_PRINTF(3, 4);
+/* Add @fmt to the reason of this thread's last error (a fallback tried too,
+ * a hint), keeping its form so that the top can still name the rank. */
+int mc_error_add(int err, const char *fmt, ...) MC_PRINTF(2, 3);
+/* The cause of this thread's last error (its reason is "" after a clear). */
+const struct mc_cause *mc_last_cause(void);
 void mc_clear_error(void);
-/* Backends know no ranks: a message of theirs that starts "Shared segment: "
- * becomes "Shared segment rank @rank: ..." (the state machine calls this);
- * returns @err. */
+/* Compose this thread's last error again naming @rank, if its cause is about
+ * the segment (MC_FORM_SEGMENT); returns @err. */
 int mc_error_name_rank(int err, uint32_t rank);
 void mc_log(int priority, const char *fmt, ...) MC_PRINTF(2, 3);
 /* Hold back this thread's log lines (delivering the last one when @defer goes

@@ -52,7 +52,7 @@ bool mc_host_boot_id(uint8_t id[MC_BOOT_ID_SIZE])
 	return n == 2 * MC_BOOT_ID_SIZE;
 }
 
-uint64_t mc_host_pid_namespace(void)
+MC_PRIVATE uint64_t mc_host_pid_namespace(void)
 {
 	struct stat st;
 
@@ -61,7 +61,7 @@ uint64_t mc_host_pid_namespace(void)
 	return (uint64_t)st.st_ino;
 }
 
-uint64_t mc_host_net_namespace(void)
+MC_PRIVATE uint64_t mc_host_net_namespace(void)
 {
 	struct stat st;
 
@@ -87,7 +87,7 @@ uint64_t mc_host_thp_pmd_size(void)
 	return UINT64_C(2) << 20;
 }
 
-bool mc_host_shmem_thp_allowed(void)
+MC_PRIVATE bool mc_host_shmem_thp_allowed(void)
 {
 	char line[128], mode[32];
 

@@ -14,15 +14,11 @@
 
 /* The kernel's boot id as 16 bytes; false when unreadable. */
 bool mc_host_boot_id(uint8_t id[MC_BOOT_ID_SIZE]);
-/* Inode of this process's PID namespace, 0 when unknown. */
-uint64_t mc_host_pid_namespace(void);
-/* Inode of this process's network namespace (/proc/self/ns/net), 0 if unknown. */
-uint64_t mc_host_net_namespace(void);
+/* mc_host_pid_namespace(), mc_host_net_namespace() and
+ * mc_host_shmem_thp_allowed(), the CLI's too, are in private.h. */
 uint64_t mc_host_base_page_size(void);
 /* THP PMD size from sysfs, 2 MiB when unreadable. */
 uint64_t mc_host_thp_pmd_size(void);
-/* True when shmem_enabled lets MADV_HUGEPAGE take effect on shmem. */
-bool mc_host_shmem_thp_allowed(void);
 /* CPUs this process may run on (at least 1). */
 unsigned int mc_host_cpus_allowed(void);
 

@@ -230,6 +230,19 @@ uint64_t mooncake_segment_device_addr(const struct mooncake_segment *seg);
 bool mooncake_segment_supported(bool mmap, bool host_register, bool hugetlb);
 
 /**
+ * Why a segment of this kind cannot be created here, without creating one:
+ * runs the checks mooncake_segment_create() runs before it allocates (the
+ * flags, the backend that would serve them on device_id, the accelerator
+ * runtime for host_register).  Returns 0, and an empty @reason, when
+ * mooncake_segment_supported() is true; otherwise a negative errno (-ENOTSUP,
+ * or -EINVAL for flags that never go together) and, in @reason (truncated to
+ * @len bytes, NUL-terminated; may be NULL when @len is 0), the message that
+ * create would leave in mooncake_segment_last_error(), which it sets too.
+ */
+int mooncake_segment_unsupported_reason(bool mmap, bool host_register, bool hugetlb, int device_id,
+					char *reason, size_t len);
+
+/**
  * How many bytes a segment created with @opt can take on this host, into
  * *@bytes: the figures create()'s room check reads for the owner, as a
  * number.  Without hugetlb, the least of the memory cgroup's room (limit

@@ -353,9 +353,9 @@ static int read_allowed_uids(struct mc_fd_offer *o)
 		uint64_t uid;
 
 		if (!mc_parse_decimal(p, len, &uid) || uid >= UINT32_MAX || o->n_allowed == MAX_ALLOWED_UIDS)
-			return mc_error(
+			return mc_segment_error(
 				EINVAL,
-				"Shared segment: MOONCAKE_SEGMENT_PEER_UIDS='%s' is not 'any' or a list "
+				"MOONCAKE_SEGMENT_PEER_UIDS='%s' is not 'any' or a list "
 				"of at most %d uids (digits only) separated by commas, e.g. 1000,1001; fix or "
 				"unset it",
 				text, MAX_ALLOWED_UIDS - 2);
@@ -475,7 +475,7 @@ int mc_peer_fd_offer(int fd, int companion_fd, struct mc_peer_fd *h, struct mc_p
 		return err;
 	o = calloc(1, sizeof(*o));
 	if (!o)
-		return mc_error(ENOMEM, "Shared segment: out of memory");
+		return mc_segment_error(ENOMEM, "out of memory");
 	o->server_pid = getpid();
 	o->fd = fd;
 	o->companion_fd = companion_fd;

@@ -113,13 +113,14 @@ static bool process_exists(pid_t pid)
 int mc_peer_fd_gone(const struct mc_peer_fd *h)
 {
 	if (!process_exists((pid_t)h->pid))
-		return mc_error(ESRCH,
-				"Shared segment: the owner process %u is gone before this rank "
-				"mapped its pages; the owner must stay alive until every rank has completed",
-				h->pid);
-	return mc_error(
+		return mc_segment_error(
+			ESRCH,
+			"the owner process %u is gone before this rank "
+			"mapped its pages; the owner must stay alive until every rank has completed",
+			h->pid);
+	return mc_segment_error(
 		ESRCH,
-		"Shared segment: the owner process %u no longer holds descriptor %u "
+		"the owner process %u no longer holds descriptor %u "
 		"(it called finish() or destroy() before every rank completed, or the pid was reused)",
 		h->pid, h->fd);
 }
@@ -210,11 +211,11 @@ static int access_denied_error(const struct mc_owner_ref *owner, const struct mc
 			"the owner may not be dumpable (setuid, prctl(PR_SET_DUMPABLE, 0)) "
 			"or a ptrace restriction applies (a container without CAP_SYS_PTRACE, an LSM); "
 			"Docker: --cap-add SYS_PTRACE; Kubernetes: securityContext.capabilities.add [SYS_PTRACE]");
-	return mc_error(EACCES,
-			"Shared segment: cannot open the owner's pages: %s: %s, pidfd_getfd: %s. "
-			"Likely cause: %s",
-			path, strerror(open_errno), getfd_errno ? strerror(getfd_errno) : "not available",
-			cause);
+	return mc_segment_error(EACCES,
+				"cannot open the owner's pages: %s: %s, pidfd_getfd: %s. "
+				"Likely cause: %s",
+				path, strerror(open_errno),
+				getfd_errno ? strerror(getfd_errno) : "not available", cause);
 }
 
 /* The second route: same descriptor, through a pidfd (needs ptrace attach rights). */
@@ -275,8 +276,7 @@ static int open_through_proc(const struct mc_owner_ref *owner, const struct mc_p
 	if (open_errno == ENOENT && !process_exists((pid_t)h->pid))
 		return mc_peer_fd_gone(h);
 	if (open_errno != ENOENT && open_errno != EACCES && open_errno != EPERM)
-		return mc_error_sys(mc_fold_errno(open_errno), open_errno, "Shared segment: open %s failed",
-				    path);
+		return mc_segment_error_sys(mc_fold_errno(open_errno), open_errno, "open %s failed", path);
 	fd = open_through_pidfd(h, &getfd_errno);
 	if (fd >= 0)
 		return keep_if_published(fd, h);
@@ -372,9 +372,9 @@ static int other_pid_namespace_error(const struct mc_owner_ref *owner, const str
 	int err;
 
 	if (other_net_ns)
-		return mc_error(
+		return mc_segment_error(
 			EACCES,
-			"Shared segment: this rank runs in another PID namespace (pid:[%llu] here, "
+			"this rank runs in another PID namespace (pid:[%llu] here, "
 			"pid:[%llu] there) and another network namespace (net:[%llu] here, net:[%llu] "
 			"there) than the owner, so neither the owner's pid %u nor its Unix socket can be "
 			"reached from here; share one of them: the PID namespace (docker run --pid=host or "
@@ -384,18 +384,18 @@ static int other_pid_namespace_error(const struct mc_owner_ref *owner, const str
 			own_pid_ns, (unsigned long long)owner->pid_namespace, own_net_ns,
 			(unsigned long long)owner->net_namespace, h->pid);
 	if (!h->socket_id)
-		return mc_error(
+		return mc_segment_error(
 			EACCES,
-			"Shared segment: this rank runs in another PID namespace than the owner "
+			"this rank runs in another PID namespace than the owner "
 			"(pid:[%llu] here, pid:[%llu] there), so the owner's pid %u means nothing here, and "
 			"the owner does not serve its pages over a Unix socket (its log says why); run the "
 			"ranks in one PID namespace (docker run --pid=host or --pid=container:NAME; "
 			"Kubernetes: one pod with shareProcessNamespace: true)",
 			own_pid_ns, (unsigned long long)owner->pid_namespace, h->pid);
 	err = socket_cause(r, cause, sizeof(cause));
-	return mc_error(
+	return mc_segment_error(
 		err,
-		"Shared segment: this rank runs in another PID namespace than the owner (pid:[%llu] here, "
+		"this rank runs in another PID namespace than the owner (pid:[%llu] here, "
 		"pid:[%llu] there), where only the owner's Unix socket can hand over its pages, and that "
 		"failed: %s",
 		own_pid_ns, (unsigned long long)owner->pid_namespace, cause);
@@ -421,7 +421,7 @@ int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h
 			return fd;
 		/* The user's own mistake: said, whichever route could have worked. */
 		if (r.failure == MC_FD_CLIENT_BAD_SETTING)
-			return mc_error(EINVAL, "Shared segment: %s", r.why);
+			return mc_segment_error(EINVAL, "%s", r.why);
 		socket_tried = true;
 	}
 	/* A pid from another PID namespace names another process here, or none. */
@@ -433,7 +433,7 @@ int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h
 	/* The owner's own no is the first cause, when the kernel's routes say no as well. */
 	if (socket_tried && r.failure == MC_FD_CLIENT_REFUSED) {
 		err = socket_cause(&r, cause, sizeof(cause));
-		return mc_error(err, "Shared segment: cannot open the owner's pages: %s", cause);
+		return mc_segment_error(err, "cannot open the owner's pages: %s", cause);
 	}
 	return fd;
 }

@@ -288,7 +288,7 @@ int mc_keep_acquire(const struct mooncake_segment_options *opt, uint64_t layout_
 	int err;
 
 	if (!rep)
-		return mc_error(ENOMEM, "Shared segment: out of memory");
+		return mc_segment_error(ENOMEM, "out of memory");
 	fill_request(opt, layout_fingerprint, size, page_size, &req);
 	err = mc_keeper_open(&conn, NULL, CONNECT_TIMEOUT_MS);
 	if (!err)

@@ -55,6 +55,18 @@ MC_EXPORT const char *mooncake_segment_version(void)
 	return PACKAGE_VERSION;
 }
 
+int mc_segment_check_flags(const struct mooncake_segment_options *opt)
+{
+	if (opt->host_register && !opt->mmap)
+		return mc_error(EINVAL, "Shared segment host_register requires mmap=true");
+	if (opt->hugetlb && !opt->mmap)
+		return mc_error(EINVAL, "Shared segment hugetlb requires mmap=true");
+	if (opt->device_id < -1)
+		return mc_error(EINVAL, "Shared segment device_id must be a device index or -1, got %d",
+				opt->device_id);
+	return 0;
+}
+
 static int validate(const char *name, uint64_t size, const struct mooncake_segment_options *opt,
 		    struct mooncake_segment **out, const void *blob)
 {
@@ -76,13 +88,8 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 	if (size == 0 || size > MOONCAKE_SEGMENT_MAX_SIZE)
 		return mc_error(EINVAL, "Shared segment size must be in (0, %llu], got %llu",
 				(unsigned long long)MOONCAKE_SEGMENT_MAX_SIZE, (unsigned long long)size);
-	if (opt->host_register && !opt->mmap)
-		return mc_error(EINVAL, "Shared segment host_register requires mmap=true");
-	if (opt->hugetlb && !opt->mmap)
-		return mc_error(EINVAL, "Shared segment hugetlb requires mmap=true");
-	if (opt->device_id < -1)
-		return mc_error(EINVAL, "Shared segment device_id must be a device index or -1, got %d",
-				opt->device_id);
+	if (mc_segment_check_flags(opt))
+		return -EINVAL;
 	if (opt->register_offset > size || opt->register_length > size - opt->register_offset ||
 	    ((opt->register_offset || opt->register_length) && !opt->host_register))
 		return mc_error(
@@ -112,15 +119,11 @@ static bool zeroed_defaults(const struct mooncake_segment_options *opt)
 /* A VMM refusal for options that were zeroed, not initialised: say so. */
 static int hint_zeroed_options(const struct mooncake_segment_options *opt, int err)
 {
-	char message[768];
-
 	if (err != -ENOTSUP || opt->mmap || !zeroed_defaults(opt))
 		return err;
-	snprintf(message, sizeof(message), "%s", mooncake_segment_last_error());
-	return mc_error(ENOTSUP,
-			"%s (mmap is false, as in an options struct that mooncake_segment_options_init() "
-			"did not fill: call it first, then set the fields)",
-			message);
+	return mc_error_add(ENOTSUP, " (mmap is false, as in an options struct that "
+				     "mooncake_segment_options_init() did not fill: call it first, then set "
+				     "the fields)");
 }
 
 /* The backend for these options, or NULL with the error recorded. */
@@ -425,7 +428,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		return err;
 	seg = new_segment(name, size, opt);
 	if (!seg)
-		return mc_error(ENOMEM, "Shared segment: out of memory");
+		return mc_segment_error(ENOMEM, "out of memory");
 	err = plan_memory(seg);
 	if (!err)
 		err = allocate_memory(seg);

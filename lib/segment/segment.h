@@ -106,6 +106,8 @@ bool mc_background_registration_settled(const struct mooncake_segment *seg);
 /* [0, ready) is committed and, where this rank registers, registered. */
 uint64_t mc_background_ready_bytes(const struct mooncake_segment *seg);
 
+/* create()'s checks of mmap, host_register, hugetlb and device_id: 0 or -EINVAL (message set). */
+int mc_segment_check_flags(const struct mooncake_segment_options *opt);
 /* The page size create() would use for @opt, or the error it would give. */
 int mc_segment_page_size(const struct mooncake_segment_options *opt, uint64_t *page_size);
 

@@ -287,6 +287,49 @@ START_TEST(test_unsupported_capabilities_are_enotsup)
 }
 END_TEST
 
+/* The reason asked without creating anything is create's own error, for
+ * every combination of the flags, and 0 exactly when supported() is true. */
+START_TEST(test_unsupported_reason_is_what_create_says)
+{
+	char reason[1024];
+	int fds = count_fds(), maps = count_mappings();
+
+	for (unsigned int flags = 0; flags < 8; flags++) {
+		bool mmap = flags & 1, host_register = flags & 2, hugetlb = flags & 4;
+		struct mooncake_segment_options opt = test_options(1, 0, 0);
+		struct mooncake_segment *seg = NULL;
+		int err = mooncake_segment_unsupported_reason(mmap, host_register, hugetlb, 0, reason,
+							      sizeof(reason));
+
+		ck_assert_msg((err == 0) == mooncake_segment_supported(mmap, host_register, hugetlb),
+			      "flags %u: %d, %s", flags, err, reason);
+		ck_assert_str_eq(reason, mooncake_segment_last_error());
+		if (!err) {
+			ck_assert_str_eq(reason, "");
+			continue;
+		}
+		opt.mmap = mmap;
+		opt.host_register = host_register;
+		opt.hugetlb = hugetlb;
+		opt.device_id = 0;
+		ck_assert_int_eq(mooncake_segment_create("cache", TEST_SIZE, &opt, &seg, blob), err);
+		ck_assert_str_eq(mooncake_segment_last_error(), reason);
+	}
+	/* Here, without an accelerator: no VMM backend, nor a runtime to register with. */
+	ck_assert_int_eq(mooncake_segment_unsupported_reason(false, false, false, 0, reason, sizeof(reason)),
+			 -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(reason, "no VMM backend"));
+	ck_assert_int_eq(mooncake_segment_unsupported_reason(true, true, false, 0, reason, sizeof(reason)),
+			 -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(reason, "host_register"));
+	ck_assert_int_eq(mooncake_segment_unsupported_reason(false, true, false, 0, NULL, 0), -EINVAL);
+	ck_assert_int_eq(mooncake_segment_unsupported_reason(true, false, false, 0, reason, sizeof(reason)),
+			 0);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_mappings(), maps);
+}
+END_TEST
+
 START_TEST(test_getters_are_null_safe)
 {
 	ck_assert(!mooncake_segment_ready(NULL));
@@ -325,6 +368,7 @@ Suite *suite_options(void)
 	tcase_add_test(tc, test_backend_choice_follows_the_table);
 	tcase_add_test(tc, test_rejects_null_arguments);
 	tcase_add_test(tc, test_unsupported_capabilities_are_enotsup);
+	tcase_add_test(tc, test_unsupported_reason_is_what_create_says);
 	tcase_add_test(tc, test_getters_are_null_safe);
 	tcase_add_test(tc, test_error_is_per_thread_and_cleared);
 	suite_add_tcase(s, tc);

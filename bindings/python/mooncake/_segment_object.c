@@ -337,16 +337,12 @@ static PyObject *segment_supported(PyObject *cls, PyObject *args, PyObject *kwar
 
 /*
  * Why a segment of this kind cannot be made here, in the C library's words
- * (reason and fix), or "" when it can: supported() sets no message, so a
- * one-page, one-rank create is tried, and destroyed if it succeeds.
+ * (reason and fix), or "" when it can (mooncake_segment_unsupported_reason).
  */
 static PyObject *segment_why_unsupported(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
 	static const char *const keywords[] = { "mmap", "host_register", "hugetlb", "device_id", NULL };
-	int use_mmap = 1, host_register = 0, hugetlb = 0, device_id = 0, ret;
-	struct mooncake_segment_options opt;
-	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
-	struct mooncake_segment *seg = NULL;
+	int use_mmap = 1, host_register = 0, hugetlb = 0, device_id = 0;
 	char reason[1024];
 
 	PyObject *mmap_obj = NULL, *host_register_obj = NULL, *hugetlb_obj = NULL;
@@ -358,20 +354,9 @@ static PyObject *segment_why_unsupported(PyObject *cls, PyObject *args, PyObject
 	    bool_argument(host_register_obj, "host_register", &host_register) < 0 ||
 	    bool_argument(hugetlb_obj, "hugetlb", &hugetlb) < 0)
 		return NULL;
-	if (mooncake_segment_supported(use_mmap, host_register, hugetlb))
-		return PyUnicode_FromString("");
-	mooncake_segment_options_init(&opt);
-	opt.mmap = use_mmap;
-	opt.host_register = host_register;
-	opt.hugetlb = hugetlb;
-	opt.device_id = device_id;
-	reason[0] = '\0';
 	Py_BEGIN_ALLOW_THREADS
-	ret = mooncake_segment_create("capability-probe", 1, &opt, &seg, blob);
-	if (ret < 0)
-		snprintf(reason, sizeof(reason), "%s", mooncake_segment_last_error());
-	else
-		mooncake_segment_destroy(seg);
+	mooncake_segment_unsupported_reason(use_mmap, host_register, hugetlb, device_id, reason,
+					    sizeof(reason));
 	Py_END_ALLOW_THREADS
 	return PyUnicode_FromString(reason);
 }
