@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_keeper import KEEPER, Client, Keeper, hello_request  # noqa: E402
+from test_keeper import KEEPER, Client, Keeper, hello_request, listening  # noqa: E402
 
 
 @pytest.fixture
@@ -147,7 +147,7 @@ def test_the_socket_path_is_never_chmodded():
     )
     try:
         deadline = time.monotonic() + 20
-        while not path.exists():
+        while not listening(path):
             assert proc.poll() is None, proc.stderr.read()
             assert time.monotonic() < deadline, "the keeper did not bind its socket under strace"
             time.sleep(0.05)

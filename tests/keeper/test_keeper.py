@@ -200,6 +200,19 @@ class Client:
         self.close()
 
 
+def listening(path):
+    """Whether a socket bound at @path listens (/proc/net/unix): the file
+    appears at bind(), before listen(), and a connect() between the two is
+    refused."""
+    accepting = 0x10000  # __SO_ACCEPTCON in the Flags column
+    with open("/proc/net/unix") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if len(fields) == 8 and fields[7] == str(path) and int(fields[3], 16) & accepting:
+                return True
+    return False
+
+
 class Keeper:
     def __init__(self, *args, prefix=()):
         """prefix: what runs the keeper (unshare for another PID namespace)."""
@@ -212,7 +225,7 @@ class Keeper:
             [*prefix, str(KEEPER), "--socket", str(self.path), *args], stderr=self.log, stdout=self.log
         )
         deadline = time.monotonic() + 20
-        while not self.path.exists():
+        while not listening(self.path):
             assert self.proc.poll() is None, self.text()
             assert time.monotonic() < deadline, "the keeper did not bind its socket: " + self.text()
             time.sleep(0.02)
