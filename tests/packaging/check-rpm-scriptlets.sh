@@ -6,21 +6,23 @@
 # Prints "PASS ..."/"FAIL ..." lines; exits 1 on a failure.
 set -euo pipefail
 status=0
-# section RPM NAME: the body of one scriptlet ("preuninstall", ...).
+# section SCRIPTS NAME: the body of one scriptlet ("preuninstall", ...) in
+# what `rpm -qp --scripts` printed.
 section() {
-	rpm -qp --scripts "$1" 2>/dev/null | awk -v want="$2" '
+	awk -v want="$2" '
 		/^[a-z]+ scriptlet/ { on = ($1 == want); next }
-		on { print }'
+		on { print }' <<<"$1"
 }
 # Debian's rpm expands the spec's fallbacks (systemctl preset / disable --now
 # / daemon-reload), Fedora's systemd-rpm-macros call systemd-update-helper.
 check() {
-	local rpm=$1 units=$2 name unit
+	local rpm=$1 units=$2 name unit scripts
 	name=$(rpm -qp --qf '%{NAME}' "$rpm" 2>/dev/null)
+	scripts=$(rpm -qp --scripts "$rpm" 2>/dev/null)
 	for unit in $units; do
-		if section "$rpm" postinstall | grep -Eq "(preset|install-system-units).*$unit" &&
-			section "$rpm" preuninstall | grep -Eq "(disable --now|remove-system-units).*$unit" &&
-			section "$rpm" postuninstall | grep -Eq 'daemon-reload|systemd-update-helper'; then
+		if section "$scripts" postinstall | grep -Eq "(preset|install-system-units).*$unit" &&
+			section "$scripts" preuninstall | grep -Eq "(disable --now|remove-system-units).*$unit" &&
+			section "$scripts" postuninstall | grep -Eq 'daemon-reload|systemd-update-helper'; then
 			echo "PASS rpm $name: scriptlets preset, stop and disable $unit"
 		else
 			echo "FAIL rpm $name: scriptlets do not preset, stop and disable $unit"
