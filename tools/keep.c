@@ -102,8 +102,11 @@ static void json_segment(FILE *out, const struct mc_keeper_segment *s, time_t no
 
 static void table_header(FILE *out)
 {
-	fprintf(out, "%-24s %10s %6s %5s %6s %-6s %7s %5s %8s\n", "NAME", "SIZE", "PAGE", "GEN", "OWNER",
-		"SHARE", "MAPPERS", "WARM", "AGE");
+	/* NAME last, as ps puts COMMAND: a name of up to 255 bytes never pushes
+	 * the other columns out of their places.  GEN is the keeper's clock in
+	 * microseconds (16 digits), OWNER any uid. */
+	fprintf(out, "%10s %8s %16s %10s %-6s %7s %5s %9s  %s\n", "SIZE", "PAGE", "GEN", "OWNER", "SHARE",
+		"MAPPERS", "WARM", "AGE", "NAME");
 }
 
 static void table_row(FILE *out, const struct mc_keeper_segment *s, time_t now)
@@ -115,11 +118,11 @@ static void table_row(FILE *out, const struct mc_keeper_segment *s, time_t now)
 		snprintf(mappers, sizeof(mappers), "?");
 	else
 		snprintf(mappers, sizeof(mappers), "%u", (unsigned)s->mappers);
-	fprintf(out, "%-24s %10s %6s %5" PRIu64 " %6u %-6s %7s %5u %7" PRId64 "s%s\n",
-		printable(s->name, name, sizeof(name)), format_size(s->size, size, sizeof(size)),
-		format_size(s->page_size, page, sizeof(page)), s->generation, (unsigned)s->owner_uid,
-		sharing_name(s->sharing), mappers, (unsigned)s->warm_attaches, age < 0 ? 0 : age,
-		s->flags & MC_KEEPER_SEGMENT_RELEASED ? " released" : "");
+	fprintf(out, "%10s %8s %16" PRIu64 " %10u %-6s %7s %5u %8" PRId64 "s  %s%s\n",
+		format_size(s->size, size, sizeof(size)), format_size(s->page_size, page, sizeof(page)),
+		s->generation, (unsigned)s->owner_uid, sharing_name(s->sharing), mappers,
+		(unsigned)s->warm_attaches, age < 0 ? 0 : age, printable(s->name, name, sizeof(name)),
+		s->flags & MC_KEEPER_SEGMENT_RELEASED ? " (released)" : "");
 }
 
 static int keep_list(struct mc_keeper_conn *conn, const struct keep_config *cfg)

@@ -49,10 +49,10 @@ def test_list_shows_what_the_keeper_keeps_as_a_table_and_as_json(keeper):
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].startswith(f"keeper pid {keeper.proc.pid} at {keeper.path};"), lines[0]
-    assert lines[1].split() == ["NAME", "SIZE", "PAGE", "GEN", "OWNER", "SHARE", "MAPPERS", "WARM", "AGE"]
-    assert [line.split()[0] for line in lines[2:]] == ["kv-llama", "kv-other"]
+    assert lines[1].split() == ["SIZE", "PAGE", "GEN", "OWNER", "SHARE", "MAPPERS", "WARM", "AGE", "NAME"]
+    assert [line.split()[-1] for line in lines[2:]] == ["kv-llama", "kv-other"]
     row = lines[2].split()
-    assert row[1:3] == ["8.0", "MiB"] and row[5] == str(kv.generation) and row[7] == "any", row
+    assert row[0:2] == ["8.0", "MiB"] and row[4] == str(kv.generation) and row[6] == "any", row
 
     listed = keep("list", "--json", "--socket", str(keeper.path))
     assert listed.returncode == 0, listed.stderr
@@ -64,6 +64,16 @@ def test_list_shows_what_the_keeper_keeps_as_a_table_and_as_json(keeper):
     assert first["generation"] == kv.generation and first["sharing"] == "any" and first["identity_hex"] == "01ff"
     assert first["owner_uid"] == os.geteuid() and first["warm_attaches"] == 0 and first["released"] is False
     assert [s["name"] for s in doc["segments"]] == ["kv-llama", "kv-other"]
+
+
+def test_list_keeps_its_columns_in_place_whatever_the_names(keeper):
+    long_name = "kv-" + "x" * 200
+    make(keeper, long_name, size=MIB)
+    make(keeper, "short", size=MIB)
+    lines = keep("list", "--socket", str(keeper.path)).stdout.splitlines()
+    name_column = lines[1].index("NAME")
+    # Every row's fields end where the header's do, and its name starts under NAME.
+    assert [line[name_column:] for line in lines[2:]] == [long_name, "short"], lines
 
 
 def test_list_pages_through_more_segments_than_one_reply_holds(keeper):
