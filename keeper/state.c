@@ -41,6 +41,9 @@ static struct state_slot slots[2];
 
 /* --- the format: pure functions -------------------------------------------- */
 
+/* A record is the wire's common bytes, then byte 61 and bytes 68..71 of its own. */
+_Static_assert(STATE_RECORD_FIXED == MC_KEEPER_RECORD_COMMON_BYTES + 4, "a state record's fixed bytes moved");
+
 uint64_t state_checksum(const uint8_t *bytes, size_t len)
 {
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
@@ -97,21 +100,9 @@ int state_payload_encode(const struct kept_segment *const *segments, size_t coun
 		const struct mc_keeper_segment *r = &segments[i]->record;
 		size_t name = strlen(r->name);
 
-		mc_put_le64(p, r->fingerprint);
-		mc_put_le64(p + 8, r->size);
-		mc_put_le64(p + 16, r->page_size);
-		mc_put_le64(p + 24, r->control_bytes);
-		mc_put_le64(p + 32, r->generation);
-		mc_put_le64(p + 40, r->created);
-		mc_put_le32(p + 48, r->world_size);
-		mc_put_le32(p + 52, r->owner_uid);
-		mc_put_le32(p + 56, r->gid);
-		p[60] = r->sharing;
+		mc_keeper_record_put_common(p, r);
 		p[61] = (segments[i]->hugetlb ? STATE_KEEPER_HUGETLB : 0) |
 			(segments[i]->handed_unseen ? STATE_KEEPER_UNSEEN : 0);
-		mc_put_le16(p + 62, (uint16_t)name);
-		mc_put_le16(p + 64, r->identity_bytes);
-		mc_put_le16(p + 66, r->flags);
 		mc_put_le32(p + 68, r->warm_attaches);
 		memcpy(p + STATE_RECORD_FIXED, r->name, name);
 		memcpy(p + STATE_RECORD_FIXED + name, r->identity, r->identity_bytes);
@@ -172,19 +163,8 @@ static int decode_record(const uint8_t *p, size_t left, struct kept_segment *k, 
 		return refuse(why, why_size, "record padding not zero");
 
 	memset(k, 0, sizeof(*k));
-	r->fingerprint = mc_get_le64(p);
-	r->size = mc_get_le64(p + 8);
-	r->page_size = mc_get_le64(p + 16);
-	r->control_bytes = mc_get_le64(p + 24);
-	r->generation = mc_get_le64(p + 32);
-	r->created = mc_get_le64(p + 40);
-	r->world_size = mc_get_le32(p + 48);
-	r->owner_uid = mc_get_le32(p + 52);
-	r->gid = mc_get_le32(p + 56);
-	r->sharing = p[60];
-	r->flags = mc_get_le16(p + 66);
+	mc_keeper_record_get_common(p, r);
 	r->warm_attaches = mc_get_le32(p + 68);
-	r->identity_bytes = (uint16_t)identity;
 	memcpy(r->name, p + STATE_RECORD_FIXED, name);
 	r->name[name] = '\0';
 	memcpy(r->identity, p + STATE_RECORD_FIXED + name, identity);

@@ -36,6 +36,7 @@
 #define RELEASE_BODY_BYTES 16
 #define LIST_BODY_BYTES	   8  /* then the records */
 #define RECORD_BYTES	   80 /* then the name, then the identity */
+_Static_assert(RECORD_BYTES == MC_KEEPER_RECORD_COMMON_BYTES + 12, "a record's fixed bytes moved");
 
 /* Where a failure is reported, and with which errno: the encoders refuse a
  * struct with -EINVAL, the decoders a packet with -EPROTO. */
@@ -511,10 +512,8 @@ static int check_record(const struct report *r, const struct mc_keeper_segment *
 	return err ? refuse(r, "segment record %u%s", index, detail) : 0;
 }
 
-static void put_record(uint8_t *out, const struct mc_keeper_segment *s)
+void mc_keeper_record_put_common(uint8_t *out, const struct mc_keeper_segment *s)
 {
-	size_t name_len = strnlen(s->name, sizeof(s->name));
-
 	mc_put_le64(out + 0, s->fingerprint);
 	mc_put_le64(out + 8, s->size);
 	mc_put_le64(out + 16, s->page_size);
@@ -525,9 +524,34 @@ static void put_record(uint8_t *out, const struct mc_keeper_segment *s)
 	mc_put_le32(out + 52, s->owner_uid);
 	mc_put_le32(out + 56, s->gid);
 	out[60] = s->sharing;
-	mc_put_le16(out + 62, (uint16_t)name_len);
+	mc_put_le16(out + 62, (uint16_t)strnlen(s->name, sizeof(s->name)));
 	mc_put_le16(out + 64, s->identity_bytes);
 	mc_put_le16(out + 66, s->flags);
+}
+
+void mc_keeper_record_get_common(const uint8_t *in, struct mc_keeper_segment *s)
+{
+	s->fingerprint = mc_get_le64(in + 0);
+	s->size = mc_get_le64(in + 8);
+	s->page_size = mc_get_le64(in + 16);
+	s->control_bytes = mc_get_le64(in + 24);
+	s->generation = mc_get_le64(in + 32);
+	s->created = mc_get_le64(in + 40);
+	s->world_size = mc_get_le32(in + 48);
+	s->owner_uid = mc_get_le32(in + 52);
+	s->gid = mc_get_le32(in + 56);
+	s->sharing = in[60];
+	s->identity_bytes = mc_get_le16(in + 64);
+	s->flags = mc_get_le16(in + 66);
+}
+
+/* The wire's record: the common bytes, byte 61 reserved, the mappers, the
+ * warm attaches and 4 reserved bytes, then the name and the identity. */
+static void put_record(uint8_t *out, const struct mc_keeper_segment *s)
+{
+	size_t name_len = strnlen(s->name, sizeof(s->name));
+
+	mc_keeper_record_put_common(out, s);
 	mc_put_le32(out + 68, s->mappers);
 	mc_put_le32(out + 72, s->warm_attaches);
 	memcpy(out + RECORD_BYTES, s->name, name_len);
@@ -563,17 +587,7 @@ static long get_record(const struct report *r, const uint8_t *in, size_t avail, 
 			      s->identity_bytes, MC_KEEPER_IDENTITY_MAX);
 	memcpy(s->name, in + RECORD_BYTES, name_len);
 	memcpy(s->identity, in + RECORD_BYTES + name_len, s->identity_bytes);
-	s->fingerprint = mc_get_le64(in + 0);
-	s->size = mc_get_le64(in + 8);
-	s->page_size = mc_get_le64(in + 16);
-	s->control_bytes = mc_get_le64(in + 24);
-	s->generation = mc_get_le64(in + 32);
-	s->created = mc_get_le64(in + 40);
-	s->world_size = mc_get_le32(in + 48);
-	s->owner_uid = mc_get_le32(in + 52);
-	s->gid = mc_get_le32(in + 56);
-	s->sharing = in[60];
-	s->flags = mc_get_le16(in + 66);
+	mc_keeper_record_get_common(in, s);
 	s->mappers = mc_get_le32(in + 68);
 	s->warm_attaches = mc_get_le32(in + 72);
 	if ((err = check_record(r, s, index)))

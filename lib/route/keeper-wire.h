@@ -207,6 +207,17 @@ int mc_keeper_reply_decode(const uint8_t *in, size_t len, struct mc_keeper_reply
  * (its name and owner uid) and say whether more records follow. */
 bool mc_keeper_list_advance(struct mc_keeper_request *req, const struct mc_keeper_reply *rep);
 
+/* A segment record's fixed bytes that LIST's and STAT's records and the
+ * keeper's saved state (doc/keeper-state.md) lay out alike: 0..60 (the
+ * fingerprint to the sharing mode) and 62..67 (the name's and the identity's
+ * lengths, the flags).  Each format adds its own byte 61 and bytes from 68,
+ * then the name and the identity. */
+#define MC_KEEPER_RECORD_COMMON_BYTES 68
+void mc_keeper_record_put_common(uint8_t *out, const struct mc_keeper_segment *s);
+/* All but the name and the identity, whose lengths the caller checks first
+ * (mc_get_le16 at 62 and 64) and copies itself. */
+void mc_keeper_record_get_common(const uint8_t *in, struct mc_keeper_segment *s);
+
 /* The name of a request type or a field, for messages ("CREATE", "size"). */
 const char *mc_keeper_type_name(uint16_t type);
 const char *mc_keeper_field_name(uint16_t field);
