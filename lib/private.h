@@ -73,7 +73,36 @@ size_t mc_hugetlb_sizes(uint64_t *sizes, size_t max);
  * when it cannot be read.  Why private: as mc_hugetlb_sizes(). */
 bool mc_hugetlb_pool(uint64_t page_size, uint64_t *total, uint64_t *available);
 
-/* --- the kernel's account of a mapping (smaps.c) ----------------------------- */
+/* --- the kernel's account of mappings (smaps.c) ----------------------------- */
+
+/* One mapping of an smaps file; the kB fields in bytes, 0 when absent. */
+struct mc_smaps_mapping {
+	uint64_t start; /* [start, end): the virtual range */
+	uint64_t end;
+	uint64_t offset; /* into the file */
+	uint64_t ino;
+	const char *name; /* the path column, "" for an anonymous mapping; valid during the call */
+	uint64_t rss;
+	uint64_t pss;
+	uint64_t shmem_pmd_mapped; /* THP */
+	uint64_t file_pmd_mapped;
+	uint64_t shared_hugetlb; /* HugeTLB pages: not part of Rss or Pss */
+	uint64_t private_hugetlb;
+	unsigned int dev_major;
+	unsigned int dev_minor;
+};
+/* Called once per mapping, in the file's order; false stops the walk. */
+typedef bool (*mc_smaps_visit)(const struct mc_smaps_mapping *mapping, void *arg);
+/* Read the smaps file @path (openat(@dirfd, @path): AT_FDCWD and
+ * "/proc/self/smaps" for this process, a /proc root's descriptor and
+ * "PID/smaps" for another) and hand each mapping, once its fields are read,
+ * to @visit.  The last mapping ends with the file, whatever its last line;
+ * a read error ends the walk as the end of the file would (a process that
+ * exits mid-read).  0, or -errno when the file cannot be opened.
+ * Why private: the CLI's `list` reads other processes' smaps under its
+ * --proc root with the library's parser; the format is the kernel's, and a
+ * program asks get_info() about its own segment. */
+int mc_smaps_walk(int dirfd, const char *path, mc_smaps_visit visit, void *arg);
 
 struct mc_mapping_usage {
 	uint64_t rss;

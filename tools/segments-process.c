@@ -24,6 +24,8 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "private.h"
+
 /* A name as /proc shows it: "LABEL|owner=PID (deleted)". */
 void segments_parse_name(const char *name, char *label, size_t size, long *owner)
 {
@@ -325,40 +327,35 @@ static FILE *open_at(int dirfd, const char *name)
 	return f;
 }
 
+/* segments_read_smaps()'s process, the segment mappings it has still to
+ * meet and the huge-page bytes met so far. */
+struct smaps_read {
+	struct segment_process *p;
+	uint64_t pmd_bytes;
+	unsigned int left;
+};
+
+static bool add_segment_mapping(const struct mc_smaps_mapping *m, void *arg)
+{
+	struct smaps_read *r = arg;
+
+	if (!is_start(r->p, m->start))
+		return true;
+	r->p->smaps_rss += m->rss + m->shared_hugetlb; /* HugeTLB pages are not in Rss */
+	r->pmd_bytes += m->shmem_pmd_mapped + m->file_pmd_mapped + m->shared_hugetlb + m->private_hugetlb;
+	return --r->left > 0; /* past its last segment mapping: spare the kernel the rest */
+}
+
 /* What numa_maps lacks: THP (PMD-mapped) bytes, and Rss on a kernel without NUMA.
  * Only for one process per segment: smaps walks the page tables like numa_maps. */
 void segments_read_smaps(int procfd, struct segment_process *p)
 {
-	char path[64], line[512];
-	FILE *f;
-	bool inside = false;
-	unsigned int left = p->nstarts;
-	unsigned long long v;
+	char path[64];
+	struct smaps_read r = { .p = p, .left = p->nstarts };
 
 	snprintf(path, sizeof(path), "%d/smaps", (int)p->pid);
-	f = open_at(procfd, path);
-	if (!f)
-		return;
-	p->pmd_bytes = 0;
-	while (fgets(line, sizeof(line), f)) {
-		if (isdigit((unsigned char)line[0]) || (line[0] >= 'a' && line[0] <= 'f')) {
-			if (inside && --left == 0)
-				break; /* past its last segment mapping: spare the kernel the rest */
-			inside = is_start(p, strtoull(line, NULL, 16));
-		} else if (!inside) {
-			continue;
-		} else if (sscanf(line, "Rss: %llu kB", &v) == 1) {
-			p->smaps_rss += v << 10;
-		} else if (sscanf(line, "ShmemPmdMapped: %llu kB", &v) == 1 ||
-			   sscanf(line, "FilePmdMapped: %llu kB", &v) == 1 ||
-			   sscanf(line, "Shared_Hugetlb: %llu kB", &v) == 1 ||
-			   sscanf(line, "Private_Hugetlb: %llu kB", &v) == 1) {
-			p->pmd_bytes += v << 10;
-			if (line[0] == 'S' && line[1] == 'h' && line[7] == 'H')
-				p->smaps_rss += v << 10; /* HugeTLB pages are not in Rss */
-		}
-	}
-	fclose(f);
+	if (mc_smaps_walk(procfd, path, add_segment_mapping, &r) == 0)
+		p->pmd_bytes = r.pmd_bytes;
 }
 
 /* Resident bytes per NUMA node of the segment mappings, and their page size, from numa_maps. */

@@ -143,107 +143,38 @@ static void compose(const struct mc_cause *c, bool named, uint32_t rank)
 				 : " (the system is out of file descriptors: fs.file-max)");
 }
 
-static int record(int err, int sys_errno, enum mc_cause_form form, const char *fix, const char *fmt,
-		  va_list ap) MC_PRINTF(5, 0);
-
-static int record(int err, int sys_errno, enum mc_cause_form form, const char *fix, const char *fmt,
-		  va_list ap)
+int mc_error_record(const struct mc_cause *cause, const char *fmt, ...)
 {
 	int saved_errno = errno;
+	size_t so_far = strnlen(cause->reason, sizeof(cause->reason) - 1);
+	va_list ap;
 
-	last_cause.err = err;
-	last_cause.sys_errno = sys_errno;
-	last_cause.form = form;
-	last_cause.fix = fix;
-	vsnprintf(last_cause.reason, sizeof(last_cause.reason), fmt, ap);
+	last_cause = *cause;
+	va_start(ap, fmt);
+	vsnprintf(last_cause.reason + so_far, sizeof(last_cause.reason) - so_far, fmt, ap);
+	va_end(ap);
 	compose(&last_cause, false, 0);
 	log_message(MOONCAKE_SEGMENT_LOG_DEBUG, last_error);
 	errno = saved_errno;
-	return -err;
+	return -cause->err;
 }
 
-int mc_error(int err, const char *fmt, ...)
+static _Thread_local struct mc_cause continued;
+
+const struct mc_cause *mc_error_continued(int err)
 {
-	va_list ap;
-	int ret;
+	size_t have, add;
 
-	va_start(ap, fmt);
-	ret = record(err, 0, MC_FORM_SENTENCE, NULL, fmt, ap);
-	va_end(ap);
-	return ret;
-}
-
-int mc_error_sys(int err, int sys_errno, const char *fmt, ...)
-{
-	va_list ap;
-	int ret;
-
-	va_start(ap, fmt);
-	ret = record(err, sys_errno, MC_FORM_SENTENCE, NULL, fmt, ap);
-	va_end(ap);
-	return ret;
-}
-
-int mc_segment_error(int err, const char *fmt, ...)
-{
-	va_list ap;
-	int ret;
-
-	va_start(ap, fmt);
-	ret = record(err, 0, MC_FORM_SEGMENT, NULL, fmt, ap);
-	va_end(ap);
-	return ret;
-}
-
-int mc_segment_error_sys(int err, int sys_errno, const char *fmt, ...)
-{
-	va_list ap;
-	int ret;
-
-	va_start(ap, fmt);
-	ret = record(err, sys_errno, MC_FORM_SEGMENT, NULL, fmt, ap);
-	va_end(ap);
-	return ret;
-}
-
-int mc_error_no_vmm(enum mc_cause_form form, const char *fix, const char *fmt, ...)
-{
-	va_list ap;
-	int ret;
-
-	va_start(ap, fmt);
-	ret = record(ENOTSUP, 0, form, fix, fmt, ap);
-	va_end(ap);
-	return ret;
-}
-
-static int record_parts(int err, int sys_errno, enum mc_cause_form form, const char *fix, const char *fmt,
-			...) MC_PRINTF(5, 6);
-
-static int record_parts(int err, int sys_errno, enum mc_cause_form form, const char *fix, const char *fmt,
-			...)
-{
-	va_list ap;
-	int ret;
-
-	va_start(ap, fmt);
-	ret = record(err, sys_errno, form, fix, fmt, ap);
-	va_end(ap);
-	return ret;
-}
-
-int mc_error_add(int err, const char *fmt, ...)
-{
-	struct mc_cause was = last_cause;
-	char added[sizeof(was.reason)];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(added, sizeof(added), fmt, ap);
-	va_end(ap);
 	/* The errno text (and its hint) ends the reason as it read so far. */
-	compose(&(struct mc_cause){ .sys_errno = was.sys_errno }, false, 0);
-	return record_parts(err, 0, was.form, was.fix, "%s%s%s", was.reason, last_error, added);
+	compose(&(struct mc_cause){ .sys_errno = last_cause.sys_errno }, false, 0);
+	continued = last_cause;
+	continued.err = err;
+	continued.sys_errno = 0;
+	have = strlen(continued.reason);
+	add = strnlen(last_error, sizeof(continued.reason) - 1 - have);
+	memcpy(continued.reason + have, last_error, add);
+	continued.reason[have + add] = '\0';
+	return &continued;
 }
 
 const struct mc_cause *mc_last_cause(void)

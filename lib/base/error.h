@@ -7,6 +7,7 @@
 #ifndef MOONCAKE_SEGMENT_ERROR_H
 #define MOONCAKE_SEGMENT_ERROR_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -35,20 +36,35 @@ struct mc_cause {
 	char reason[768]; /* what went wrong, with no lead-in and no fix */
 };
 
-/* Record a message for mooncake_segment_last_error(), log it at DEBUG and
- * return -err, so a failure path is `return mc_error(EINVAL, "...")`. */
-int mc_error(int err, const char *fmt, ...) MC_PRINTF(2, 3);
-/* Same, appending ": strerror(sys_errno)". */
-int mc_error_sys(int err, int sys_errno, const char *fmt, ...) MC_PRINTF(3, 4);
+/* Record @cause as this thread's last error, its reason followed by @fmt
+ * formatted: compose the sentence for mooncake_segment_last_error(), log it
+ * at DEBUG, keep errno, and return -cause->err.  The one recorder: the
+ * entry points below are macros that fill in the cause. */
+int mc_error_record(const struct mc_cause *cause, const char *fmt, ...) MC_PRINTF(2, 3);
+/* Record a message and return -@code, so a failure path is
+ * `return mc_error(EINVAL, "...")`. */
+#define mc_error(code, ...) \
+	mc_error_record(&(struct mc_cause){ .err = (code), .form = MC_FORM_SENTENCE }, __VA_ARGS__)
+/* Same, appending ": strerror(@sys)". */
+#define mc_error_sys(code, sys, ...)                                                                       \
+	mc_error_record(&(struct mc_cause){ .err = (code), .sys_errno = (sys), .form = MC_FORM_SENTENCE }, \
+			__VA_ARGS__)
 /* A cause about the segment, said as "Shared segment: <fmt>" until the state
  * machine names the rank (mc_error_name_rank); the layers below know none. */
-int mc_segment_error(int err, const char *fmt, ...) MC_PRINTF(2, 3);
-int mc_segment_error_sys(int err, int sys_errno, const char *fmt, ...) MC_PRINTF(3, 4);
-/* -ENOTSUP from a VMM backend, in one of the MC_FORM_NO_VMM* forms. */
-int mc_error_no_vmm(enum mc_cause_form form, const char *fix, const char *fmt, ...) MC_PRINTF(3, 4);
+#define mc_segment_error(code, ...) \
+	mc_error_record(&(struct mc_cause){ .err = (code), .form = MC_FORM_SEGMENT }, __VA_ARGS__)
+#define mc_segment_error_sys(code, sys, ...)                                                              \
+	mc_error_record(&(struct mc_cause){ .err = (code), .sys_errno = (sys), .form = MC_FORM_SEGMENT }, \
+			__VA_ARGS__)
+/* -ENOTSUP from a VMM backend, in one of the MC_FORM_NO_VMM* forms (@how). */
+#define mc_error_no_vmm(how, cure, ...) \
+	mc_error_record(&(struct mc_cause){ .err = ENOTSUP, .form = (how), .fix = (cure) }, __VA_ARGS__)
 /* Add @fmt to the reason of this thread's last error (a fallback tried too,
  * a hint), keeping its form so that the top can still name the rank. */
-int mc_error_add(int err, const char *fmt, ...) MC_PRINTF(2, 3);
+#define mc_error_add(code, ...) mc_error_record(mc_error_continued(code), __VA_ARGS__)
+/* mc_error_add()'s cause: the last one's form and fix, its reason so far
+ * (ended by its errno text and hint), and @err; this thread's, until the next call. */
+const struct mc_cause *mc_error_continued(int err);
 /* The cause of this thread's last error (its reason is "" after a clear). */
 const struct mc_cause *mc_last_cause(void);
 void mc_clear_error(void);

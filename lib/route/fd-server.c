@@ -21,8 +21,9 @@
  * thread holds while it joins this one); withdraw logs what it refused.
  *
  * fork(): the listener and the wake-up eventfd are tracked by fork.c; the
- * connections by this file's own atfork handlers, under a lock the thread
- * holds only around accept and close.  A forked child never has the thread:
+ * connections by this file's fork handlers, registered with fork.c (fork.h
+ * says the order), under a lock the thread holds only around accept and
+ * close.  A forked child never has the thread:
  * its withdraw frees the memory and joins nothing.  Every live offer is on
  * one list, so an offer a child inherited stays reachable until withdrawn.
  */
@@ -43,6 +44,7 @@
 
 #include "base/environment.h"
 #include "base/error.h"
+#include "base/fork.h"
 #include "base/little-endian.h"
 #include "base/tracked-fd.h"
 #include "mooncake/segment.h"
@@ -121,11 +123,15 @@ static void after_fork_in_child(void)
 	pthread_mutex_unlock(&offers_lock);
 }
 
+static struct mc_fork_handlers fork_handlers = {
+	.prepare = before_fork,
+	.parent = after_fork_in_parent,
+	.child = after_fork_in_child,
+};
+
 static void install_handlers(void)
 {
-	if (pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child) != 0)
-		mc_log(MOONCAKE_SEGMENT_LOG_WARNING,
-		       "Shared segment: pthread_atfork failed; a forked child may keep peers' connections");
+	mc_fork_register(&fork_handlers);
 }
 
 /* --- the server thread ---------------------------------------------------- */

@@ -3,12 +3,15 @@
  * Host facts read under the host root (procfs.h), end to end through create
  * and complete: the boot id (two "hosts" in one process), the THP mode and
  * PMD size, the HugeTLB pool in the error that names the fix, MemAvailable
- * and a memory cgroup.  Each test builds a fixture tree, so none needs root
- * and none reads or changes the real host's settings.
+ * and a memory cgroup; and the smaps walker on a fixture /proc root.  Each
+ * test builds a fixture tree, so none needs root and none reads or changes
+ * the real host's settings.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -242,6 +245,128 @@ START_TEST(test_hugetlb_size_not_configured_on_the_host)
 }
 END_TEST
 
+/* An smaps file as the kernel writes it: a HugeTLB segment, an anonymous
+ * mapping with THP, and a last mapping cut short (no VmFlags line, no
+ * final newline), as in a --proc fixture of the CLI's `list`. */
+#define SMAPS_SEGMENT                                                                             \
+	"7f0000000000-7f0000400000 rw-s 00200000 00:0f 4242                       "               \
+	"/memfd:mooncake-segment:kv|owner=42 (deleted)\n"                                         \
+	"Size:               4096 kB\nRss:                   0 kB\nPss:                   0 kB\n" \
+	"Shared_Hugetlb:     4096 kB\nPrivate_Hugetlb:    2048 kB\n"                              \
+	"VmFlags: rd wr sh mr mw me ms de ht sd\n"
+#define SMAPS_ANON                                                                                \
+	"7f0000400000-7f0000a00000 rw-p 00000000 00:00 0 \n"                                      \
+	"Rss:                6144 kB\nPss:                3072 kB\nAnonHugePages:      4096 kB\n" \
+	"ShmemPmdMapped:     2048 kB\nVmFlags: rd wr mr mw me ac sd\n"
+#define SMAPS_LAST                                                                           \
+	"7ffd00000000-7ffd00021000 rw-p 00000000 08:01 99                         [stack]\n" \
+	"Rss:                 132 kB\nFilePmdMapped:      2048 kB"
+
+struct smaps_seen {
+	struct mc_smaps_mapping mapping[4];
+	char name[4][96];
+	unsigned int count;
+	unsigned int stop_after; /* 0: never */
+};
+
+static bool note_mapping(const struct mc_smaps_mapping *m, void *arg)
+{
+	struct smaps_seen *seen = arg;
+
+	ck_assert_uint_lt(seen->count, 4);
+	seen->mapping[seen->count] = *m;
+	snprintf(seen->name[seen->count], sizeof(seen->name[0]), "%s", m->name);
+	seen->count++;
+	return seen->count != seen->stop_after;
+}
+
+/* Walk @text as the smaps of pid 42 of a fixture /proc root. */
+static int walk_fixture_smaps(const char *text, struct smaps_seen *seen)
+{
+	int procfd, rc;
+
+	fixture_tree_create(root, sizeof(root));
+	fixture_put(root, "proc/42/smaps", text);
+	procfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ck_assert_int_ge(procfd, 0);
+	rc = mc_smaps_walk(procfd, "proc/42/smaps", note_mapping, seen);
+	close(procfd);
+	fixture_tree_remove(root);
+	return rc;
+}
+
+START_TEST(test_smaps_walker_reads_every_mapping_to_the_end_of_the_file)
+{
+	struct smaps_seen seen = { 0 };
+	const struct mc_smaps_mapping *m = seen.mapping;
+
+	ck_assert_int_eq(walk_fixture_smaps(SMAPS_SEGMENT SMAPS_ANON SMAPS_LAST, &seen), 0);
+	ck_assert_uint_eq(seen.count, 3);
+	ck_assert_uint_eq(m[0].start, UINT64_C(0x7f0000000000));
+	ck_assert_uint_eq(m[0].end, UINT64_C(0x7f0000400000));
+	ck_assert_uint_eq(m[0].offset, UINT64_C(0x200000));
+	ck_assert_uint_eq(m[0].dev_major, 0);
+	ck_assert_uint_eq(m[0].dev_minor, 0xf);
+	ck_assert_uint_eq(m[0].ino, 4242);
+	ck_assert_str_eq(seen.name[0], "/memfd:mooncake-segment:kv|owner=42 (deleted)");
+	ck_assert_uint_eq(m[0].rss, 0);
+	ck_assert_uint_eq(m[0].shared_hugetlb, UINT64_C(4096) << 10);
+	ck_assert_uint_eq(m[0].private_hugetlb, UINT64_C(2048) << 10);
+	ck_assert_uint_eq(m[0].shmem_pmd_mapped, 0);
+
+	ck_assert_str_eq(seen.name[1], "");
+	ck_assert_uint_eq(m[1].rss, UINT64_C(6144) << 10);
+	ck_assert_uint_eq(m[1].pss, UINT64_C(3072) << 10);
+	ck_assert_uint_eq(m[1].shmem_pmd_mapped, UINT64_C(2048) << 10);
+	ck_assert_uint_eq(m[1].shared_hugetlb, 0);
+
+	/* The last mapping: no VmFlags line and no newline end it, the file does. */
+	ck_assert_uint_eq(m[2].start, UINT64_C(0x7ffd00000000));
+	ck_assert_uint_eq(m[2].dev_major, 8);
+	ck_assert_uint_eq(m[2].dev_minor, 1);
+	ck_assert_str_eq(seen.name[2], "[stack]");
+	ck_assert_uint_eq(m[2].rss, UINT64_C(132) << 10);
+	ck_assert_uint_eq(m[2].file_pmd_mapped, UINT64_C(2048) << 10);
+}
+END_TEST
+
+START_TEST(test_smaps_walker_stops_when_asked)
+{
+	struct smaps_seen seen = { .stop_after = 1 };
+
+	ck_assert_int_eq(walk_fixture_smaps(SMAPS_SEGMENT SMAPS_ANON SMAPS_LAST, &seen), 0);
+	ck_assert_uint_eq(seen.count, 1);
+	ck_assert_uint_eq(seen.mapping[0].shared_hugetlb, UINT64_C(4096) << 10);
+}
+END_TEST
+
+START_TEST(test_smaps_walker_ignores_a_header_the_file_was_cut_in)
+{
+	struct smaps_seen seen = { 0 };
+
+	/* Cut inside the third mapping's range: two mappings, the second whole. */
+	ck_assert_int_eq(walk_fixture_smaps(SMAPS_SEGMENT SMAPS_ANON "7ffd00000000-7ffd0", &seen), 0);
+	ck_assert_uint_eq(seen.count, 2);
+	ck_assert_uint_eq(seen.mapping[1].rss, UINT64_C(6144) << 10);
+	ck_assert_uint_eq(seen.mapping[1].shmem_pmd_mapped, UINT64_C(2048) << 10);
+	/* Cut inside a field line: the mapping ends there, with what was read. */
+	memset(&seen, 0, sizeof(seen));
+	ck_assert_int_eq(walk_fixture_smaps(SMAPS_SEGMENT "Rss: ", &seen), 0);
+	ck_assert_uint_eq(seen.count, 1);
+	ck_assert_uint_eq(seen.mapping[0].shared_hugetlb, UINT64_C(4096) << 10);
+	ck_assert_uint_eq(seen.mapping[0].rss, 0);
+}
+END_TEST
+
+START_TEST(test_smaps_walker_reports_a_missing_file)
+{
+	struct smaps_seen seen = { 0 };
+
+	ck_assert_int_eq(mc_smaps_walk(AT_FDCWD, "/proc/self/no-such-smaps", note_mapping, &seen), -ENOENT);
+	ck_assert_uint_eq(seen.count, 0);
+}
+END_TEST
+
 Suite *suite_host_root(void)
 {
 	Suite *s = suite_create("host-root");
@@ -257,6 +382,10 @@ Suite *suite_host_root(void)
 	tcase_add_test(tc, test_numa_topology_comes_from_the_host_root_without_a_device);
 	tcase_add_test(tc, test_hugetlb_pool_numbers_come_from_the_host_root);
 	tcase_add_test(tc, test_hugetlb_size_not_configured_on_the_host);
+	tcase_add_test(tc, test_smaps_walker_reads_every_mapping_to_the_end_of_the_file);
+	tcase_add_test(tc, test_smaps_walker_stops_when_asked);
+	tcase_add_test(tc, test_smaps_walker_ignores_a_header_the_file_was_cut_in);
+	tcase_add_test(tc, test_smaps_walker_reports_a_missing_file);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -356,6 +356,37 @@ START_TEST(test_error_is_per_thread_and_cleared)
 }
 END_TEST
 
+/* error.c's entry points all go through one recorder: each form's sentence,
+ * and an added reason that keeps the first, its errno text and its form. */
+START_TEST(test_error_entry_points_compose_one_sentence)
+{
+	ck_assert_int_eq(mc_error_sys(EIO, ENOENT, "open %s failed", "x"), -EIO);
+	ck_assert_str_eq(mooncake_segment_last_error(), "open x failed: No such file or directory");
+	ck_assert_int_eq(mc_error_add(ENOTSUP, "; and %s", "y too"), -ENOTSUP);
+	ck_assert_str_eq(mooncake_segment_last_error(),
+			 "open x failed: No such file or directory; and y too");
+	ck_assert_int_eq(mc_last_cause()->err, ENOTSUP);
+	ck_assert_int_eq(mc_last_cause()->sys_errno, 0);
+
+	ck_assert_int_eq(mc_segment_error_sys(ENOMEM, EMFILE, "dup %d", 7), -ENOMEM);
+	ck_assert_int_eq(mc_error_add(ENOMEM, " (a hint)"), -ENOMEM);
+	ck_assert_int_eq(mc_error_name_rank(-ENOMEM, 3), -ENOMEM);
+	ck_assert_str_eq(mooncake_segment_last_error(),
+			 "Shared segment rank 3: dup 7: Too many open files (this process is out of file "
+			 "descriptors: raise its limit, ulimit -n / RLIMIT_NOFILE; systemd: LimitNOFILE=; "
+			 "Docker: --ulimit nofile=) (a hint)");
+
+	ck_assert_int_eq(mc_error_no_vmm(MC_FORM_NO_VMM, "use mmap=true", "%s", "no driver"), -ENOTSUP);
+	ck_assert_str_eq(mooncake_segment_last_error(),
+			 "This build has no VMM backend for shared segments (no driver); use mmap=true");
+	ck_assert_int_eq(mc_segment_error(EINVAL, "bad"), -EINVAL);
+	ck_assert_str_eq(mooncake_segment_last_error(), "Shared segment: bad");
+	ck_assert_int_eq(mc_error(EPERM, "plain %u", 1u), -EPERM);
+	ck_assert_str_eq(mooncake_segment_last_error(), "plain 1");
+	mc_clear_error();
+}
+END_TEST
+
 Suite *suite_options(void)
 {
 	Suite *s = suite_create("options");
@@ -365,6 +396,7 @@ Suite *suite_options(void)
 	tcase_add_loop_test(tc, test_rejects_invalid_options, 0,
 			    (int)(sizeof(rejections) / sizeof(rejections[0])));
 	tcase_add_test(tc, test_zeroed_options_are_told_to_call_options_init);
+	tcase_add_test(tc, test_error_entry_points_compose_one_sentence);
 	tcase_add_test(tc, test_backend_choice_follows_the_table);
 	tcase_add_test(tc, test_rejects_null_arguments);
 	tcase_add_test(tc, test_unsupported_capabilities_are_enotsup);
