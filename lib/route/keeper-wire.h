@@ -40,6 +40,7 @@ enum mc_keeper_type {
 	MC_KEEPER_LIST = 3,
 	MC_KEEPER_RELEASE = 4,
 	MC_KEEPER_STAT = 5,
+	MC_KEEPER_JOIN = 6, /* a rank that cannot reach its owner: the group's pages and control area */
 };
 /* A reply's type is its request's with this bit; ERROR alone answers a
  * request the keeper could not decode (it then closes the connection). */
@@ -51,9 +52,17 @@ enum mc_keeper_type {
 #define MC_KEEPER_CREATE_REPLACE     (1u << 1) /* a different layout replaces the kept one if unmapped */
 #define MC_KEEPER_CREATE_ATTACH_ONLY (1u << 2) /* never create: ENOENT when absent */
 #define MC_KEEPER_CREATE_CREATE_ONLY (1u << 3) /* never attach: EEXIST when present */
+/* control_bytes is the size of a fresh control area for this group, made by
+ * the keeper for this request and found again by JOIN with the reply's
+ * token; the segment itself then keeps none (its control size is 0). */
+#define MC_KEEPER_CREATE_GROUP_CONTROL (1u << 4)
 #define MC_KEEPER_CREATE_FLAGS_KNOWN                                                          \
 	(MC_KEEPER_CREATE_HUGETLB | MC_KEEPER_CREATE_REPLACE | MC_KEEPER_CREATE_ATTACH_ONLY | \
-	 MC_KEEPER_CREATE_CREATE_ONLY)
+	 MC_KEEPER_CREATE_CREATE_ONLY | MC_KEEPER_CREATE_GROUP_CONTROL)
+/* A group's control area: a positive multiple of 4096 bytes, at most this. */
+#define MC_KEEPER_GROUP_CONTROL_MAX (UINT64_C(16) << 20)
+/* The group control areas one segment remembers: a new one drops the oldest. */
+#define MC_KEEPER_GROUPS_PER_SEGMENT 8
 
 /* Who may attach to a kept segment besides root (decided at its creation). */
 enum mc_keeper_sharing {
@@ -127,6 +136,11 @@ struct mc_keeper_request {
 	uint32_t gid;		/* MC_KEEPER_SHARE_GROUP only; else 0 */
 	uint16_t identity_bytes;
 	uint8_t identity[MC_KEEPER_IDENTITY_MAX];
+	/* JOIN: the group's segment (name, owner_uid: always given) at this
+	 * generation, and its control area's token from the owner's CREATE
+	 * reply; both not 0. */
+	uint64_t generation;
+	uint64_t token;
 };
 
 /* One kept segment, as STAT and LIST describe it. */
@@ -164,7 +178,7 @@ struct mc_keeper_reply {
 	uint32_t message_max; /* the longest message it accepts */
 	uint32_t kept;	      /* segments it holds */
 	uint32_t hello_flags; /* MC_KEEPER_HELLO_* */
-	/* CREATE */
+	/* CREATE; JOIN has the same body (its control area is the group's) */
 	uint64_t generation; /* RELEASE too */
 	uint64_t size;
 	uint64_t page_size;
@@ -172,6 +186,7 @@ struct mc_keeper_reply {
 	uint32_t attach_flags; /* MC_KEEPER_ATTACH_* */
 	uint32_t owner_uid;    /* the segment's owner, as the keeper's user namespace sees it */
 	uint8_t descriptors;   /* by SCM_RIGHTS: 1, or 2 with a control area (pages, control) */
+	uint64_t group_token;  /* not 0: the control area is the group's, JOIN finds it by this (JOIN: always) */
 	uint32_t caller_uid;   /* the caller's uid as the keeper sees it (SO_PEERCRED there): what a
 			      * client in a user namespace of its own compares owner_uid with */
 	/* RELEASE */
