@@ -320,25 +320,30 @@ START_TEST(test_silent_peers_do_not_hold_up_the_others)
 }
 END_TEST
 
-static bool has_socket_descriptor(void)
+static int count_socket_descriptors(void)
 {
 	DIR *d = opendir("/proc/self/fd");
 	struct dirent *e;
 	char path[600], target[64];
-	bool found = false;
+	int found = 0;
 	ssize_t len;
 
-	while (d && !found && (e = readdir(d))) {
+	while (d && (e = readdir(d))) {
 		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
 		len = readlink(path, target, sizeof(target) - 1);
 		if (len > 0) {
 			target[len] = '\0';
-			found = strncmp(target, "socket:", 7) == 0;
+			found += strncmp(target, "socket:", 7) == 0;
 		}
 	}
 	if (d)
 		closedir(d);
 	return found;
+}
+
+static bool has_socket_descriptor(void)
+{
+	return count_socket_descriptors() > 0;
 }
 
 /* A forked child of the owner: no listener, no thread; its destroy frees and joins nothing. */
@@ -368,6 +373,42 @@ START_TEST(test_forked_child_of_the_owner_has_no_listener_and_no_thread)
 	/* The parent still serves. */
 	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
 	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+	ck_assert(!has_socket_descriptor());
+}
+END_TEST
+
+/* A child forked while a peer is connected holds none of the server's
+ * connections (fd-server.c's fork handlers), only what the test opened. */
+START_TEST(test_a_child_forked_while_a_peer_is_connected_holds_none_of_its_connections)
+{
+	struct mooncake_segment_options o = test_options(2, 0, 0);
+	struct mooncake_segment *owner;
+	uint8_t blobs[2 * BLOB];
+	struct mc_peer_fd h;
+	struct timespec start;
+	int status, silent;
+	pid_t child;
+
+	ck_assert_int_eq(mooncake_segment_create("connected", SIZE, &o, &owner, blobs), 0);
+	ck_assert(owner_handle(blobs, 0, &h));
+	silent = connect_to(h.socket_id);
+	/* The listener, our end and, once the thread accepted it, the server's end. */
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	while (count_socket_descriptors() < 3 && elapsed_ms(&start) < 5000)
+		usleep(1000);
+	ck_assert_int_eq(count_socket_descriptors(), 3);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int code = count_socket_descriptors() != 1 ? 10 : fcntl(silent, F_GETFD) < 0 ? 11 : 0;
+
+		mooncake_segment_destroy(owner);
+		_exit(code);
+	}
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
+	close(silent);
 	mooncake_segment_destroy(owner);
 	ck_assert(!has_socket_descriptor());
 }
@@ -1151,6 +1192,7 @@ int main(void)
 	tcase_add_test(any, test_thread_and_socket_are_gone_after_destroy);
 	tcase_add_test(any, test_a_group_of_one_starts_no_server);
 	tcase_add_test(any, test_silent_peers_do_not_hold_up_the_others);
+	tcase_add_test(any, test_a_child_forked_while_a_peer_is_connected_holds_none_of_its_connections);
 	tcase_add_test(any, test_forked_child_of_the_owner_has_no_listener_and_no_thread);
 	tcase_add_test(any, test_a_malformed_peer_uid_list_is_a_clear_error_at_create);
 	tcase_add_test(any, test_a_malformed_peer_timeout_is_a_clear_error_at_complete);
