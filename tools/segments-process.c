@@ -162,52 +162,26 @@ static bool note_control(struct segment_scan *scan, pid_t pid, const char *path,
 	return true;
 }
 
-/* Note every mapping of a control area in @maps; false only when out of memory. */
-static bool scan_control_maps(struct segment_scan *scan, pid_t pid, const char *maps, size_t len)
+/* One mapping of a maps file whose path starts with the prefix searched for. */
+struct maps_line {
+	unsigned long long lo, hi, offset, ino;
+	unsigned int maj, min;
+	char name[512]; /* the path after the prefix, newlines unescaped */
+};
+
+/* Call @visit for every line of @maps whose path starts with @prefix (maps
+ * are searched for the prefix, not parsed line by line: most lines are not
+ * ours).  False when @visit is (out of memory). */
+static bool walk_maps(const char *maps, size_t len, const char *prefix,
+		      bool (*visit)(const struct maps_line *m, void *arg), void *arg)
 {
 	const char *end = maps + len, *hit = maps;
+	size_t prefix_len = strlen(prefix);
 
-	while ((hit = memmem(hit, (size_t)(end - hit), SEGMENT_CONTROL_PREFIX,
-			     strlen(SEGMENT_CONTROL_PREFIX)))) {
+	while ((hit = memmem(hit, (size_t)(end - hit), prefix, prefix_len))) {
 		const char *start = hit, *eol = memchr(hit, '\n', (size_t)(end - hit));
-		char line[1024], name[512], path[80];
-		unsigned long long lo, hi, ino;
-		unsigned int maj, min;
-		int at = 0;
-
-		if (!eol)
-			eol = end;
-		while (start > maps && start[-1] != '\n')
-			start--;
-		hit = eol;
-		if ((size_t)(eol - start) >= sizeof(line))
-			continue;
-		memcpy(line, start, (size_t)(eol - start));
-		line[eol - start] = '\0';
-		if (sscanf(line, "%llx-%llx %*s %*x %x:%x %llu %n", &lo, &hi, &maj, &min, &ino, &at) < 5 ||
-		    strncmp(line + at, SEGMENT_CONTROL_PREFIX, strlen(SEGMENT_CONTROL_PREFIX)) != 0)
-			continue;
-		snprintf(name, sizeof(name), "%s", line + at + strlen(SEGMENT_CONTROL_PREFIX));
-		unescape_newlines(name);
-		snprintf(path, sizeof(path), "%d/map_files/%llx-%llx", (int)pid, lo, hi);
-		if (!note_control(scan, pid, path, name, maj, min, ino))
-			return false;
-	}
-	return true;
-}
-
-/* Record every mapping of a segment in @maps; false only when out of memory. */
-static bool scan_maps(struct segment_scan *scan, pid_t pid, char *maps, size_t len)
-{
-	const char *end = maps + len, *hit = maps;
-
-	while ((hit = memmem(hit, (size_t)(end - hit), SEGMENT_MEMFD_PREFIX, strlen(SEGMENT_MEMFD_PREFIX)))) {
-		const char *start = hit, *eol = memchr(hit, '\n', (size_t)(end - hit));
-		char line[1024], name[512];
-		unsigned long long lo, hi, off, ino;
-		unsigned int maj, min;
-		struct segment *s;
-		struct segment_process *p;
+		struct maps_line m;
+		char line[1024];
 		int path = 0;
 
 		if (!eol)
@@ -219,23 +193,62 @@ static bool scan_maps(struct segment_scan *scan, pid_t pid, char *maps, size_t l
 			continue;
 		memcpy(line, start, (size_t)(eol - start));
 		line[eol - start] = '\0';
-		if (sscanf(line, "%llx-%llx %*s %llx %x:%x %llu %n", &lo, &hi, &off, &maj, &min, &ino,
-			   &path) < 6 ||
-		    strncmp(line + path, SEGMENT_MEMFD_PREFIX, strlen(SEGMENT_MEMFD_PREFIX)) != 0)
+		if (sscanf(line, "%llx-%llx %*s %llx %x:%x %llu %n", &m.lo, &m.hi, &m.offset, &m.maj, &m.min,
+			   &m.ino, &path) < 6 ||
+		    strncmp(line + path, prefix, prefix_len) != 0)
 			continue;
-		snprintf(name, sizeof(name), "%s", line + path + strlen(SEGMENT_MEMFD_PREFIX));
-		unescape_newlines(name);
-		s = find_segment(scan, maj, min, ino, name);
-		p = s ? find_process(s, pid) : NULL;
-		if (!p || !segments_grow((void **)&p->starts, p->nstarts, sizeof(*p->starts)))
+		snprintf(m.name, sizeof(m.name), "%s", line + path + prefix_len);
+		unescape_newlines(m.name);
+		if (!visit(&m, arg))
 			return false;
-		p->starts[p->nstarts++] = lo;
-		p->maps = true;
-		p->mapped_bytes += hi - lo;
-		if (off + (hi - lo) > s->size)
-			s->size = off + (hi - lo);
 	}
 	return true;
+}
+
+struct process_maps {
+	struct segment_scan *scan;
+	pid_t pid;
+};
+
+static bool visit_control(const struct maps_line *m, void *arg)
+{
+	const struct process_maps *pm = arg;
+	char path[80];
+
+	snprintf(path, sizeof(path), "%d/map_files/%llx-%llx", (int)pm->pid, m->lo, m->hi);
+	return note_control(pm->scan, pm->pid, path, m->name, m->maj, m->min, m->ino);
+}
+
+/* Note every mapping of a control area in @maps; false only when out of memory. */
+static bool scan_control_maps(struct segment_scan *scan, pid_t pid, const char *maps, size_t len)
+{
+	struct process_maps pm = { scan, pid };
+
+	return walk_maps(maps, len, SEGMENT_CONTROL_PREFIX, visit_control, &pm);
+}
+
+static bool visit_segment(const struct maps_line *m, void *arg)
+{
+	const struct process_maps *pm = arg;
+	struct segment *s = find_segment(pm->scan, m->maj, m->min, m->ino, m->name);
+	struct segment_process *p = s ? find_process(s, pm->pid) : NULL;
+
+	if (!p || !segments_grow((void **)&p->starts, p->nstarts, sizeof(*p->starts)))
+		return false;
+	p->starts[p->nstarts++] = m->lo;
+	p->maps = true;
+	p->mapped_bytes += m->hi - m->lo;
+	if (m->offset + (m->hi - m->lo) > s->size)
+		s->size = m->offset + (m->hi - m->lo);
+	return true;
+}
+
+/* Record every mapping of a segment in @maps; false only when out of memory. */
+static bool scan_maps(struct segment_scan *scan, pid_t pid, char *maps, size_t len)
+{
+	struct process_maps pm = { scan, pid };
+
+	return walk_maps(maps, len, SEGMENT_MEMFD_PREFIX, visit_segment, &pm);
 }
 
 /* Mark the segments whose descriptor this process holds; false when fd/ is refused. */
