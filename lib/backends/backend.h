@@ -19,6 +19,7 @@
 #include "host/placement.h"
 #include "host/populate.h"
 #include "mooncake/segment.h"
+#include "route/keeper-join.h"
 #include "route/route.h"
 
 /* The most bytes a backend may export for peers (the blob's handle field). */
@@ -54,6 +55,12 @@ struct mc_memory {
 	 * segment's memfd from the node keeper), to map instead of allocating;
 	 * the backend takes a descriptor of its own.  -1: allocate. */
 	int adopt_fd;
+	/* A kept segment's way through the node keeper (route/keeper-join.h).
+	 * Owner: its JOIN offer (generation, the keeper's owner uid, the
+	 * group's token), for the handle; token 0: none.  Peer: the name and
+	 * the owner's generation, to JOIN with when the owner cannot be
+	 * reached; name NULL: not kept. */
+	struct mc_keeper_ref keeper;
 
 	/* Written by the backend. */
 	void *base;  /* this rank's mapping or reservation */

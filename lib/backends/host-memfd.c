@@ -33,6 +33,7 @@
 #include "host/populate.h"
 #include "host/window.h"
 #include "mooncake/segment.h"
+#include "route/keeper-join.h"
 #include "route/route.h"
 #include "backend.h"
 #include "private.h"
@@ -342,9 +343,15 @@ static int memfd_create_owner(struct mc_memory *mem)
 	if (err)
 		return err;
 	mem->handle_bytes = mc_peer_fd_encode(&handle, mem->handle, sizeof(mem->handle));
-	if (mem->opt->world_size > 1 && mem->companion_fd >= 0)
+	if (mem->opt->world_size > 1 && mem->companion_fd >= 0) {
 		mem->handle_bytes += mc_peer_fd_encode_companion(&companion, mem->handle + mem->handle_bytes,
 								 sizeof(mem->handle) - mem->handle_bytes);
+		/* A kept segment: a rank that cannot reach us asks the keeper (JOIN). */
+		if (mem->keeper.token)
+			mem->handle_bytes +=
+				mc_keeper_ref_encode(&mem->keeper, mem->handle + mem->handle_bytes,
+						     sizeof(mem->handle) - mem->handle_bytes);
+	}
 	return 0;
 }
 
@@ -386,40 +393,141 @@ static void memfd_unimport(struct mc_memory *mem)
 		mem->mapped = false;
 }
 
-/* The owner's companion descriptor (its control area), when its handle names one. */
-static int open_companion(struct mc_memory *mem, const struct mc_owner_ref *owner, const struct mc_peer_fd *h,
-			  size_t used)
-{
-	struct mc_peer_fd companion;
+/* What the owner's handle names besides its pages: its control area (a
+ * companion) and, for a kept segment, the keeper's JOIN (a trailer). */
+struct owner_handle {
+	struct mc_peer_fd pages;
+	struct mc_peer_fd control;
+	bool has_control;
+	struct mc_keeper_ref keeper; /* token 0: no JOIN offered */
+};
 
-	if (owner->handle_bytes == used)
+static int decode_handle(const struct mc_owner_ref *owner, const struct mc_keeper_ref *keeper,
+			 struct owner_handle *oh)
+{
+	size_t used = 0, rest;
+
+	*oh = (struct owner_handle){ .keeper = *keeper };
+	oh->keeper.token = 0;
+	if (!mc_peer_fd_decode(owner->handle, owner->handle_bytes, &oh->pages, &used))
+		return mc_segment_error(EPROTO, "the owner exported a handle that is not a memfd handle");
+	rest = owner->handle_bytes - used;
+	if (rest == 0)
 		return 0;
-	if (!mc_peer_fd_decode_companion(owner->handle + used, owner->handle_bytes - used, h, &companion))
+	if (rest != MC_PEER_FD_COMPANION_BYTES && rest != MC_PEER_FD_COMPANION_BYTES + MC_KEEPER_REF_BYTES)
+		return mc_segment_error(EPROTO, "the owner exported a handle that is not a memfd handle");
+	if (!mc_peer_fd_decode_companion(owner->handle + used, MC_PEER_FD_COMPANION_BYTES, &oh->pages,
+					 &oh->control))
 		return mc_segment_error(EPROTO, "the owner's handle names a malformed control area");
+	oh->has_control = true;
+	used += MC_PEER_FD_COMPANION_BYTES;
+	if (rest > MC_PEER_FD_COMPANION_BYTES &&
+	    !mc_keeper_ref_decode(owner->handle + used, MC_KEEPER_REF_BYTES, &oh->keeper))
+		return mc_segment_error(EPROTO, "the owner's handle names a malformed node keeper offer");
+	return 0;
+}
+
+/* The owner's companion descriptor (its control area), when its handle names one. */
+static int open_companion(struct mc_memory *mem, const struct mc_owner_ref *owner,
+			  const struct owner_handle *oh)
+{
+	if (!oh->has_control)
+		return 0;
 	/* Closed by the state machine once mapped; a child forked meanwhile never holds it. */
 	mc_fd_track_begin();
-	mem->companion_fd = mc_peer_fd_open(owner, &companion);
+	mem->companion_fd = mc_peer_fd_open(owner, &oh->control);
 	mc_fd_track_end(&mem->companion_tracking, &mem->companion_fd);
 	return mem->companion_fd < 0 ? mem->companion_fd : 0;
 }
 
+/* The keeper handed the very files the owner's handle names. */
+static int check_joined(const struct mc_memory *mem, const struct owner_handle *oh, const int fds[2])
+{
+	const struct mc_peer_fd *want[2] = { &oh->pages, &oh->control };
+	struct stat st;
+
+	for (int i = 0; i < 2; i++)
+		if (fstat(fds[i], &st) != 0 || (uint64_t)st.st_dev != want[i]->dev ||
+		    (uint64_t)st.st_ino != want[i]->ino)
+			return mc_segment_error(
+				EPROTO,
+				"the node keeper handed kept segment '%s' %s that is not the owner's (inode "
+				"%llu, the owner's %llu)",
+				oh->keeper.name, i ? "a control area" : "pages",
+				(unsigned long long)st.st_ino, (unsigned long long)want[i]->ino);
+	return check_owner_file(mem, fds[0], &oh->pages);
+}
+
+/* Every route to the owner failed (recorded): a kept segment's pages and
+ * control area from the node keeper, when the owner offers a JOIN.  On
+ * success *@fd holds the pages (tracked by @tracking) and companion_fd the
+ * area; on failure the error names both causes. */
+static int join_keeper(struct mc_memory *mem, const struct owner_handle *oh, int route_err, int *fd,
+		       struct mc_tracked_fd *tracking)
+{
+	struct mc_cause route = *mc_last_cause();
+	struct mc_tracked_fd joined_tracking[2];
+	int joined[2], err;
+
+	if (!oh->keeper.name || !oh->keeper.token || !oh->has_control)
+		return route_err;
+	err = mc_keeper_join(&oh->keeper, joined, joined_tracking);
+	if (!err)
+		err = check_joined(mem, oh, joined);
+	if (err) {
+		char keeper_reason[sizeof(route.reason)];
+
+		snprintf(keeper_reason, sizeof(keeper_reason), "%s", mc_last_cause()->reason);
+		mc_fd_close(&joined_tracking[0]);
+		mc_fd_close(&joined_tracking[1]);
+		route.reason[sizeof(route.reason) - 1] = '\0';
+		return mc_error_record(&route, "; and the node keeper could not hand them either: %s",
+				       keeper_reason);
+	}
+	mc_log(MOONCAKE_SEGMENT_LOG_INFO,
+	       "Shared segment %s: the owner cannot be reached (%s); kept segment '%s' joined through the "
+	       "node keeper",
+	       mem->label, route.reason, oh->keeper.name);
+	mc_clear_error();
+	/* Our own descriptors, where the caller tracks them. */
+	mc_fd_track_begin();
+	*fd = fcntl(joined[0], F_DUPFD_CLOEXEC, 0);
+	mem->companion_fd = *fd < 0 ? -1 : fcntl(joined[1], F_DUPFD_CLOEXEC, 0);
+	err = mem->companion_fd < 0 ? errno : 0;
+	if (mem->companion_fd >= 0)
+		mc_fd_track_held(&mem->companion_tracking, &mem->companion_fd);
+	mc_fd_track_end(tracking, fd);
+	mc_fd_close(&joined_tracking[0]);
+	mc_fd_close(&joined_tracking[1]);
+	if (err) {
+		mc_fd_close(tracking);
+		return mc_segment_error_sys(mc_fold_errno(err), err,
+					    "cannot duplicate the node keeper's descriptors");
+	}
+	return 0;
+}
+
 static int memfd_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 {
-	struct mc_peer_fd h;
+	struct owner_handle oh;
 	struct mc_tracked_fd tracking;
-	size_t used = 0;
+	bool joined = false;
 	int fd, err;
 
-	if (!mc_peer_fd_decode(owner->handle, owner->handle_bytes, &h, &used) ||
-	    (owner->handle_bytes != used && owner->handle_bytes != used + MC_PEER_FD_COMPANION_BYTES))
-		return mc_segment_error(EPROTO, "the owner exported a handle that is not a memfd handle");
+	err = decode_handle(owner, &mem->keeper, &oh);
+	if (err)
+		return err;
 	/* Opened under the fork registry: a child forked meanwhile never holds it. */
 	mc_fd_track_begin();
-	fd = mc_peer_fd_open(owner, &h);
+	fd = mc_peer_fd_open(owner, &oh.pages);
 	mc_fd_track_end(&tracking, &fd);
-	if (fd < 0)
-		return fd;
-	err = check_owner_file(mem, fd, &h);
+	if (fd < 0) {
+		err = join_keeper(mem, &oh, fd, &fd, &tracking);
+		if (err)
+			return err;
+		joined = true;
+	}
+	err = joined ? 0 : check_owner_file(mem, fd, &oh.pages);
 	if (!err) {
 		err = map_over_window(mem, fd);
 		if (err)
@@ -428,8 +536,8 @@ static int memfd_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 						   (unsigned long long)mem->alloc_size);
 	}
 	mc_fd_close(&tracking);
-	if (!err)
-		err = open_companion(mem, owner, &h, used);
+	if (!err && !joined)
+		err = open_companion(mem, owner, &oh);
 	if (err) {
 		memfd_unimport(mem);
 		return err;

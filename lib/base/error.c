@@ -16,7 +16,7 @@
 #include "base.h"
 #include "error.h"
 
-static _Thread_local char last_error[1024];
+static _Thread_local char last_error[2048];
 
 struct log_sink {
 	mooncake_segment_log_fn fn;

@@ -32,8 +32,8 @@ struct mc_cause {
 	int err;       /* the (positive) errno the call returns */
 	int sys_errno; /* the system's errno behind it, or 0 */
 	enum mc_cause_form form;
-	const char *fix;  /* what to do, a static string, or NULL */
-	char reason[768]; /* what went wrong, with no lead-in and no fix */
+	const char *fix;   /* what to do, a static string, or NULL */
+	char reason[1280]; /* what went wrong, with no lead-in and no fix */
 };
 
 /* Record @cause as this thread's last error, its reason followed by @fmt

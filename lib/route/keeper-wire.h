@@ -186,8 +186,9 @@ struct mc_keeper_reply {
 	uint32_t attach_flags; /* MC_KEEPER_ATTACH_* */
 	uint32_t owner_uid;    /* the segment's owner, as the keeper's user namespace sees it */
 	uint8_t descriptors;   /* by SCM_RIGHTS: 1, or 2 with a control area (pages, control) */
-	uint64_t group_token;  /* not 0: the control area is the group's, JOIN finds it by this (JOIN: always) */
-	uint32_t caller_uid;   /* the caller's uid as the keeper sees it (SO_PEERCRED there): what a
+	uint64_t
+		group_token; /* not 0: the control area is the group's, JOIN finds it by this (JOIN: always) */
+	uint32_t caller_uid; /* the caller's uid as the keeper sees it (SO_PEERCRED there): what a
 			      * client in a user namespace of its own compares owner_uid with */
 	/* RELEASE */
 	uint32_t release_flags; /* MC_KEEPER_RELEASE_* */

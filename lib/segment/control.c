@@ -116,13 +116,44 @@ static void init_robust_mutex(pthread_mutex_t *m)
 	pthread_mutexattr_destroy(&attr);
 }
 
+size_t mc_control_size(uint32_t world_size, uint32_t slot_count)
+{
+	return area_size(world_size, slot_count);
+}
+
+/* Map the sized and sealed m->fd and write the words a fresh area starts with. */
+static int init_area(const char *what, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,
+		     struct mc_control_map *m)
+{
+	size_t size = area_size(world_size, slot_count);
+	struct mc_control *c;
+	void *p;
+
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+	if (p == MAP_FAILED)
+		return mc_error_sys(mc_fold_errno(errno), errno, "Shared segment cannot map %s", what);
+	/* Its page exists from now on: writing the words below commits it. */
+	c = p;
+	m->area = c;
+	m->size = size;
+	c->magic = MC_CONTROL_MAGIC;
+	c->version = MC_CONTROL_VERSION;
+	c->alloc_size = alloc_size;
+	c->world_size = world_size;
+	c->slot_count = slot_count;
+	c->owner_pid = (uint32_t)getpid();
+	c->commit_started_ns = mc_now_ns();
+	init_robust_mutex(&c->owner_alive);
+	for (uint32_t r = 0; r < world_size; r++)
+		init_robust_mutex(&c->ranks[r].alive);
+	return 0;
+}
+
 int mc_control_create(const char *label, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,
 		      struct mc_control_map *m)
 {
 	char name[128]; /* the prefix, a 63-byte label and "|owner=" with a pid fit */
 	size_t size = area_size(world_size, slot_count);
-	struct mc_control *c;
-	void *p;
 	int err;
 
 	snprintf(name, sizeof(name), "mooncake-segment-control:%s|owner=%d", label, (int)getpid());
@@ -141,25 +172,58 @@ int mc_control_create(const char *label, uint32_t world_size, uint32_t slot_coun
 	    fcntl(m->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
 		return mc_error_sys(mc_fold_errno(errno), errno,
 				    "Shared segment cannot size and seal its control area");
-	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
-	if (p == MAP_FAILED)
+	return init_area("its control area", world_size, slot_count, alloc_size, m);
+}
+
+/* Whether the @size bytes of @fd are all zero (a fresh area), read, not mapped. */
+static bool all_zero(int fd, size_t size)
+{
+	char buf[4096];
+
+	for (size_t at = 0; at < size;) {
+		ssize_t got = pread(fd, buf, sizeof(buf), (off_t)at);
+
+		if (got <= 0)
+			return false;
+		for (ssize_t i = 0; i < got; i++)
+			if (buf[i])
+				return false;
+		at += (size_t)got;
+	}
+	return true;
+}
+
+int mc_control_create_in(int fd, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,
+			 struct mc_control_map *m)
+{
+	const int needed = F_SEAL_SHRINK | F_SEAL_GROW, unwritable = F_SEAL_WRITE | F_SEAL_FUTURE_WRITE;
+	size_t size = area_size(world_size, slot_count);
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) != 0)
+		return mc_error_sys(EIO, errno,
+				    "Shared segment fstat of the node keeper's control area failed");
+	seals = fcntl(fd, F_GET_SEALS);
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != size || seals < 0 || (seals & needed) != needed ||
+	    (seals & unwritable))
+		return mc_error(
+			EPROTO,
+			"Shared segment: the node keeper's control area holds %llu bytes with seals "
+			"0x%x, not %zu writable bytes sealed against shrinking and growing (%u ranks, "
+			"%u slots)",
+			(unsigned long long)st.st_size, seals < 0 ? 0 : seals, size, world_size, slot_count);
+	/* A group starts its words anew: an area someone wrote is another group's. */
+	if (!all_zero(fd, size))
+		return mc_error(EPROTO, "Shared segment: the node keeper's control area is not a fresh one "
+					"(it holds words already); refusing another group's area");
+	mc_fd_track_begin();
+	m->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	mc_fd_track_end(&m->tracking, &m->fd);
+	if (m->fd < 0)
 		return mc_error_sys(mc_fold_errno(errno), errno,
-				    "Shared segment cannot map its control area");
-	/* Its page exists from now on: writing the words below commits it. */
-	c = p;
-	m->area = c;
-	m->size = size;
-	c->magic = MC_CONTROL_MAGIC;
-	c->version = MC_CONTROL_VERSION;
-	c->alloc_size = alloc_size;
-	c->world_size = world_size;
-	c->slot_count = slot_count;
-	c->owner_pid = (uint32_t)getpid();
-	c->commit_started_ns = mc_now_ns();
-	init_robust_mutex(&c->owner_alive);
-	for (uint32_t r = 0; r < world_size; r++)
-		init_robust_mutex(&c->ranks[r].alive);
-	return 0;
+				    "Shared segment cannot duplicate the node keeper's control area");
+	return init_area("the node keeper's control area", world_size, slot_count, alloc_size, m);
 }
 
 int mc_control_attach(int fd, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,

@@ -104,6 +104,16 @@ struct mc_control_map {
  * or a negative errno. */
 int mc_control_create(const char *label, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,
 		      struct mc_control_map *m);
+/* The bytes of a control area for @world_size ranks and @slot_count slots
+ * (a page multiple). */
+size_t mc_control_size(uint32_t world_size, uint32_t slot_count);
+/* Owner of a kept segment: as mc_control_create(), in the fresh area the
+ * node keeper made for this group (@fd, not kept: the map holds a
+ * descriptor of its own), checked first: mc_control_size() bytes, sealed
+ * against shrinking and growing, writable, all zero.  0 or a negative errno
+ * (-EPROTO naming what is wrong). */
+int mc_control_create_in(int fd, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,
+			 struct mc_control_map *m);
 /* Peer: check and map the owner's control area from @fd (not kept).  0 or
  * -EPROTO naming what does not match. */
 int mc_control_attach(int fd, uint32_t world_size, uint32_t slot_count, uint64_t alloc_size,

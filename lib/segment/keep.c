@@ -21,6 +21,7 @@
 #include "base/tracked-fd.h"
 #include "mooncake/segment.h"
 #include "route/keeper-client.h"
+#include "route/keeper-join.h"
 #include "blob.h"
 #include "keep.h"
 
@@ -124,8 +125,11 @@ uint64_t mc_keep_fold(uint64_t fingerprint, const struct mooncake_segment_option
 	return mc_fnv1a_u64(h, owner_named(opt) ? opt->keep_owner_uid : UINT64_MAX);
 }
 
+_Static_assert(sizeof(((struct mc_keep *)0)->name) == MC_KEEPER_NAME_MAX + 1, "a kept name fits");
+
 static void fill_request(const struct mooncake_segment_options *opt, uint64_t layout_fingerprint,
-			 uint64_t size, uint64_t page_size, struct mc_keeper_request *req)
+			 uint64_t size, uint64_t page_size, uint64_t control_bytes,
+			 struct mc_keeper_request *req)
 {
 	memset(req, 0, sizeof(*req));
 	req->type = MC_KEEPER_CREATE;
@@ -133,11 +137,13 @@ static void fill_request(const struct mooncake_segment_options *opt, uint64_t la
 	req->fingerprint = layout_fingerprint;
 	req->size = size;
 	req->page_size = page_size;
-	/* The control area is the group's own: a new group starts it anew. */
-	req->control_bytes = 0;
+	/* The control area is the group's own: a new group starts it anew, in
+	 * an area the keeper makes for it, so that a rank that cannot reach
+	 * this process gets it from the keeper (JOIN). */
+	req->control_bytes = control_bytes;
 	req->world_size = opt->world_size;
 	req->flags =
-		(opt->hugetlb ? MC_KEEPER_CREATE_HUGETLB : 0) |
+		MC_KEEPER_CREATE_GROUP_CONTROL | (opt->hugetlb ? MC_KEEPER_CREATE_HUGETLB : 0) |
 		((opt->keep_flags & MOONCAKE_SEGMENT_KEEP_REPLACE) ? MC_KEEPER_CREATE_REPLACE : 0) |
 		((opt->keep_flags & MOONCAKE_SEGMENT_KEEP_ATTACH_ONLY) ? MC_KEEPER_CREATE_ATTACH_ONLY : 0) |
 		((opt->keep_flags & MOONCAKE_SEGMENT_KEEP_CREATE_ONLY) ? MC_KEEPER_CREATE_CREATE_ONLY : 0);
@@ -188,7 +194,8 @@ static int refused(const struct mooncake_segment_options *opt, const char *path,
 
 /* What the keeper answered is what we asked for, whoever else asks. */
 static int check_reply(const struct mooncake_segment_options *opt, const char *path,
-		       const struct mc_keeper_reply *rep, uint64_t page_size, uint64_t alloc_size)
+		       const struct mc_keeper_reply *rep, uint64_t page_size, uint64_t alloc_size,
+		       uint64_t control_bytes)
 {
 	/* Both as the keeper's user namespace sees them, which a client in a
 	 * user namespace of its own (rootless containers) does not share. */
@@ -209,6 +216,13 @@ static int check_reply(const struct mooncake_segment_options *opt, const char *p
 				opt->keep_name, path, (unsigned long long)rep->size,
 				(unsigned long long)rep->page_size, (unsigned long long)alloc_size,
 				(unsigned long long)page_size);
+	if (rep->descriptors != 2 || rep->control_bytes != control_bytes || !rep->group_token)
+		return mc_error(EPROTO,
+				"Shared segment keep_name '%s': the node keeper at %s answered without the "
+				"group's control area of %llu bytes (%u descriptors, %llu bytes, token %s); "
+				"it is older than this library: upgrade it",
+				opt->keep_name, path, (unsigned long long)control_bytes, rep->descriptors,
+				(unsigned long long)rep->control_bytes, rep->group_token ? "set" : "none");
 	return 0;
 }
 
@@ -252,35 +266,8 @@ static int reply_timeout_ms(uint64_t alloc_size)
 	return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
-/* The CREATE and its reply.  The connection is tracked (a child forked
- * meanwhile closes its copy); fork() may run while the keeper commits, and
- * the descriptors arrive only once the registry is ours again, so no child
- * ever holds the pages unseen. */
-static int exchange(struct mc_keeper_conn *conn, struct mc_keeper_request *req, struct mc_keeper_reply *rep,
-		    uint64_t alloc_size, struct mc_keep *keep)
-{
-	struct mc_tracked_fd conn_tracking;
-	int timeout_ms = reply_timeout_ms(alloc_size), fds[2] = { -1, -1 }, err;
-
-	mc_fd_track_begin();
-	mc_fd_track_held(&conn_tracking, &conn->fd);
-	mc_fd_track_pause();
-	err = mc_keeper_send(conn, req, timeout_ms);
-	if (!err)
-		err = mc_keeper_wait_reply(conn, req, timeout_ms);
-	mc_fd_track_resume();
-	if (!err)
-		err = mc_keeper_receive(conn, req, rep, fds);
-	mc_fd_untrack_held(&conn_tracking); /* under the registry: the caller closes it */
-	keep->fd = fds[0];
-	mc_fd_track_end(&keep->tracking, &keep->fd);
-	if (fds[1] >= 0)
-		close(fds[1]); /* a control area we did not ask for */
-	return err;
-}
-
 int mc_keep_acquire(const struct mooncake_segment_options *opt, uint64_t layout_fingerprint, uint64_t size,
-		    uint64_t page_size, uint64_t alloc_size, struct mc_keep *keep)
+		    uint64_t page_size, uint64_t alloc_size, uint64_t control_bytes, struct mc_keep *keep)
 {
 	struct mc_keeper_request req;
 	struct mc_keeper_reply *rep = malloc(sizeof(*rep));
@@ -289,35 +276,42 @@ int mc_keep_acquire(const struct mooncake_segment_options *opt, uint64_t layout_
 
 	if (!rep)
 		return mc_segment_error(ENOMEM, "out of memory");
-	fill_request(opt, layout_fingerprint, size, page_size, &req);
+	snprintf(keep->name, sizeof(keep->name), "%s", opt->keep_name);
+	fill_request(opt, layout_fingerprint, size, page_size, control_bytes, &req);
 	err = mc_keeper_open(&conn, NULL, CONNECT_TIMEOUT_MS);
+	/* fork() may run while the keeper commits; no child ever holds the pages. */
 	if (!err)
-		err = exchange(&conn, &req, rep, alloc_size, keep);
+		err = mc_keeper_exchange_tracked(&conn, &req, rep, keep->fds, keep->tracking,
+						 reply_timeout_ms(alloc_size));
 	if (!err && rep->status)
 		err = refused(opt, conn.path, rep);
 	if (!err)
-		err = check_reply(opt, conn.path, rep, page_size, alloc_size);
+		err = check_reply(opt, conn.path, rep, page_size, alloc_size, control_bytes);
 	if (!err)
-		err = check_file(opt, conn.path, keep->fd, alloc_size);
+		err = check_file(opt, conn.path, keep->fds[0], alloc_size);
 	if (!err) {
 		keep->warm = (rep->attach_flags & MC_KEEPER_ATTACH_WARM) != 0;
 		keep->generation = rep->generation;
+		keep->keeper_owner_uid = rep->owner_uid;
+		keep->group_token = rep->group_token;
 		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
 		       "Shared segment keep_name '%s': %s generation %llu from the node keeper at %s%s",
 		       opt->keep_name, keep->warm ? "attached to" : "created",
 		       (unsigned long long)rep->generation, conn.path,
 		       rep->attach_flags & MC_KEEPER_ATTACH_REPLACED ? " (replaced the old one)" : "");
 	} else {
-		mc_keep_drop_fd(keep);
+		mc_keep_drop_fds(keep);
 	}
 	mc_keeper_close(&conn);
 	free(rep);
 	return err;
 }
 
-void mc_keep_drop_fd(struct mc_keep *keep)
+void mc_keep_drop_fds(struct mc_keep *keep)
 {
-	if (keep->fd >= 0)
-		mc_fd_close(&keep->tracking);
-	keep->fd = -1;
+	for (int i = 0; i < 2; i++) {
+		if (keep->fds[i] >= 0)
+			mc_fd_close(&keep->tracking[i]);
+		keep->fds[i] = -1;
+	}
 }

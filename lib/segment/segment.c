@@ -308,7 +308,9 @@ static struct mooncake_segment *new_segment(const char *name, uint64_t size,
 	 * rest field by field, so that a refusal can name the field. */
 	seg->fingerprint = mc_keep_fold(mc_fingerprint(name, size, opt), opt);
 	seg->keep_fingerprint = mc_fnv1a_bytes(MC_FNV1A_OFFSET, name, strlen(name));
-	seg->keep = (struct mc_keep){ .kept = opt->keep_name != NULL, .fd = -1 };
+	seg->keep = MC_KEEP_NONE(opt->keep_name != NULL);
+	if (opt->keep_name)
+		snprintf(seg->keep.name, sizeof(seg->keep.name), "%s", opt->keep_name);
 	seg->memory.adopt_fd = -1;
 	seg->memory.opt = &seg->opt;
 	seg->memory.label = seg->label;
@@ -347,15 +349,27 @@ static int plan_memory(struct mooncake_segment *seg)
 	return mem->is_owner ? resolve_placement(seg) : mc_placement_check(opt->numa_node);
 }
 
-/* Owner: the control area its backend passes to the peers with the pages. */
+/* Owner: the control area its backend passes to the peers with the pages:
+ * a kept segment's is the one the keeper made for this group, and its
+ * handle says how a peer asks the keeper for both (JOIN). */
 static int create_control(struct mooncake_segment *seg)
 {
 	int err;
 
 	if (!seg->memory.is_owner || !seg->backend->passes_companion)
 		return 0;
-	err = mc_control_create(seg->label, seg->opt.world_size, seg->opt.slot_count, seg->memory.alloc_size,
-				&seg->control);
+	if (seg->keep.fds[1] >= 0) {
+		err = mc_control_create_in(seg->keep.fds[1], seg->opt.world_size, seg->opt.slot_count,
+					   seg->memory.alloc_size, &seg->control);
+		seg->memory.keeper = (struct mc_keeper_ref){
+			.generation = seg->keep.generation,
+			.owner_uid = seg->keep.keeper_owner_uid,
+			.token = seg->keep.group_token,
+		};
+	} else {
+		err = mc_control_create(seg->label, seg->opt.world_size, seg->opt.slot_count,
+					seg->memory.alloc_size, &seg->control);
+	}
 	seg->memory.companion_fd = seg->control.fd;
 	return err;
 }
@@ -374,10 +388,11 @@ static int allocate_memory(struct mooncake_segment *seg)
 		/* The keeper commits a kept segment's pages, in its own cgroup after
 		 * its own room check: there is nothing to charge here. */
 		err = mc_keep_acquire(&seg->opt, seg->keep_fingerprint, seg->size, mem->page_size,
-				      mem->alloc_size, &seg->keep);
+				      mem->alloc_size,
+				      mc_control_size(seg->opt.world_size, seg->opt.slot_count), &seg->keep);
 		if (err)
 			return mc_error_name_rank(err, seg->opt.rank_id);
-		mem->adopt_fd = seg->keep.fd;
+		mem->adopt_fd = seg->keep.fds[0];
 	} else if (mem->is_owner && seg->backend->charges_memory_cgroup(&seg->opt)) {
 		/* An oversized commit ends in the OOM killer: refuse it first, and
 		 * hold the cgroup's commit lock until the pages are charged. */
@@ -391,9 +406,9 @@ static int allocate_memory(struct mooncake_segment *seg)
 		err = mem->is_owner ? seg->backend->create_owner(mem) : seg->backend->reserve(mem);
 	err = mc_error_name_rank(err, seg->opt.rank_id);
 	if (mem->adopt_fd >= 0) {
-		/* The backend holds its own descriptor of the kept pages now. */
+		/* The backend and the control map hold their own descriptors now. */
 		mem->adopt_fd = -1;
-		mc_keep_drop_fd(&seg->keep);
+		mc_keep_drop_fds(&seg->keep);
 		snprintf(mem->commit.method, sizeof(mem->commit.method), "%s",
 			 seg->keep.warm ? "none (kept, warm)" : "by the node keeper");
 	}
@@ -608,6 +623,11 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 
 		seg->keep.warm = (owner.flags & MC_BLOB_FLAG_WARM) != 0;
 		seg->keep.generation = owner.keep_generation;
+		/* The keeper is the way to the pages when the owner cannot be reached. */
+		seg->memory.keeper = (struct mc_keeper_ref){
+			.name = seg->keep.kept ? seg->keep.name : NULL,
+			.generation = owner.keep_generation,
+		};
 		err = seg->backend->import(&seg->memory, &ref);
 		if (!err)
 			err = attach_control(seg);

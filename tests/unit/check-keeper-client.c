@@ -48,6 +48,9 @@ enum fake_mode {
 	KEPT_WRITE_SEALED,    /* ... sealed against writing too */
 	KEPT_OTHER_UID,	      /* ... owned by another uid */
 	KEPT_OTHER_PAGE_SIZE, /* ... announced in pages of another size */
+	KEPT_NO_GROUP,	      /* ... without the group's control area (an older keeper) */
+	KEPT_GROUP_WRITTEN,   /* ... with a control area another group wrote */
+	KEPT_GROUP_SHORT,     /* ... with a control area a page short */
 };
 
 struct fake_keeper {
@@ -112,6 +115,20 @@ static void fake_kept_pages(const struct mc_keeper_request *req, struct mc_keepe
 		seals |= F_SEAL_WRITE;
 	if (fake.mode != KEPT_UNSEALED)
 		ck_assert_int_eq(fcntl(fds[0], F_ADD_SEALS, seals), 0);
+	if (!(req->flags & MC_KEEPER_CREATE_GROUP_CONTROL) || fake.mode == KEPT_NO_GROUP)
+		return;
+	/* The group's fresh control area, as the keeper makes it. */
+	made->descriptors = 2;
+	made->control_bytes = req->control_bytes;
+	made->group_token = 0x5eed;
+	fds[1] = memfd_create("fake-keeper-group", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ck_assert_int_ge(fds[1], 0);
+	ck_assert_int_eq(
+		ftruncate(fds[1], (off_t)(req->control_bytes - (fake.mode == KEPT_GROUP_SHORT ? 4096 : 0))),
+		0);
+	if (fake.mode == KEPT_GROUP_WRITTEN)
+		ck_assert_int_eq(pwrite(fds[1], "MCCT", 4, 0), 4);
+	ck_assert_int_eq(fcntl(fds[1], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
 }
 
 /* The reply @mode makes to @req, with the descriptors to attach. */
@@ -132,7 +149,7 @@ static size_t fake_reply(const struct mc_keeper_request *req, uint8_t *out, int 
 		made.message_max = MC_KEEPER_MESSAGE_MAX;
 	} else if (req->type == MC_KEEPER_CREATE && fake.mode >= KEPT_RIGHT) {
 		fake_kept_pages(req, &made, fds);
-		*nfds = 1;
+		*nfds = made.descriptors;
 	} else if (req->type == MC_KEEPER_CREATE) {
 		made.generation = 9;
 		made.size = made.page_size = 4096;
@@ -251,6 +268,20 @@ static int kept_create(enum fake_mode mode, struct mooncake_segment **seg)
 	return rc;
 }
 
+/* Whether this process maps a file whose /proc/self/maps path holds @needle. */
+static bool maps_hold(const char *needle)
+{
+	char line[512];
+	bool found = false;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	ck_assert_ptr_nonnull(f);
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	fclose(f);
+	return found;
+}
+
 START_TEST(test_create_maps_the_kept_pages_it_is_handed)
 {
 	struct mooncake_segment *seg;
@@ -262,6 +293,9 @@ START_TEST(test_create_maps_the_kept_pages_it_is_handed)
 	ck_assert(mooncake_segment_warm(seg));
 	ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
 	ck_assert_uint_eq(info.keep_generation, 41);
+	/* The group's control area is the one the keeper made, not one of its own. */
+	ck_assert(maps_hold("/memfd:fake-keeper-group"));
+	ck_assert(!maps_hold("/memfd:mooncake-segment-control:"));
 	base = mooncake_segment_base(seg);
 	base[0] = 'k';
 	base[(4 << 20) - 1] = 'v';
@@ -291,6 +325,9 @@ START_TEST(test_create_refuses_kept_pages_it_cannot_trust)
 	check_kept_lie(KEPT_WRITE_SEALED, -EPROTO, "sealed against writing");
 	check_kept_lie(KEPT_OTHER_UID, -EACCES, "refusing pages that another user controls");
 	check_kept_lie(KEPT_OTHER_PAGE_SIZE, -EPROTO, "in pages of 8192, this create needs");
+	check_kept_lie(KEPT_NO_GROUP, -EPROTO, "answered without the group's control area");
+	check_kept_lie(KEPT_GROUP_WRITTEN, -EPROTO, "not a fresh one");
+	check_kept_lie(KEPT_GROUP_SHORT, -EPROTO, "the node keeper's control area holds");
 }
 END_TEST
 
