@@ -32,6 +32,7 @@
 #include "helpers.h"
 #include "mooncake/segment.h"
 #include "route/keeper-client.h"
+#include "route/keeper-join.h"
 #include "route/keeper-wire.h"
 
 enum fake_mode {
@@ -51,6 +52,10 @@ enum fake_mode {
 	KEPT_NO_GROUP,	      /* ... without the group's control area (an older keeper) */
 	KEPT_GROUP_WRITTEN,   /* ... with a control area another group wrote */
 	KEPT_GROUP_SHORT,     /* ... with a control area a page short */
+	/* A JOIN: the pages and the group's area of generation 41, token 0x5eed, ... */
+	JOIN_RIGHT,	       /* as asked */
+	JOIN_OTHER_GENERATION, /* ... but of generation 42 */
+	JOIN_STALE,	       /* refused with ESTALE */
 };
 
 struct fake_keeper {
@@ -147,6 +152,18 @@ static size_t fake_reply(const struct mc_keeper_request *req, uint8_t *out, int 
 		made.keeper_pid = (uint32_t)getpid();
 		made.instance = 0x1234;
 		made.message_max = MC_KEEPER_MESSAGE_MAX;
+	} else if (req->type == MC_KEEPER_JOIN && fake.mode == JOIN_STALE) {
+		made.status = ESTALE;
+		snprintf(made.text, sizeof(made.text), "'%s' is at generation 42 now", req->name);
+	} else if (req->type == MC_KEEPER_JOIN) {
+		made.generation = fake.mode == JOIN_OTHER_GENERATION ? 42 : 41;
+		made.size = made.page_size = made.control_bytes = 4096;
+		made.owner_uid = made.caller_uid = (uint32_t)geteuid();
+		made.descriptors = 2;
+		made.group_token = 0x5eed;
+		*nfds = 2;
+		for (size_t i = 0; i < *nfds; i++)
+			fds[i] = make_memfd("fake-keeper-join");
 	} else if (req->type == MC_KEEPER_CREATE && fake.mode >= KEPT_RIGHT) {
 		fake_kept_pages(req, &made, fds);
 		*nfds = made.descriptors;
@@ -480,6 +497,71 @@ START_TEST(test_a_keeper_of_another_user_is_refused)
 }
 END_TEST
 
+/* The owner's handle trailer: what it encodes decodes, and nothing else does. */
+START_TEST(test_the_join_offer_in_the_handle_round_trips_and_refuses_junk)
+{
+	struct mc_keeper_ref k = { .owner_uid = 1000, .token = 0x0123456789abcdefULL }, back = { 0 };
+	uint8_t bytes[MC_KEEPER_REF_BYTES + 1] = { 0 };
+
+	ck_assert_uint_eq(mc_keeper_ref_encode(&k, bytes, MC_KEEPER_REF_BYTES - 1), 0);
+	ck_assert_uint_eq(mc_keeper_ref_encode(&k, bytes, sizeof(bytes)), MC_KEEPER_REF_BYTES);
+	ck_assert(mc_keeper_ref_decode(bytes, MC_KEEPER_REF_BYTES, &back));
+	ck_assert_uint_eq(back.owner_uid, 1000);
+	ck_assert(back.token == k.token);
+	ck_assert(!mc_keeper_ref_decode(bytes, MC_KEEPER_REF_BYTES + 1, &back));
+	ck_assert(!mc_keeper_ref_decode(bytes, MC_KEEPER_REF_BYTES - 1, &back));
+	bytes[0] ^= 1; /* not the marker */
+	ck_assert(!mc_keeper_ref_decode(bytes, MC_KEEPER_REF_BYTES, &back));
+	bytes[0] ^= 1;
+	memset(bytes + 8, 0, 8); /* no token */
+	ck_assert(!mc_keeper_ref_decode(bytes, MC_KEEPER_REF_BYTES, &back));
+}
+END_TEST
+
+/* A JOIN against the fake keeper in @mode: its result and, on success, the two descriptors. */
+static int join_with(enum fake_mode mode, int fds[2], struct mc_tracked_fd tracking[2])
+{
+	struct mc_keeper_ref k = {
+		.name = "kv", .generation = 41, .owner_uid = (uint32_t)geteuid(), .token = 0x5eed
+	};
+	int rc;
+
+	fake_keeper_start(mode);
+	setenv("MOONCAKE_SEGMENT_KEEPER", fake.path, 1);
+	rc = mc_keeper_join(&k, fds, tracking);
+	unsetenv("MOONCAKE_SEGMENT_KEEPER");
+	fake_keeper_stop();
+	return rc;
+}
+
+START_TEST(test_a_join_takes_what_it_asked_for_and_nothing_else)
+{
+	struct mc_tracked_fd tracking[2];
+	int fds[2], before = count_fds();
+
+	ck_assert_msg(join_with(JOIN_RIGHT, fds, tracking) == 0, "%s", mooncake_segment_last_error());
+	ck_assert_int_ge(fds[0], 0);
+	ck_assert_int_ge(fds[1], 0);
+	mc_fd_close(&tracking[0]);
+	mc_fd_close(&tracking[1]);
+	ck_assert_int_eq(count_fds(), before);
+
+	ck_assert_int_eq(join_with(JOIN_OTHER_GENERATION, fds, tracking), -EPROTO);
+	ck_assert_msg(
+		strstr(mooncake_segment_last_error(), "generation 42 (group 0000000000005eed), not uid"),
+		"%s", mooncake_segment_last_error());
+	ck_assert_int_eq(fds[0], -1);
+	ck_assert_int_eq(fds[1], -1);
+	ck_assert_int_eq(count_fds(), before);
+
+	ck_assert_int_eq(join_with(JOIN_STALE, fds, tracking), -ENOENT);
+	ck_assert_msg(strstr(mooncake_segment_last_error(), "refused to hand kept segment 'kv'") &&
+			      strstr(mooncake_segment_last_error(), "is at generation 42 now"),
+		      "%s", mooncake_segment_last_error());
+	ck_assert_int_eq(count_fds(), before);
+}
+END_TEST
+
 static Suite *suite_keeper_client(void)
 {
 	Suite *s = suite_create("keeper-client");
@@ -499,6 +581,8 @@ static Suite *suite_keeper_client(void)
 	tc = tcase_create("library");
 	tcase_add_test(tc, test_create_maps_the_kept_pages_it_is_handed);
 	tcase_add_test(tc, test_create_refuses_kept_pages_it_cannot_trust);
+	tcase_add_test(tc, test_the_join_offer_in_the_handle_round_trips_and_refuses_junk);
+	tcase_add_test(tc, test_a_join_takes_what_it_asked_for_and_nothing_else);
 	suite_add_tcase(s, tc);
 	return s;
 }
