@@ -29,10 +29,11 @@
 #define HELLO_REQUEST_BYTES  (MC_KEEPER_HEADER_BYTES + 8)
 #define CREATE_REQUEST_BYTES (MC_KEEPER_HEADER_BYTES + 56) /* then the name, then the identity */
 #define NAMED_REQUEST_BYTES  (MC_KEEPER_HEADER_BYTES + 8)  /* LIST, RELEASE, STAT; then the name */
+#define JOIN_REQUEST_BYTES   (MC_KEEPER_HEADER_BYTES + 24) /* then the name */
 
 #define REPLY_PREFIX_BYTES (MC_KEEPER_HEADER_BYTES + 8) /* status, field, text length */
 #define HELLO_BODY_BYTES   32
-#define CREATE_BODY_BYTES  48
+#define CREATE_BODY_BYTES  56 /* JOIN's too */
 #define RELEASE_BODY_BYTES 16
 #define LIST_BODY_BYTES	   8  /* then the records */
 #define RECORD_BYTES	   80 /* then the name, then the identity */
@@ -97,6 +98,8 @@ MC_PRIVATE const char *mc_keeper_type_name(uint16_t type)
 		return "RELEASE";
 	case MC_KEEPER_STAT:
 		return "STAT";
+	case MC_KEEPER_JOIN:
+		return "JOIN";
 	case 0:
 		return type == MC_KEEPER_ERROR ? "ERROR" : "unknown";
 	default:
@@ -123,7 +126,7 @@ MC_PRIVATE const char *mc_keeper_field_name(uint16_t field)
 
 static bool is_request_type(uint16_t type)
 {
-	return type >= MC_KEEPER_HELLO && type <= MC_KEEPER_STAT;
+	return type >= MC_KEEPER_HELLO && type <= MC_KEEPER_JOIN;
 }
 
 static bool is_reply_type(uint16_t type)
@@ -217,6 +220,7 @@ static int check_request_lengths(const struct report *r, const struct mc_keeper_
 		return name_len ? check_name(r, q->name, name_len) : 0;
 	case MC_KEEPER_RELEASE:
 	case MC_KEEPER_STAT:
+	case MC_KEEPER_JOIN:
 		return check_name(r, q->name, name_len);
 	default:
 		return 0;
@@ -234,6 +238,14 @@ static int check_request(const struct report *r, const struct mc_keeper_request 
 	/* An owner uid without a name would be a cursor between nothing. */
 	if (q->type == MC_KEEPER_LIST && q->owner_given && !q->name[0])
 		return refuse(r, "LIST names a cursor owner uid without a cursor name");
+	if (q->type == MC_KEEPER_JOIN) {
+		if (!q->owner_given)
+			return refuse(r, "JOIN names no owner uid");
+		if (!q->generation || !q->token)
+			return refuse(r, "JOIN with generation %llu and token %llu: neither may be 0",
+				      (unsigned long long)q->generation, (unsigned long long)q->token);
+		return 0;
+	}
 	if (q->type != MC_KEEPER_CREATE)
 		return 0;
 	if (q->size == 0)
@@ -247,6 +259,13 @@ static int check_request(const struct report *r, const struct mc_keeper_request 
 		return refuse(r, "CREATE has unknown flags 0x%x", q->flags & ~MC_KEEPER_CREATE_FLAGS_KNOWN);
 	if ((q->flags & MC_KEEPER_CREATE_ATTACH_ONLY) && (q->flags & MC_KEEPER_CREATE_CREATE_ONLY))
 		return refuse(r, "CREATE asks for both attach-only and create-only");
+	if ((q->flags & MC_KEEPER_CREATE_GROUP_CONTROL) &&
+	    (!q->control_bytes || q->control_bytes % 4096 || q->control_bytes > MC_KEEPER_GROUP_CONTROL_MAX))
+		return refuse(r,
+			      "CREATE with a group control area of %llu bytes: a positive multiple of 4096 "
+			      "up to %llu",
+			      (unsigned long long)q->control_bytes,
+			      (unsigned long long)MC_KEEPER_GROUP_CONTROL_MAX);
 	return check_sharing(r, q->sharing, q->gid);
 }
 
@@ -279,6 +298,9 @@ int mc_keeper_request_encode(const struct mc_keeper_request *req, uint8_t *out, 
 		break;
 	case MC_KEEPER_CREATE:
 		length = CREATE_REQUEST_BYTES + name_len + req->identity_bytes;
+		break;
+	case MC_KEEPER_JOIN:
+		length = JOIN_REQUEST_BYTES + name_len;
 		break;
 	default:
 		length = NAMED_REQUEST_BYTES + name_len;
@@ -315,6 +337,13 @@ int mc_keeper_request_encode(const struct mc_keeper_request *req, uint8_t *out, 
 		out[18] = req->owner_given ? 1 : 0;
 		mc_put_le32(out + 20, req->owner_uid);
 		memcpy(out + NAMED_REQUEST_BYTES, req->name, name_len);
+		break;
+	case MC_KEEPER_JOIN:
+		mc_put_le64(out + 16, req->generation);
+		mc_put_le64(out + 24, req->token);
+		mc_put_le32(out + 32, req->owner_uid);
+		mc_put_le16(out + 36, (uint16_t)name_len);
+		memcpy(out + JOIN_REQUEST_BYTES, req->name, name_len);
 		break;
 	}
 	return (int)length;
@@ -434,6 +463,20 @@ static int decode_request(const struct report *rr, const uint8_t *in, size_t len
 		req->gid = mc_get_le32(in + 60);
 		req->owner_given = in[57] != 0;
 		req->owner_uid = mc_get_le32(in + 68);
+		break;
+	case MC_KEEPER_JOIN:
+		if ((err = need_bytes(&r, type, JOIN_REQUEST_BYTES, len)))
+			return err;
+		name_len = mc_get_le16(in + 36);
+		if ((err = exact_bytes(&r, type, (size_t)JOIN_REQUEST_BYTES + name_len, len)) ||
+		    (err = reserved_zero(&r, in, 38, 2)) ||
+		    (err = check_name(&r, (const char *)in + JOIN_REQUEST_BYTES, name_len)))
+			return err;
+		memcpy(req->name, in + JOIN_REQUEST_BYTES, name_len);
+		req->generation = mc_get_le64(in + 16);
+		req->token = mc_get_le64(in + 24);
+		req->owner_given = true;
+		req->owner_uid = mc_get_le32(in + 32);
 		break;
 	default: /* LIST, RELEASE, STAT */
 		if ((err = need_bytes(&r, type, NAMED_REQUEST_BYTES, len)))
@@ -626,6 +669,19 @@ static int check_reply(const struct report *r, const struct mc_keeper_reply *p)
 		if (p->descriptors != (p->control_bytes ? 2 : 1))
 			return refuse(r, "CREATE announces %u descriptors with a control area of %llu bytes",
 				      p->descriptors, (unsigned long long)p->control_bytes);
+		if (p->group_token && !p->control_bytes)
+			return refuse(r, "CREATE names a group token without a control area");
+		return check_allocation(r, p->size, p->page_size);
+	case MC_KEEPER_JOIN:
+		if (p->attach_flags & ~MC_KEEPER_ATTACH_HUGETLB)
+			return refuse(r, "JOIN has flags 0x%x besides hugetlb",
+				      p->attach_flags & ~MC_KEEPER_ATTACH_HUGETLB);
+		if (p->descriptors != 2 || !p->control_bytes || !p->group_token)
+			return refuse(r,
+				      "JOIN announces %u descriptors, a control area of %llu bytes and token "
+				      "%llu; it needs 2, a control area and a token",
+				      p->descriptors, (unsigned long long)p->control_bytes,
+				      (unsigned long long)p->group_token);
 		return check_allocation(r, p->size, p->page_size);
 	case MC_KEEPER_RELEASE:
 		if (p->release_flags != MC_KEEPER_RELEASE_FREED &&
@@ -688,6 +744,7 @@ int mc_keeper_reply_encode(const struct mc_keeper_reply *rep, uint8_t *out, size
 			body = HELLO_BODY_BYTES;
 			break;
 		case MC_KEEPER_CREATE:
+		case MC_KEEPER_JOIN:
 			body = CREATE_BODY_BYTES;
 			break;
 		case MC_KEEPER_RELEASE:
@@ -738,6 +795,7 @@ int mc_keeper_reply_encode(const struct mc_keeper_reply *rep, uint8_t *out, size
 			mc_put_le32(out + at + 24, rep->hello_flags);
 			break;
 		case MC_KEEPER_CREATE:
+		case MC_KEEPER_JOIN:
 			mc_put_le64(out + at, rep->generation);
 			mc_put_le64(out + at + 8, rep->size);
 			mc_put_le64(out + at + 16, rep->page_size);
@@ -746,6 +804,7 @@ int mc_keeper_reply_encode(const struct mc_keeper_reply *rep, uint8_t *out, size
 			mc_put_le32(out + at + 36, rep->owner_uid);
 			out[at + 40] = rep->descriptors;
 			mc_put_le32(out + at + 44, rep->caller_uid);
+			mc_put_le64(out + at + 48, rep->group_token);
 			break;
 		case MC_KEEPER_RELEASE:
 			mc_put_le64(out + at, rep->generation);
@@ -801,6 +860,7 @@ static int decode_reply(const struct report *rr, const uint8_t *in, size_t len, 
 			fixed = HELLO_BODY_BYTES;
 			break;
 		case MC_KEEPER_CREATE:
+		case MC_KEEPER_JOIN:
 			fixed = CREATE_BODY_BYTES;
 			break;
 		case MC_KEEPER_RELEASE:
@@ -831,6 +891,7 @@ static int decode_reply(const struct report *rr, const uint8_t *in, size_t len, 
 			rep->hello_flags = mc_get_le32(body + 24);
 			break;
 		case MC_KEEPER_CREATE:
+		case MC_KEEPER_JOIN:
 			if ((err = reserved_zero(&r, in, REPLY_PREFIX_BYTES + 41, 3)))
 				return err;
 			rep->generation = mc_get_le64(body);
@@ -841,6 +902,7 @@ static int decode_reply(const struct report *rr, const uint8_t *in, size_t len, 
 			rep->owner_uid = mc_get_le32(body + 36);
 			rep->descriptors = body[40];
 			rep->caller_uid = mc_get_le32(body + 44);
+			rep->group_token = mc_get_le64(body + 48);
 			break;
 		case MC_KEEPER_RELEASE:
 			if ((err = reserved_zero(&r, in, REPLY_PREFIX_BYTES + 12, 4)))

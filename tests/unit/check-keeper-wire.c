@@ -315,6 +315,7 @@ static void fill_create_reply(void)
 	rep_in.owner_uid = 1000;
 	rep_in.descriptors = 2;
 	rep_in.caller_uid = 100000;
+	rep_in.group_token = 0x0123456789abcdefULL;
 }
 
 START_TEST(test_create_reply_round_trip)
@@ -324,8 +325,9 @@ START_TEST(test_create_reply_round_trip)
 
 	fill_create_reply();
 	len = encode_reply(&rep_in, buf, sizeof(buf));
-	ck_assert_uint_eq(len, 24 + 48);
+	ck_assert_uint_eq(len, 24 + 56);
 	ck_assert_uint_eq(buf[24 + 40], 2);
+	ck_assert_uint_eq(mc_get_le64(buf + 24 + 48), 0x0123456789abcdefULL);
 	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
 	ck_assert_uint_eq(rep_out.generation, 3);
 	ck_assert_uint_eq(rep_out.size, rep_in.size);
@@ -336,7 +338,97 @@ START_TEST(test_create_reply_round_trip)
 	ck_assert_uint_eq(rep_out.descriptors, 2);
 	ck_assert_uint_eq(mc_get_le32(buf + 24 + 44), 100000);
 	ck_assert_uint_eq(rep_out.caller_uid, 100000);
+	ck_assert(rep_out.group_token == rep_in.group_token);
 	ck_assert_str_eq(rep_out.text, "");
+}
+END_TEST
+
+static struct mc_keeper_request sample_join(void)
+{
+	struct mc_keeper_request q;
+
+	memset(&q, 0, sizeof(q));
+	q.type = MC_KEEPER_JOIN;
+	q.sequence = 0x01020304;
+	snprintf(q.name, sizeof(q.name), "kv");
+	q.owner_given = true;
+	q.owner_uid = 1000;
+	q.generation = 0x1122334455667788ULL;
+	q.token = 0x0123456789abcdefULL;
+	return q;
+}
+
+START_TEST(test_join_request_round_trip_and_layout)
+{
+	struct mc_keeper_request q = sample_join(), out;
+	uint8_t buf[MC_KEEPER_MESSAGE_MAX];
+	int len = mc_keeper_request_encode(&q, buf, sizeof(buf), why, sizeof(why));
+
+	ck_assert_msg(len == 40 + 2, "%d %s", len, why);
+	ck_assert_uint_eq(mc_get_le16(buf + 6), MC_KEEPER_JOIN);
+	ck_assert(mc_get_le64(buf + 16) == q.generation);
+	ck_assert(mc_get_le64(buf + 24) == q.token);
+	ck_assert_uint_eq(mc_get_le32(buf + 32), 1000);
+	ck_assert_uint_eq(mc_get_le16(buf + 36), 2);
+	ck_assert_mem_eq(buf + 40, "kv", 2);
+	ck_assert_int_eq(decode_request_exact(buf, (size_t)len, &out), 0);
+	ck_assert_uint_eq(out.type, MC_KEEPER_JOIN);
+	ck_assert_str_eq(out.name, "kv");
+	ck_assert(out.owner_given);
+	ck_assert_uint_eq(out.owner_uid, 1000);
+	ck_assert(out.generation == q.generation && out.token == q.token);
+	ck_assert_str_eq(mc_keeper_type_name(MC_KEEPER_JOIN | MC_KEEPER_REPLY), "JOIN");
+	/* Refused on the wire: no generation, no token, reserved bytes, a bad name, a cut packet. */
+	mc_put_le64(buf + 16, 0);
+	request_refused(buf, (size_t)len, "JOIN with generation 0 and token");
+	mc_put_le64(buf + 16, q.generation);
+	mc_put_le64(buf + 24, 0);
+	request_refused(buf, (size_t)len, "neither may be 0");
+	mc_put_le64(buf + 24, q.token);
+	buf[39] = 1;
+	request_refused(buf, (size_t)len, "reserved bytes 38..39 are not zero");
+	buf[39] = 0;
+	buf[41] = '/';
+	request_refused(buf, (size_t)len, "segment name has '/' at byte 1");
+	buf[41] = 'v';
+	mc_put_le32(buf + 8, (uint32_t)len - 1);
+	request_refused(buf, (size_t)len - 1, "length mismatch");
+	/* The encoder refuses the same struct. */
+	q.token = 0;
+	ck_assert_int_eq(mc_keeper_request_encode(&q, buf, sizeof(buf), why, sizeof(why)), -EINVAL);
+	q = sample_join();
+	q.owner_given = false;
+	q.owner_uid = 0;
+	ck_assert_int_eq(mc_keeper_request_encode(&q, buf, sizeof(buf), why, sizeof(why)), -EINVAL);
+	ck_assert_msg(strstr(why, "JOIN names no owner uid"), "why: %s", why);
+}
+END_TEST
+
+START_TEST(test_join_reply_round_trip_and_refusals)
+{
+	uint8_t buf[MC_KEEPER_MESSAGE_MAX];
+	size_t len;
+
+	fill_create_reply();
+	rep_in.type = MC_KEEPER_REPLY | MC_KEEPER_JOIN;
+	rep_in.attach_flags = MC_KEEPER_ATTACH_HUGETLB;
+	len = encode_reply(&rep_in, buf, sizeof(buf));
+	ck_assert_uint_eq(len, 24 + 56);
+	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
+	ck_assert_uint_eq(rep_out.generation, 3);
+	ck_assert_uint_eq(rep_out.descriptors, 2);
+	ck_assert(rep_out.group_token == rep_in.group_token);
+	mc_put_le32(buf + 24 + 32, MC_KEEPER_ATTACH_WARM);
+	reply_refused(buf, len, "JOIN has flags 0x1 besides hugetlb");
+	mc_put_le32(buf + 24 + 32, 0);
+	mc_put_le64(buf + 24 + 48, 0);
+	reply_refused(buf, len, "JOIN announces 2 descriptors, a control area of 8192 bytes and token 0");
+	/* A CREATE reply's token needs a control area. */
+	fill_create_reply();
+	rep_in.control_bytes = 0;
+	rep_in.descriptors = 1;
+	ck_assert_int_eq(mc_keeper_reply_encode(&rep_in, buf, sizeof(buf), why, sizeof(why)), -EINVAL);
+	ck_assert_msg(strstr(why, "names a group token without a control area"), "why: %s", why);
 }
 END_TEST
 
@@ -670,6 +762,7 @@ START_TEST(test_bad_create_fields)
 		{ 56, 1, 3, "unknown sharing mode 3" },
 		{ 56, 1, MC_KEEPER_SHARE_ANY, "gid 4321 given without the group sharing mode" },
 	};
+	static const uint64_t group_sizes[] = { 0, 4097, MC_KEEPER_GROUP_CONTROL_MAX + 4096 };
 	uint8_t buf[MC_KEEPER_MESSAGE_MAX];
 	struct mc_keeper_request q;
 	size_t len;
@@ -679,6 +772,18 @@ START_TEST(test_bad_create_fields)
 		mc_put_le(buf + cases[i].offset, cases[i].value, cases[i].bytes);
 		request_refused(buf, len, cases[i].needle);
 	}
+	/* A group control area: a positive multiple of 4096, 16 MiB at most. */
+	for (unsigned int i = 0; i < sizeof(group_sizes) / sizeof(group_sizes[0]); i++) {
+		len = valid_create(buf);
+		mc_put_le32(buf + 52, MC_KEEPER_CREATE_GROUP_CONTROL);
+		mc_put_le64(buf + 40, group_sizes[i]);
+		request_refused(buf, len, "CREATE with a group control area of");
+	}
+	len = valid_create(buf);
+	mc_put_le32(buf + 52, MC_KEEPER_CREATE_GROUP_CONTROL);
+	mc_put_le64(buf + 40, MC_KEEPER_GROUP_CONTROL_MAX);
+	ck_assert_int_eq(decode_request_exact(buf, len, &q), 0);
+	ck_assert_uint_eq(q.flags, MC_KEEPER_CREATE_GROUP_CONTROL);
 	/* An identity over 64 bytes, the length agreeing. */
 	len = valid_create(buf);
 	mc_put_le16(buf + 66, MC_KEEPER_IDENTITY_MAX + 1);
@@ -946,6 +1051,8 @@ static Suite *suite_keeper_wire(void)
 	tcase_add_test(round_trips, test_small_requests_round_trip);
 	tcase_add_test(round_trips, test_hello_reply_round_trip);
 	tcase_add_test(round_trips, test_create_reply_round_trip);
+	tcase_add_test(round_trips, test_join_request_round_trip_and_layout);
+	tcase_add_test(round_trips, test_join_reply_round_trip_and_refusals);
 	tcase_add_test(round_trips, test_refusal_carries_errno_field_and_sentence_only);
 	tcase_add_test(round_trips, test_release_and_stat_replies_round_trip);
 	tcase_add_test(round_trips, test_full_list_reply_round_trip);
