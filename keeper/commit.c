@@ -108,6 +108,19 @@ static int make_control(const char *name, uint64_t bytes, int *out, char *why, s
 	return 0;
 }
 
+int commit_group_area(const char *name, uint64_t bytes, int *out, char *why, size_t why_size)
+{
+	/* The pages' memfd name as the memfd backend writes it (host-memfd.c:
+	 * 96 bytes, "mooncake-segment:LABEL|owner=PID"), whose label and owner
+	 * `list` reads: the same cut, so that a long name matches too. */
+	static const char pages_prefix[] = "mooncake-segment:";
+	char pages_name[96];
+
+	snprintf(pages_name, sizeof(pages_name), "%s%s%s|owner=%d", pages_prefix, "keep:", name,
+		 (int)getpid());
+	return make_control(pages_name + strlen(pages_prefix), bytes, out, why, why_size);
+}
+
 int commit_segment(const char *name, uint64_t alloc_size, uint64_t page_size, bool hugetlb,
 		   uint64_t control_bytes, struct kept_pages *out, char *why, size_t why_size)
 {

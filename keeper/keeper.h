@@ -80,6 +80,17 @@ struct kept_segment {
 	uint32_t commit_flags;	       /* its creator's reply flags once committed (replaced) */
 	bool creator_unseen;	       /* its creator's maps are unreadable (see handed_unseen) */
 	pid_t creator_pid;
+	uint64_t commit_group_bytes; /* its creator's group control area, made once committed; 0: none */
+	/* The control areas made for its last groups (CREATE with the group
+	 * control area flag), found again by JOIN with their token; a slot
+	 * whose token is 0 is empty.  Not stored, not saved: a restart of the
+	 * keeper forgets them. */
+	struct group_area {
+		uint64_t token;
+		int fd;
+		uint64_t bytes;
+	} groups[MC_KEEPER_GROUPS_PER_SEGMENT];
+	unsigned int groups_next; /* the slot the next group takes (the oldest) */
 };
 
 /* --- logging (log.c) ------------------------------------------------------- */
@@ -170,6 +181,12 @@ int commit_page_size(uint64_t requested, bool hugetlb, uint64_t *page_size, char
  * with @why (ENOMEM: no room, with the numbers). */
 int commit_segment(const char *name, uint64_t alloc_size, uint64_t page_size, bool hugetlb,
 		   uint64_t control_bytes, struct kept_pages *out, char *why, size_t why_size);
+/* A fresh control area of @bytes for a group of the kept segment @name
+ * (sealed against shrinking, growing and further seals, writable, zero),
+ * named as the library names its own, with the kept pages' label and this
+ * process as the owner, so that `list` finds a group's front.  0, or a
+ * negative errno with @why. */
+int commit_group_area(const char *name, uint64_t bytes, int *out, char *why, size_t why_size);
 
 /* --- committer threads (committer.c) --------------------------------------- */
 

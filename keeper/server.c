@@ -350,7 +350,13 @@ static void clean_text(char *text)
 			text[i] = '?';
 }
 
-/* Send @rep (with @fds when it is a successful CREATE); false: close the connection. */
+/* The replies that hand a segment: CREATE's and JOIN's. */
+static bool hands_descriptors(uint16_t type)
+{
+	return type == (MC_KEEPER_CREATE | MC_KEEPER_REPLY) || type == (MC_KEEPER_JOIN | MC_KEEPER_REPLY);
+}
+
+/* Send @rep (with @fds when it is a successful CREATE or JOIN); false: close the connection. */
 static bool send_reply(struct connection *c, struct mc_keeper_reply *rep, const int fds[2])
 {
 	union {
@@ -365,7 +371,7 @@ static bool send_reply(struct connection *c, struct mc_keeper_reply *rep, const 
 	clean_text(rep->text);
 	/* Who the caller is here: a client in a user namespace of its own
 	 * compares the owner with this, not with its own uid. */
-	if (rep->type == (MC_KEEPER_CREATE | MC_KEEPER_REPLY))
+	if (hands_descriptors(rep->type))
 		rep->caller_uid = (uint32_t)c->peer.uid;
 	len = mc_keeper_reply_encode(rep, out_buffer, sizeof(out_buffer), why, sizeof(why));
 	if (len < 0) {
@@ -374,7 +380,7 @@ static bool send_reply(struct connection *c, struct mc_keeper_reply *rep, const 
 	}
 	iov.iov_base = out_buffer;
 	iov.iov_len = (size_t)len;
-	if (rep->status == 0 && rep->type == (MC_KEEPER_CREATE | MC_KEEPER_REPLY))
+	if (rep->status == 0 && hands_descriptors(rep->type))
 		count = rep->descriptors;
 	if (count) {
 		struct cmsghdr *cmsg;

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -173,6 +174,9 @@ static void free_segment(struct kept_segment *seg)
 		service_remove(name);
 		close(seg->control_fd);
 	}
+	for (unsigned int i = 0; i < MC_KEEPER_GROUPS_PER_SEGMENT; i++)
+		if (seg->groups[i].token)
+			close(seg->groups[i].fd);
 	/* The kernel keeps the pages while any process still maps them. */
 	if (seg->pages_fd >= 0)
 		close(seg->pages_fd);
@@ -491,6 +495,13 @@ static void hex(const uint8_t *bytes, size_t len, char *out, size_t size)
 
 /* The first field of @req that differs from @seg's, with its sentence in
  * @rep; MC_KEEPER_FIELD_NONE when the declarations agree. */
+/* The control area a CREATE asks the segment to keep: none when it asks
+ * for one of its group's. */
+static uint64_t kept_control_bytes(const struct mc_keeper_request *req)
+{
+	return (req->flags & MC_KEEPER_CREATE_GROUP_CONTROL) ? 0 : req->control_bytes;
+}
+
 static uint16_t compare(const struct kept_segment *seg, const struct mc_keeper_request *req,
 			uint64_t page_size, struct mc_keeper_reply *rep)
 {
@@ -543,11 +554,11 @@ static uint16_t compare(const struct kept_segment *seg, const struct mc_keeper_r
 		       req->world_size, fix);
 		return MC_KEEPER_FIELD_WORLD_SIZE;
 	}
-	if (req->control_bytes != r->control_bytes) {
+	if (kept_control_bytes(req) != r->control_bytes) {
 		refuse(rep, EEXIST, MC_KEEPER_FIELD_CONTROL_BYTES,
 		       "'%s' is kept with a control area of %" PRIu64 " bytes, this create asks %" PRIu64
-		       "; %s",
-		       r->name, r->control_bytes, req->control_bytes, fix);
+		       " (0: its groups' own); %s",
+		       r->name, r->control_bytes, kept_control_bytes(req), fix);
 		return MC_KEEPER_FIELD_CONTROL_BYTES;
 	}
 	if (req->sharing != r->sharing || req->gid != r->gid) {
@@ -559,8 +570,39 @@ static uint16_t compare(const struct kept_segment *seg, const struct mc_keeper_r
 	return MC_KEEPER_FIELD_NONE;
 }
 
-static void reply_create(const struct kept_segment *seg, uint32_t flags, struct mc_keeper_reply *rep,
-			 int fds[2])
+/* A fresh control area of @bytes for a new group of @seg, in its oldest
+ * group's slot: the group's token, or 0 with the refusal in @rep. */
+static uint64_t new_group(struct kept_segment *seg, uint64_t bytes, struct mc_keeper_reply *rep)
+{
+	struct group_area *g = &seg->groups[seg->groups_next];
+	char why[MC_KEEPER_TEXT_MAX + 1];
+	uint64_t token = 0;
+	int fd, err;
+
+	err = commit_group_area(seg->record.name, bytes, &fd, why, sizeof(why));
+	while (!err && !token)
+		if (getrandom(&token, sizeof(token), 0) != (ssize_t)sizeof(token)) {
+			snprintf(why, sizeof(why), "getrandom: %s", strerror(errno));
+			close(fd);
+			err = -EAGAIN;
+		}
+	if (err) {
+		refuse(rep, -err, 0, "the keeper cannot make a control area for a group of '%s': %s",
+		       seg->record.name, why);
+		return 0;
+	}
+	/* The oldest group's ranks keep what they mapped; only a JOIN to it fails now. */
+	if (g->token)
+		close(g->fd);
+	*g = (struct group_area){ token, fd, bytes };
+	seg->groups_next = (seg->groups_next + 1) % MC_KEEPER_GROUPS_PER_SEGMENT;
+	return token;
+}
+
+/* The reply that hands @seg, with the control area of the group of
+ * @group (0: the segment's own, if it keeps one). */
+static void reply_pages(const struct kept_segment *seg, uint32_t flags, const struct group_area *group,
+			struct mc_keeper_reply *rep, int fds[2])
 {
 	const struct mc_keeper_segment *r = &seg->record;
 
@@ -568,12 +610,32 @@ static void reply_create(const struct kept_segment *seg, uint32_t flags, struct 
 	rep->generation = r->generation;
 	rep->size = r->size;
 	rep->page_size = r->page_size;
-	rep->control_bytes = r->control_bytes;
 	rep->attach_flags = flags | (seg->hugetlb ? MC_KEEPER_ATTACH_HUGETLB : 0);
 	rep->owner_uid = r->owner_uid;
-	rep->descriptors = seg->control_fd >= 0 ? 2 : 1;
 	fds[0] = seg->pages_fd;
-	fds[1] = seg->control_fd;
+	if (group) {
+		rep->control_bytes = group->bytes;
+		rep->group_token = group->token;
+		fds[1] = group->fd;
+	} else {
+		rep->control_bytes = r->control_bytes;
+		fds[1] = seg->control_fd;
+	}
+	rep->descriptors = fds[1] >= 0 ? 2 : 1;
+}
+
+/* A CREATE's reply: with a new group's control area of @group_bytes, not 0. */
+static void reply_create(struct kept_segment *seg, uint32_t flags, uint64_t group_bytes,
+			 struct mc_keeper_reply *rep, int fds[2])
+{
+	unsigned int slot = seg->groups_next;
+
+	if (!group_bytes) {
+		reply_pages(seg, flags, NULL, rep, fds);
+		return;
+	}
+	if (new_group(seg, group_bytes, rep))
+		reply_pages(seg, flags, &seg->groups[slot], rep, fds);
 }
 
 /* Bytes and segments kept, released-but-mapped ones included: in all, and
@@ -724,7 +786,7 @@ uint64_t store_commit_done(struct commit_job *job, struct mc_keeper_reply *rep, 
 	save();
 	keeper_log("kept '%s' (%" PRIu64 " bytes, generation %" PRIu64 ") for uid %u", seg->record.name,
 		   seg->record.size, generation, seg->record.owner_uid);
-	reply_create(seg, seg->commit_flags, rep, fds);
+	reply_create(seg, seg->commit_flags, seg->commit_group_bytes, rep, fds);
 	return generation;
 }
 
@@ -778,11 +840,11 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	}
 	/* The control area is the library's small shared header (readiness,
 	 * slots); a huge one would be memory outside the room check. */
-	if (req->control_bytes > CONTROL_MAX) {
+	if (kept_control_bytes(req) > CONTROL_MAX) {
 		refuse(rep, EINVAL, 0,
 		       "a control area of %" PRIu64
 		       " bytes is more than the keeper keeps (%llu); ask for less",
-		       req->control_bytes, (unsigned long long)CONTROL_MAX);
+		       kept_control_bytes(req), (unsigned long long)CONTROL_MAX);
 		return answered;
 	}
 	if (req->size > UINT64_MAX - page_size) {
@@ -790,7 +852,7 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 		return answered;
 	}
 	alloc_size = (req->size + page_size - 1) / page_size * page_size;
-	need = alloc_size + req->control_bytes;
+	need = alloc_size + kept_control_bytes(req);
 	if (need < alloc_size ||
 	    (conf->budget_bytes && (need > conf->budget_bytes - kept || kept > conf->budget_bytes))) {
 		refuse(rep, ENOSPC, 0,
@@ -828,7 +890,7 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	seg->record.fingerprint = req->fingerprint;
 	seg->record.size = alloc_size;
 	seg->record.page_size = page_size;
-	seg->record.control_bytes = req->control_bytes;
+	seg->record.control_bytes = kept_control_bytes(req);
 	seg->record.generation = next_generation++;
 	seg->record.created = (uint64_t)now.tv_sec;
 	seg->record.world_size = req->world_size;
@@ -843,6 +905,8 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	seg->last_mapped_ns = monotonic_ns();
 	seg->committing = job;
 	seg->commit_flags = flags;
+	/* A group's control area is not the segment's: made once it is kept. */
+	seg->commit_group_bytes = (req->flags & MC_KEEPER_CREATE_GROUP_CONTROL) ? req->control_bytes : 0;
 	seg->creator_unseen = !peer_visible(peer);
 	seg->creator_pid = peer->pid;
 	committing_count++;
@@ -850,7 +914,7 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	memcpy(job->name, req->name, sizeof(job->name));
 	job->alloc_size = alloc_size;
 	job->page_size = page_size;
-	job->control_bytes = req->control_bytes;
+	job->control_bytes = kept_control_bytes(req);
 	job->hugetlb = hugetlb;
 	job->owner_uid = owner;
 	err = committer_submit(job, why, sizeof(why));
@@ -923,7 +987,9 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 		keeper_log("attached uid %u to '%s' (generation %" PRIu64 ", %s)", (unsigned)peer->uid,
 			   req->name, seg->record.generation,
 			   behind_commit ? "cold, behind its create" : "warm");
-		reply_create(seg, behind_commit ? 0 : MC_KEEPER_ATTACH_WARM, rep, fds);
+		reply_create(seg, behind_commit ? 0 : MC_KEEPER_ATTACH_WARM,
+			     (req->flags & MC_KEEPER_CREATE_GROUP_CONTROL) ? req->control_bytes : 0, rep,
+			     fds);
 		return answered;
 	}
 	if (!(req->flags & MC_KEEPER_CREATE_REPLACE))
@@ -946,6 +1012,58 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 	keeper_log("replaced '%s' (generation %" PRIu64 ") for uid %u: a new declaration", req->name,
 		   generation, (unsigned)peer->uid);
 	return create_new(req, peer, page_size, MC_KEEPER_ATTACH_REPLACED, rep);
+}
+
+/* A rank that cannot reach its group's owner: the pages of the generation
+ * the owner took and the control area the keeper made for that group. */
+static void handle_join(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+			struct mc_keeper_reply *rep, int fds[2])
+{
+	size_t first = bound(req->name, req->owner_uid, false), end = bound(req->name, req->owner_uid, true);
+	struct kept_segment *seg = NULL;
+	const struct group_area *group = NULL;
+
+	if (first == end) {
+		refuse(rep, ENOENT, 0, "uid %u keeps no segment '%s'", (unsigned)req->owner_uid, req->name);
+		return;
+	}
+	for (size_t i = first; i < end && !seg; i++)
+		if (table[i]->record.generation == req->generation)
+			seg = table[i];
+	if (!seg) {
+		const struct kept_segment *now = table[end - 1];
+
+		if (may_attach(now, peer, rep))
+			refuse(rep, ESTALE, 0,
+			       "uid %u's '%s' is at generation %" PRIu64
+			       " now, the group's owner took %" PRIu64
+			       ": it was released or replaced since; form the group again",
+			       (unsigned)req->owner_uid, req->name, now->record.generation, req->generation);
+		return;
+	}
+	if (!may_attach(seg, peer, rep))
+		return;
+	if (seg->committing) {
+		refuse(rep, EBUSY, 0, "'%s' (generation %" PRIu64 ") is still being committed; ask again",
+		       req->name, req->generation);
+		return;
+	}
+	for (unsigned int i = 0; i < MC_KEEPER_GROUPS_PER_SEGMENT && !group; i++)
+		if (seg->groups[i].token == req->token)
+			group = &seg->groups[i];
+	if (!group) {
+		refuse(rep, ESTALE, 0,
+		       "'%s' (generation %" PRIu64 ") has no group control area with token %016" PRIx64
+		       ": the keeper restarted since the group's owner created it, or more than %d groups "
+		       "were formed since; form the group again",
+		       req->name, req->generation, req->token, MC_KEEPER_GROUPS_PER_SEGMENT);
+		return;
+	}
+	seg->last_mapped_ns = monotonic_ns();
+	note_peer(seg, peer);
+	keeper_log("joined uid %u to '%s' (generation %" PRIu64 ") for a rank that cannot reach its owner",
+		   (unsigned)peer->uid, req->name, req->generation);
+	reply_pages(seg, 0, group, rep, fds);
 }
 
 /* @owner's @name, or NULL with ENOENT in @rep. */
@@ -1079,6 +1197,9 @@ struct store_wait store_handle(const struct mc_keeper_request *req, const struct
 		break;
 	case MC_KEEPER_RELEASE:
 		handle_release(req, peer, rep);
+		break;
+	case MC_KEEPER_JOIN:
+		handle_join(req, peer, rep, fds);
 		break;
 	default:
 		refuse(rep, EPROTO, 0, "keeper request: type %u is not served here", (unsigned)req->type);

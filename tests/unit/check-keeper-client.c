@@ -56,6 +56,7 @@ enum fake_mode {
 	JOIN_RIGHT,	       /* as asked */
 	JOIN_OTHER_GENERATION, /* ... but of generation 42 */
 	JOIN_STALE,	       /* refused with ESTALE */
+	JOIN_OWNERS,	       /* the very files the last KEPT_RIGHT create handed */
 };
 
 struct fake_keeper {
@@ -64,6 +65,8 @@ struct fake_keeper {
 	int listener;
 	enum fake_mode mode;
 	pthread_t thread;
+	bool remember; /* keep copies of what a create hands (pages, group area) in handed, for JOIN_OWNERS */
+	int handed[2];
 };
 
 static struct fake_keeper fake;
@@ -134,6 +137,26 @@ static void fake_kept_pages(const struct mc_keeper_request *req, struct mc_keepe
 	if (fake.mode == KEPT_GROUP_WRITTEN)
 		ck_assert_int_eq(pwrite(fds[1], "MCCT", 4, 0), 4);
 	ck_assert_int_eq(fcntl(fds[1], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+	for (int i = 0; i < 2 && fake.remember; i++)
+		fake.handed[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+}
+
+/* JOIN_OWNERS: the files the last create handed, as a keeper finds them again. */
+static void fake_join_owners(struct mc_keeper_reply *made, int *fds)
+{
+	struct stat pages, area;
+
+	ck_assert_int_eq(fstat(fake.handed[0], &pages), 0);
+	ck_assert_int_eq(fstat(fake.handed[1], &area), 0);
+	made->generation = 41;
+	made->size = (uint64_t)pages.st_size;
+	made->page_size = 4096;
+	made->control_bytes = (uint64_t)area.st_size;
+	made->owner_uid = made->caller_uid = (uint32_t)geteuid();
+	made->descriptors = 2;
+	made->group_token = 0x5eed;
+	for (int i = 0; i < 2; i++)
+		fds[i] = fcntl(fake.handed[i], F_DUPFD_CLOEXEC, 0);
 }
 
 /* The reply @mode makes to @req, with the descriptors to attach. */
@@ -152,6 +175,9 @@ static size_t fake_reply(const struct mc_keeper_request *req, uint8_t *out, int 
 		made.keeper_pid = (uint32_t)getpid();
 		made.instance = 0x1234;
 		made.message_max = MC_KEEPER_MESSAGE_MAX;
+	} else if (req->type == MC_KEEPER_JOIN && fake.mode == JOIN_OWNERS) {
+		fake_join_owners(&made, fds);
+		*nfds = 2;
 	} else if (req->type == MC_KEEPER_JOIN && fake.mode == JOIN_STALE) {
 		made.status = ESTALE;
 		snprintf(made.text, sizeof(made.text), "'%s' is at generation 42 now", req->name);
@@ -562,6 +588,68 @@ START_TEST(test_a_join_takes_what_it_asked_for_and_nothing_else)
 }
 END_TEST
 
+/* A peer whose routes to its owner fail (here: the owner finished, so it
+ * serves nothing) asks the keeper, and keeps only the owner's own files. */
+static int join_after_the_owner_finished(enum fake_mode join_mode, char *owner_base_out, char *peer_base_out)
+{
+	struct mooncake_segment_options o, p;
+	struct mooncake_segment *owner, *peer;
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	int rc;
+
+	mooncake_segment_options_init(&o);
+	o.world_size = 2;
+	o.keep_name = "kv";
+	p = o;
+	p.rank_id = 1;
+	fake.remember = true;
+	fake_keeper_start(KEPT_RIGHT);
+	setenv("MOONCAKE_SEGMENT_KEEPER", fake.path, 1);
+	ck_assert_msg(mooncake_segment_create("kv", 4 << 20, &o, &owner, blobs) == 0, "%s",
+		      mooncake_segment_last_error());
+	fake_keeper_stop();
+	ck_assert_int_eq(
+		mooncake_segment_create("kv", 4 << 20, &p, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE), 0);
+	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+	((char *)mooncake_segment_base(owner))[5] = 'j';
+	ck_assert_int_eq(mooncake_segment_finish(owner), 0);
+	fake_keeper_start(join_mode);
+	setenv("MOONCAKE_SEGMENT_KEEPER", fake.path, 1);
+	rc = mooncake_segment_complete(peer, blobs, sizeof(blobs));
+	unsetenv("MOONCAKE_SEGMENT_KEEPER");
+	fake_keeper_stop();
+	if (rc == 0) {
+		((char *)mooncake_segment_base(peer))[6] = 'p';
+		*owner_base_out = ((char *)mooncake_segment_base(owner))[6];
+		*peer_base_out = ((char *)mooncake_segment_base(peer))[5];
+	}
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+	for (int i = 0; i < 2; i++)
+		close(fake.handed[i]);
+	fake.remember = false;
+	return rc;
+}
+
+START_TEST(test_a_peer_that_cannot_reach_its_owner_joins_through_the_keeper)
+{
+	char seen_by_owner = 0, seen_by_peer = 0;
+	int before = count_fds();
+
+	ck_assert_msg(join_after_the_owner_finished(JOIN_OWNERS, &seen_by_owner, &seen_by_peer) == 0, "%s",
+		      mooncake_segment_last_error());
+	ck_assert_int_eq(seen_by_peer, 'j');
+	ck_assert_int_eq(seen_by_owner, 'p');
+	ck_assert_int_eq(count_fds(), before);
+	/* A keeper that hands other files than the owner's handle names is refused, both causes named. */
+	ck_assert_int_ne(join_after_the_owner_finished(JOIN_RIGHT, &seen_by_owner, &seen_by_peer), 0);
+	ck_assert_msg(strstr(mooncake_segment_last_error(), "the node keeper could not hand them either") &&
+			      strstr(mooncake_segment_last_error(), "pages that is not the owner's"),
+		      "%s", mooncake_segment_last_error());
+	ck_assert_int_eq(count_fds(), before);
+}
+END_TEST
+
 static Suite *suite_keeper_client(void)
 {
 	Suite *s = suite_create("keeper-client");
@@ -583,6 +671,7 @@ static Suite *suite_keeper_client(void)
 	tcase_add_test(tc, test_create_refuses_kept_pages_it_cannot_trust);
 	tcase_add_test(tc, test_the_join_offer_in_the_handle_round_trips_and_refuses_junk);
 	tcase_add_test(tc, test_a_join_takes_what_it_asked_for_and_nothing_else);
+	tcase_add_test(tc, test_a_peer_that_cannot_reach_its_owner_joins_through_the_keeper);
 	suite_add_tcase(s, tc);
 	return s;
 }
