@@ -243,10 +243,12 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 	return 0;
 }
 
-/* Two descriptors a segment and one a connection: take the hard limit. */
+/* Two descriptors a segment, one for each group control area it
+ * remembers, and one a connection: take the hard limit. */
 static void raise_file_limit(const struct keeper_config *config)
 {
-	uint64_t want = 2 * (uint64_t)config->max_segments + config->max_connections + 64;
+	uint64_t want = (2 + MC_KEEPER_GROUPS_PER_SEGMENT) * (uint64_t)config->max_segments +
+			config->max_connections + 64;
 	struct rlimit limit;
 
 	if (getrlimit(RLIMIT_NOFILE, &limit) != 0)

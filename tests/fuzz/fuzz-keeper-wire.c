@@ -126,6 +126,19 @@ int main(int argc, char **argv)
 	q.owner_given = true;
 	q.owner_uid = 1000;
 	write_seed(dir, "request-create-owner", out, mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
+	/* The library's own: a fresh control area for its group. */
+	q.owner_given = false;
+	q.owner_uid = 0;
+	q.flags |= MC_KEEPER_CREATE_GROUP_CONTROL;
+	write_seed(dir, "request-create-group", out, mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
+	memset(&q, 0, sizeof(q));
+	q.type = MC_KEEPER_JOIN;
+	snprintf(q.name, sizeof(q.name), "%s", "kv-cache");
+	q.owner_given = true;
+	q.owner_uid = 1000;
+	q.generation = 3;
+	q.token = UINT64_C(0x5eed5eed5eed5eed);
+	write_seed(dir, "request-join", out, mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
 	for (unsigned int i = 0; i < 3; i++) {
 		char file[64];
 
@@ -160,6 +173,11 @@ int main(int argc, char **argv)
 	reply.caller_uid = 100000;
 	reply.descriptors = 2;
 	write_seed(dir, "reply-create", out, mc_keeper_reply_encode(&reply, out, sizeof(out), NULL, 0));
+	reply.group_token = UINT64_C(0x5eed5eed5eed5eed);
+	write_seed(dir, "reply-create-group", out, mc_keeper_reply_encode(&reply, out, sizeof(out), NULL, 0));
+	reply.type = MC_KEEPER_REPLY | MC_KEEPER_JOIN;
+	reply.attach_flags = MC_KEEPER_ATTACH_HUGETLB;
+	write_seed(dir, "reply-join", out, mc_keeper_reply_encode(&reply, out, sizeof(out), NULL, 0));
 
 	memset(&reply, 0, sizeof(reply));
 	reply.type = MC_KEEPER_REPLY | MC_KEEPER_CREATE;

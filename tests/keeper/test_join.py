@@ -21,11 +21,12 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from test_keeper import Keeper  # noqa: E402
+from test_keeper import BUILDDIR, Keeper  # noqa: E402
 
 from mooncake._segment import SharedSegment  # noqa: E402
 
 SIZE = 8 << 20
+TOOL = BUILDDIR / "tools" / "mooncake-segment"
 OWNER_MARK = b"owner-wrote-this"
 PEER_MARK = b"peer-wrote-this!"
 
@@ -98,6 +99,13 @@ def test_a_rank_in_other_pid_and_network_namespaces_joins_through_the_keeper(kee
         assert report["ready_bytes"] == SIZE
         assert report["warm"] is False
         assert "for a rank that cannot reach its owner" in keeper.text(), keeper.text()
+        # list finds the group's front in the keeper's area, beside the kept pages.
+        listed = subprocess.run([str(TOOL), "list", "--json"], capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        kept = [s for s in json.loads(listed.stdout)["segments"] if s["label"] == "keep:ns-join"]
+        assert len(kept) == 1 and kept[0]["kept"], listed.stdout
+        assert kept[0]["front"] and kept[0]["front"]["state"] == "committed", kept[0]
+        assert kept[0]["slots"] == 2, kept[0]
     finally:
         rank.end()
         view.release()

@@ -30,10 +30,10 @@ if not KEEPER.exists():
     pytest.skip(f"{KEEPER} is not built (run make first)", allow_module_level=True)
 
 MAGIC = 0x504B434D
-HELLO, CREATE, LIST, RELEASE, STAT = 1, 2, 3, 4, 5
+HELLO, CREATE, LIST, RELEASE, STAT, JOIN = 1, 2, 3, 4, 5, 6
 REPLY = 0x8000
 MESSAGE_MAX = 16384
-F_HUGETLB, F_REPLACE, F_ATTACH_ONLY, F_CREATE_ONLY = 1, 2, 4, 8
+F_HUGETLB, F_REPLACE, F_ATTACH_ONLY, F_CREATE_ONLY, F_GROUP_CONTROL = 1, 2, 4, 8, 16
 WARM, ATTACH_HUGETLB, REPLACED = 1, 2, 4
 FREED, DEFERRED = 1, 2
 SHARE_UID, SHARE_GROUP, SHARE_ANY = 0, 1, 2
@@ -43,9 +43,10 @@ MIB = 1 << 20
 HEADER = struct.Struct("<IHHII")
 CREATE_FIXED = struct.Struct("<QQQQIIBB2xIHHI")  # ..., sharing, owner given, gid, lengths, owner uid
 NAMED_FIXED = struct.Struct("<HBxI")  # name length, owner given, owner uid
+JOIN_FIXED = struct.Struct("<QQIH2x")  # generation, token, owner uid, name length
 REPLY_FIXED = struct.Struct("<IHH")
 HELLO_BODY = struct.Struct("<HHIQIIII")
-CREATE_BODY = struct.Struct("<QQQQIIB3xI")
+CREATE_BODY = struct.Struct("<QQQQIIB3xIQ")  # JOIN's too
 RELEASE_BODY = struct.Struct("<QII")
 LIST_BODY = struct.Struct("<HHI")
 RECORD = struct.Struct("<QQQQQQIIIBBHHHIII")
@@ -98,6 +99,11 @@ def named_request(kind, name, owner=None):
     return message(kind, NAMED_FIXED.pack(len(name), owner is not None, owner or 0) + name)
 
 
+def join_request(name, owner, generation, token):
+    name = name.encode()
+    return message(JOIN, JOIN_FIXED.pack(generation, token, owner, len(name)) + name)
+
+
 class Reply:
     def __init__(self, data, fds):
         magic, version, self.type, length, self.sequence = HEADER.unpack_from(data)
@@ -121,7 +127,7 @@ class Reply:
                 self.flags,
                 _,
             ) = HELLO_BODY.unpack_from(body)
-        elif kind == CREATE:
+        elif kind in (CREATE, JOIN):
             (
                 self.generation,
                 self.size,
@@ -131,6 +137,7 @@ class Reply:
                 self.uid,
                 self.descriptors,
                 self.caller_uid,
+                self.token,
             ) = CREATE_BODY.unpack_from(body)
             assert len(fds) == self.descriptors
         elif kind == RELEASE:
