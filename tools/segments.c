@@ -127,18 +127,21 @@ static void derive(int procfd, struct segment *s)
 	s->kept = !strncmp(s->label, KEPT_LABEL_PREFIX, strlen(KEPT_LABEL_PREFIX));
 }
 
-static bool has_process(const struct segment *s, pid_t pid)
+static bool maps_it(const struct segment *s, pid_t pid)
 {
 	for (unsigned int i = 0; i < s->nprocs; i++)
 		if (s->procs[i].pid == pid)
-			return true;
+			return s->procs[i].maps;
 	return false;
 }
 
-/* @c is @s's control area by its name and where it was found. */
+/* @c is @s's control area by its name and where it was found: in a process
+ * that maps the segment, a rank of its group.  The node keeper holds the
+ * areas of a kept segment's last groups without mapping the pages: a group
+ * gone says nothing of the segment. */
 static bool control_of(const struct segment *s, const struct segment_control *c)
 {
-	return c->named_owner == s->named_owner && !strcmp(c->label, s->label) && has_process(s, c->pid);
+	return c->named_owner == s->named_owner && !strcmp(c->label, s->label) && maps_it(s, c->pid);
 }
 
 /* @s's front from the first of its control areas that opens and has its
