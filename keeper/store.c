@@ -493,8 +493,6 @@ static void hex(const uint8_t *bytes, size_t len, char *out, size_t size)
 		snprintf(out, size, "(none)");
 }
 
-/* The first field of @req that differs from @seg's, with its sentence in
- * @rep; MC_KEEPER_FIELD_NONE when the declarations agree. */
 /* The control area a CREATE asks the segment to keep: none when it asks
  * for one of its group's. */
 static uint64_t kept_control_bytes(const struct mc_keeper_request *req)
@@ -502,6 +500,14 @@ static uint64_t kept_control_bytes(const struct mc_keeper_request *req)
 	return (req->flags & MC_KEEPER_CREATE_GROUP_CONTROL) ? 0 : req->control_bytes;
 }
 
+/* The fresh control area a CREATE asks for its group: 0 when none. */
+static uint64_t group_control_bytes(const struct mc_keeper_request *req)
+{
+	return (req->flags & MC_KEEPER_CREATE_GROUP_CONTROL) ? req->control_bytes : 0;
+}
+
+/* The first field of @req that differs from @seg's, with its sentence in
+ * @rep; MC_KEEPER_FIELD_NONE when the declarations agree. */
 static uint16_t compare(const struct kept_segment *seg, const struct mc_keeper_request *req,
 			uint64_t page_size, struct mc_keeper_reply *rep)
 {
@@ -906,7 +912,7 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	seg->committing = job;
 	seg->commit_flags = flags;
 	/* A group's control area is not the segment's: made once it is kept. */
-	seg->commit_group_bytes = (req->flags & MC_KEEPER_CREATE_GROUP_CONTROL) ? req->control_bytes : 0;
+	seg->commit_group_bytes = group_control_bytes(req);
 	seg->creator_unseen = !peer_visible(peer);
 	seg->creator_pid = peer->pid;
 	committing_count++;
@@ -987,8 +993,7 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 		keeper_log("attached uid %u to '%s' (generation %" PRIu64 ", %s)", (unsigned)peer->uid,
 			   req->name, seg->record.generation,
 			   behind_commit ? "cold, behind its create" : "warm");
-		reply_create(seg, behind_commit ? 0 : MC_KEEPER_ATTACH_WARM,
-			     (req->flags & MC_KEEPER_CREATE_GROUP_CONTROL) ? req->control_bytes : 0, rep,
+		reply_create(seg, behind_commit ? 0 : MC_KEEPER_ATTACH_WARM, group_control_bytes(req), rep,
 			     fds);
 		return answered;
 	}

@@ -276,7 +276,6 @@ int mc_keep_acquire(const struct mooncake_segment_options *opt, uint64_t layout_
 
 	if (!rep)
 		return mc_segment_error(ENOMEM, "out of memory");
-	snprintf(keep->name, sizeof(keep->name), "%s", opt->keep_name);
 	fill_request(opt, layout_fingerprint, size, page_size, control_bytes, &req);
 	err = mc_keeper_open(&conn, NULL, CONNECT_TIMEOUT_MS);
 	/* fork() may run while the keeper commits; no child ever holds the pages. */
