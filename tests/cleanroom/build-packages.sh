@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Build the Debian and RPM packages, with their tests, the way the
-# distributions do: in a minimal Debian 12 root holding only the declared
-# Build-Depends, as an unprivileged user.
+# distributions do: in a plain chroot of a minimal Debian 12 root holding only
+# the declared Build-Depends.  The debs build as root, as pbuilder and a
+# newcomer's container do (a chroot refuses some namespaces even to root: the
+# tests that need them must skip, not fail); the rpms as the unprivileged
+# user "builder", as mock and sbuild do (the root-only tests skip there).
 #
-#   tests/cleanroom/build-packages.sh [SOURCE-DIR] [--tarball FILE] [--as-root] [--keep] [--no-rpm]
+#   tests/cleanroom/build-packages.sh [SOURCE-DIR] [--tarball FILE] [--as-root|--as-user] [--keep] [--no-rpm]
 #
 # 1. the cached buildd root (make-root.sh) is unpacked into a scratch dir;
 # 2. a copy of the source goes in (a git tree: its tracked and untracked,
 #    not ignored files; otherwise the --tarball, else the whole directory);
 # 3. `apt-get build-dep ./` installs exactly debian/control's Build-Depends;
-# 4. `dpkg-buildpackage -us -uc -b` runs with its tests (dh_auto_test) as the
-#    user "builder", as sbuild does (--as-root: as root);
+# 4. `dpkg-buildpackage -us -uc -b` runs with its tests (dh_auto_test) as
+#    root (--as-user: as "builder");
 # 5. `rpm` is added, and `rpmbuild -ta --nodeps` runs with %check on the dist
-#    tarball (--tarball FILE, or one made by `make dist` inside the root).
+#    tarball (--tarball FILE, or one made by `make dist` inside the root) as
+#    "builder" (--as-root: as root).
 # Each step is timed; a failing step shows the tail of its log.  Ends with
 # one "PASS|FAIL clean room: ..." line per package build (a failed deb build
 # does not stop the rpm build); the exit status is non-zero if any failed.  The scratch dir is removed unless --keep.
@@ -21,11 +25,12 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-tarball='' as_root='' keep='' rpm=yes
+tarball='' deb_user=root rpm_user=builder keep='' rpm=yes
 while [ $# -gt 0 ]; do
 	case $1 in
 	--tarball) tarball=$(realpath "$2") && shift ;;
-	--as-root) as_root=yes ;;
+	--as-root) deb_user=root rpm_user=root ;;
+	--as-user) deb_user=builder rpm_user=builder ;;
 	--keep) keep=yes ;;
 	--no-rpm) rpm= ;;
 	-*) echo "build-packages.sh: unknown option $1" >&2 && exit 2 ;;
@@ -93,7 +98,13 @@ cleanup() {
 trap cleanup EXIT
 in_root() { "$here/enter-root.sh" "$root" "$@"; }
 as_builder() {
-	if [ -n "$as_root" ]; then in_root "$@"; else "$here/enter-root.sh" --user 1000 "$root" "$@"; fi
+	"$here/enter-root.sh" --user 1000 "$root" "$@"
+}
+# as USER COMMAND...: run as root or as "builder".
+as() {
+	local user=$1
+	shift
+	if [ "$user" = root ]; then in_root "$@"; else as_builder "$@"; fi
 }
 
 step "base root (cached tarball)"
@@ -135,9 +146,9 @@ in_root sh -c 'apt-get update -q && cd /build/deb/mooncake-segment &&
 }
 echo "  $(($(in_root dpkg-query -W -f '.\n' | wc -l) - before)) packages added to the base root"
 
-step "dpkg-buildpackage -us -uc -b (with dh_auto_test)"
-deb_name="dpkg-buildpackage -us -uc -b with its tests, only the Build-Depends"
-if as_builder sh -c 'cd /build/deb/mooncake-segment && nice dpkg-buildpackage -us -uc -b' >"$work/deb.log" 2>&1; then
+step "dpkg-buildpackage -us -uc -b (with dh_auto_test) as $deb_user"
+deb_name="dpkg-buildpackage -us -uc -b with its tests as $deb_user in a chroot, only the Build-Depends"
+if as "$deb_user" sh -c 'cd /build/deb/mooncake-segment && nice dpkg-buildpackage -us -uc -b' >"$work/deb.log" 2>&1; then
 	grep -E '^# (TOTAL|PASS|SKIP|FAIL|ERROR):' "$work/deb.log" | sed 's/^/  /' || true
 	find "$root/build/deb" -maxdepth 1 -name '*.deb' | sed 's,.*/,  ,'
 	result PASS "$deb_name"
@@ -148,7 +159,7 @@ fi
 
 if [ -n "$rpm" ]; then
 	step "install rpm"
-	rpm_name="rpmbuild -ta --nodeps with %check, only the Build-Depends and rpm"
+	rpm_name="rpmbuild -ta --nodeps with %check as $rpm_user in a chroot, only the Build-Depends and rpm"
 	in_root sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends rpm' \
 		>"$work/rpm-install.log" 2>&1 || {
 		failed "$work/rpm-install.log"
@@ -165,8 +176,8 @@ if [ -n "$rpm" ]; then
 			exit 1
 		}
 	fi
-	step "rpmbuild -ta --nodeps (with %check)"
-	if as_builder sh -c 'nice rpmbuild -ta --nodeps --define "_topdir /build/rpm" /build/mooncake-segment-*.tar.*' \
+	step "rpmbuild -ta --nodeps (with %check) as $rpm_user"
+	if as "$rpm_user" sh -c 'nice rpmbuild -ta --nodeps --define "_topdir /build/rpm" /build/mooncake-segment-*.tar.*' \
 		>"$work/rpm.log" 2>&1; then
 		grep -E '^# (TOTAL|PASS|SKIP|FAIL|ERROR):' "$work/rpm.log" | sed 's/^/  /' || true
 		find "$root/build/rpm/RPMS" "$root/build/rpm/SRPMS" -name '*.rpm' | sed 's,.*/,  ,'

@@ -11,7 +11,6 @@ otherwise."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import namespace_probe  # noqa: E402
 from test_keeper import BUILDDIR, Keeper  # noqa: E402
 
 from mooncake._segment import SharedSegment  # noqa: E402
@@ -33,10 +33,7 @@ PEER_MARK = b"peer-wrote-this!"
 
 @pytest.fixture
 def keeper():
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the rank runs in new PID and network namespaces (unshare)")
-    if not shutil.which("unshare"):
-        pytest.skip("needs unshare(1) from util-linux to run the rank in new namespaces")
+    namespace_probe.require("--pid", "--net", "--fork", why="the rank runs in new PID and network namespaces")
     k = Keeper()
     yield k
     k.stop()

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+import namespace_probe
+
 BUILDDIR = Path(os.environ.get("MOONCAKE_SEGMENT_BUILDDIR", Path(__file__).resolve().parents[2]))
 KEEPER = BUILDDIR / "keeper" / "mooncake-segmentd"
 if not KEEPER.exists():
@@ -735,11 +737,10 @@ def test_mapper_scans_are_cached_for_reports_and_fresh_once_per_request_for_deci
 
 
 def test_a_segment_handed_to_a_peer_the_keeper_cannot_see_is_never_replaced_or_idle_freed(make_keeper):
-    if os.getuid() != 0:
-        pytest.skip("needs root to run the keeper in a PID namespace of its own (unshare --pid)")
+    namespace_probe.require(
+        "--pid", "--mount-proc", "--fork", why="the keeper runs in a PID namespace and /proc of its own"
+    )
     unshare = shutil.which("unshare")
-    if not unshare:
-        pytest.skip("needs util-linux's unshare to run the keeper in another PID namespace")
     # The keeper in a PID namespace (and /proc) of its own: this test's
     # process is pid 0 to it, and its maps are out of the keeper's sight.
     k = make_keeper("--idle-timeout", "1", prefix=(unshare, "--pid", "--mount-proc", "--kill-child"))

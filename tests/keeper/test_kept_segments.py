@@ -24,6 +24,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import namespace_probe  # noqa: E402
 from test_keeper import STAT, Keeper, named_request  # noqa: E402
 
 from mooncake.shared_segment import SharedSegmentError, create_shared_segment  # noqa: E402
@@ -411,7 +412,8 @@ def in_user_namespace(keeper, **kwargs):
     return json.loads(data)
 
 
-def test_a_client_in_a_user_namespace_of_its_own_is_served(keeper, root_only):
+def test_a_client_in_a_user_namespace_of_its_own_is_served(keeper):
+    namespace_probe.require("--user", why="a client runs in a user namespace of its own")
     made = in_user_namespace(keeper, keep="kv-userns")
     assert made.get("error") is None, made
     assert made["uid"] == NS_UID and not made["warm"] and made["generation"]
