@@ -111,6 +111,19 @@ void keeper_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* keeper_say() at KEEPER_LOG_DEBUG, only when MOONCAKE_SEGMENTD_DEBUG=1. */
 void keeper_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A budget of lines for one kind of event, so that a client looping on a
+ * refused request cannot flood the journal: at most KEEPER_LOG_BURST lines
+ * a minute, then, with the next line allowed, how many were left out. */
+#define KEEPER_LOG_BURST 10
+struct keeper_log_limit {
+	uint64_t window_start_ns;
+	unsigned int said;
+	unsigned int left_out;
+};
+/* keeper_say() at @priority if @limit allows it now. */
+void keeper_say_limited(struct keeper_log_limit *limit, int priority, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* --- the socket and the loop (server.c) ------------------------------------ */
 
 /* Who is at the other end of a connection, from SO_PEERCRED and

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "keeper.h"
@@ -68,5 +69,32 @@ void keeper_debug(const char *fmt, ...)
 		return;
 	va_start(ap, fmt);
 	keeper_vsay(KEEPER_LOG_DEBUG, fmt, ap);
+	va_end(ap);
+}
+
+void keeper_say_limited(struct keeper_log_limit *limit, int priority, const char *fmt, ...)
+{
+	const uint64_t window_ns = 60ULL * 1000000000ULL;
+	struct timespec ts;
+	uint64_t now;
+	va_list ap;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	if (!limit->window_start_ns || now - limit->window_start_ns >= window_ns) {
+		limit->window_start_ns = now;
+		limit->said = 0;
+	}
+	if (limit->said >= KEEPER_LOG_BURST) {
+		limit->left_out++;
+		return;
+	}
+	limit->said++;
+	if (limit->left_out) {
+		keeper_say(priority, "(%u more such lines left out in the last minute)", limit->left_out);
+		limit->left_out = 0;
+	}
+	va_start(ap, fmt);
+	keeper_vsay(priority, fmt, ap);
 	va_end(ap);
 }

@@ -321,14 +321,10 @@ int main(int argc, char **argv)
 	}
 	if (bound_here)
 		lstat(config.socket_path, &bound);
-	if (!service_can_store())
-		keeper_log(
-			"no service manager's descriptor store: a restart of the keeper frees every kept "
-			"segment that no process maps (run it under systemd with FileDescriptorStoreMax=)");
 	if (config.budget_bytes)
 		snprintf(budget, sizeof(budget), "%" PRIu64 " bytes", config.budget_bytes);
 	keeper_log("listening on %s (pid %d, budget %s, at most %u segments)",
-		   bound_here ? config.socket_path : "the passed socket", (int)getpid(), budget,
+		   bound_here ? config.socket_path : "the socket the service manager passed", (int)getpid(), budget,
 		   config.max_segments);
 	service_ready("listening");
 	err = server_run(&config, listen_fd, signal_fd);

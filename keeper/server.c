@@ -143,7 +143,6 @@ int server_listen(const struct keeper_config *config, bool *bound_here)
 			keeper_log("cannot make the passed socket non-blocking: %s", strerror(-err));
 			return err;
 		}
-		keeper_log("listening on the socket the service manager passed");
 		return fd;
 	}
 	if (strlen(config->socket_path) >= sizeof(addr.sun_path)) {
@@ -415,6 +414,19 @@ static void reply_error(struct connection *c, uint32_t sequence, int status, con
 
 static bool answer(struct connection *c, const struct mc_keeper_request *req, bool behind_commit);
 
+/* A create refused for a limit (--budget, --uid-budget, --max-segments,
+ * --uid-max-segments) is what an operator looks for when an engine comes up
+ * cold: one line, with who asked, and never a flood. */
+static void log_refused_room(const struct connection *c, const struct mc_keeper_request *req,
+			     const struct mc_keeper_reply *rep)
+{
+	static struct keeper_log_limit limit;
+
+	if (req->type == MC_KEEPER_CREATE && (rep->status == ENOSPC || rep->status == EMFILE))
+		keeper_say_limited(&limit, KEEPER_LOG_WARNING, "refused a create of uid %u (pid %d): %s",
+				   (unsigned)c->peer.uid, (int)c->peer.pid, rep->text);
+}
+
 /* Read and answer one request; false: close the connection. */
 static bool serve(struct connection *c)
 {
@@ -469,6 +481,7 @@ static bool answer(struct connection *c, const struct mc_keeper_request *req, bo
 		fds[0] = fds[1] = -1;
 	} else {
 		wait = store_handle(req, &c->peer, behind_commit, &rep, fds);
+		log_refused_room(c, req, &rep);
 	}
 	if (!wait.generation)
 		return send_reply(c, &rep, fds);

@@ -125,9 +125,7 @@ int service_start(void)
 		free(names[i]);
 	free(names);
 
-	if (listen_fd >= 0)
-		keeper_say(KEEPER_LOG_INFO,
-			   "socket activation: listening on the socket systemd passed (fd %d)", listen_fd);
+	/* The socket itself is told once, by main()'s "listening on" line. */
 	if (passed_count)
 		keeper_say(KEEPER_LOG_INFO, "%zu descriptor%s from the descriptor store of the previous run",
 			   passed_count, passed_count == 1 ? "" : "s");
@@ -148,10 +146,13 @@ int service_start(void)
 			   can_store ? ": kept segments survive a restart of the keeper"
 				     : ": a restart of the keeper loses every kept segment");
 	} else {
+		/* systemd before 254 does not say: trust the unit (the shipped one
+		 * sets FileDescriptorStoreMax=; doc/keeper.md tells a unit of one's
+		 * own to), rather than hedge on every start. */
 		can_store = true;
-		keeper_say(KEEPER_LOG_INFO,
-			   "kept segments survive a restart of the keeper only if its unit sets "
-			   "FileDescriptorStoreMax= (mooncake-segmentd.service sets 4096)");
+		keeper_debug("the service manager does not say how many descriptors it stores ($FDSTORE, "
+			   "systemd 254 and later): kept segments survive a restart of the keeper if its "
+			   "unit sets FileDescriptorStoreMax=");
 	}
 	return err;
 }

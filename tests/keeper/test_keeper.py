@@ -302,7 +302,8 @@ def test_hello_names_the_keeper_and_its_limits(keeper):
     assert reply.version == 1 and reply.pid == keeper.proc.pid
     assert reply.message_max == MESSAGE_MAX and reply.kept == 0
     assert reply.flags == 0, "the stub service manager has no descriptor store"
-    assert "no service manager's descriptor store" in keeper.text()
+    # Said once, by the part that knows (service.c), not again by main().
+    assert keeper.text().count("a restart of the keeper loses every kept segment") == 1, keeper.text()
 
 
 def test_create_then_a_second_create_attaches_warm_and_sees_the_pattern(keeper):
@@ -599,6 +600,14 @@ def test_the_budget_refuses_with_enospc_naming_it(make_keeper):
     over = k.ask(create_request("b2", size=4 * MIB))
     assert over.status == errno.ENOSPC and "--budget" in over.text, over.text
     k.alive()
+    # The operator sees it too, with who asked: one line a refusal...
+    said = [line for line in k.text().splitlines() if "refused a create" in line]
+    assert len(said) == 1 and f"uid {os.getuid()} (pid {os.getpid()})" in said[0] and "'b2'" in said[0], said
+    # ...and never a flood from a client that loops on it.
+    for _ in range(30):
+        assert k.ask(create_request("b2", size=4 * MIB)).status == errno.ENOSPC
+    said = [line for line in k.text().splitlines() if "refused a create" in line]
+    assert len(said) == 10, said
 
 
 def test_sizes_past_the_hosts_room_are_refused_not_killed(keeper):
@@ -622,6 +631,7 @@ def test_the_segment_limit_refuses_with_emfile(make_keeper):
         r.close_fds()
     over = k.ask(create_request("m3", size=4096))
     assert over.status == errno.EMFILE and "--max-segments" in over.text
+    assert "refused a create of uid" in k.text() and "--max-segments" in k.text()
 
 
 SEGMENT_RELEASED = 2
