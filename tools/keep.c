@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * mooncake-segment keep list|stat|release: the node keeper's segments
+ * mooncake-segment keep health|list|stat|release: the node keeper and its segments
  * (mooncake-segmentd(8)), asked over its socket with the library's client
  * (route/keeper-client.h, in the library's private node).  A table or JSON
  * (doc/keep-json.md).  The keeper decides who may see and release what.
@@ -36,10 +36,12 @@ struct keep_config {
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"Usage: %s keep list [--json] [--socket PATH]\n"
+		"Usage: %s keep health [--json] [--socket PATH]\n"
+		"       %s keep list [--json] [--socket PATH]\n"
 		"       %s keep stat NAME [--owner UID] [--json] [--socket PATH]\n"
 		"       %s keep release NAME [--owner UID] [--socket PATH]\n\n"
 		"The segments the node keeper (mooncake-segmentd) holds past their ranks.\n\n"
+		"  health             does the keeper answer? (exit 0 when it does: a health check)\n"
 		"  list               every kept segment this user may see\n"
 		"  stat NAME          one kept segment\n"
 		"  release NAME       free it now, or with its last mapping when ranks still map it\n"
@@ -47,7 +49,7 @@ static void usage(FILE *out)
 		"  --json             machine-readable (schema: doc/keep-json.md)\n"
 		"  --socket PATH      the keeper's socket (default: $MOONCAKE_SEGMENT_KEEPER or\n"
 		"                     " MC_KEEPER_DEFAULT_SOCKET ")\n",
-		PROGRAM, PROGRAM, PROGRAM);
+		PROGRAM, PROGRAM, PROGRAM, PROGRAM);
 }
 
 static const char *sharing_name(uint8_t sharing)
@@ -125,6 +127,38 @@ static void table_row(FILE *out, const struct mc_keeper_segment *s, time_t now)
 		s->flags & MC_KEEPER_SEGMENT_RELEASED ? " (released)" : "");
 }
 
+/* The keeper itself, from its HELLO reply: the "keeper" object of doc/keep-json.md. */
+static void json_keeper(FILE *out, const struct mc_keeper_conn *conn, const struct mc_keeper_reply *hello)
+{
+	fputs("{\"socket\": ", out);
+	json_string(out, conn->path);
+	fprintf(out, ", \"pid\": %u, \"instance\": \"%016" PRIx64 "\", \"survives_restart\": %s, \"kept\": %u}",
+		(unsigned)hello->keeper_pid, hello->instance,
+		hello->hello_flags & MC_KEEPER_HELLO_FDSTORE ? "true" : "false", (unsigned)hello->kept);
+}
+
+/* A health check's question (a liveness probe, ExecStartPost=, a script):
+ * does the keeper answer, now?  0 with one line (or object), else 1 with
+ * the reason. */
+static int keep_health(struct mc_keeper_conn *conn, const struct keep_config *cfg)
+{
+	static struct mc_keeper_reply rep;
+	struct mc_keeper_request req = { .type = MC_KEEPER_HELLO };
+	int ret = ask(conn, "health", &req, &rep);
+
+	if (ret)
+		return ret;
+	if (cfg->json) {
+		json_keeper(stdout, conn, &rep);
+		fputc('\n', stdout);
+	} else {
+		printf("keeper pid %u at %s answers: %u kept segment%s; its own restart %s them\n",
+		       (unsigned)rep.keeper_pid, conn->path, (unsigned)rep.kept, rep.kept == 1 ? "" : "s",
+		       rep.hello_flags & MC_KEEPER_HELLO_FDSTORE ? "keeps" : "LOSES");
+	}
+	return 0;
+}
+
 static int keep_list(struct mc_keeper_conn *conn, const struct keep_config *cfg)
 {
 	static struct mc_keeper_reply rep; /* 13 KB of records: not on the stack */
@@ -136,13 +170,9 @@ static int keep_list(struct mc_keeper_conn *conn, const struct keep_config *cfg)
 	if (ret)
 		return ret;
 	if (cfg->json) {
-		fputs("{\"keeper\": {\"socket\": ", stdout);
-		json_string(stdout, conn->path);
-		fprintf(stdout,
-			", \"pid\": %u, \"instance\": \"%016" PRIx64
-			"\", \"survives_restart\": %s},\n \"segments\": [",
-			(unsigned)rep.keeper_pid, rep.instance,
-			rep.hello_flags & MC_KEEPER_HELLO_FDSTORE ? "true" : "false");
+		fputs("{\"keeper\": ", stdout);
+		json_keeper(stdout, conn, &rep);
+		fputs(",\n \"segments\": [", stdout);
 	} else {
 		printf("keeper pid %u at %s; its own restart %s kept segments\n", (unsigned)rep.keeper_pid,
 		       conn->path, rep.hello_flags & MC_KEEPER_HELLO_FDSTORE ? "keeps" : "LOSES");
@@ -283,12 +313,13 @@ int cmd_keep(int argc, char **argv)
 		return 2;
 	}
 	command = argv[optind++];
-	if (strcmp(command, "list") != 0 && strcmp(command, "stat") != 0 && strcmp(command, "release") != 0) {
-		fprintf(stderr, "%s keep: unknown command '%s'; use list, stat or release\n", PROGRAM,
+	if (strcmp(command, "list") != 0 && strcmp(command, "stat") != 0 && strcmp(command, "release") != 0 &&
+	    strcmp(command, "health") != 0) {
+		fprintf(stderr, "%s keep: unknown command '%s'; use health, list, stat or release\n", PROGRAM,
 			command);
 		return 2;
 	}
-	if (strcmp(command, "list") != 0) {
+	if (strcmp(command, "list") != 0 && strcmp(command, "health") != 0) {
 		if (optind >= argc) {
 			fprintf(stderr, "%s keep %s: give the segment's NAME\n", PROGRAM, command);
 			return 2;
@@ -301,10 +332,8 @@ int cmd_keep(int argc, char **argv)
 		fprintf(stderr, "%s keep %s: unexpected argument '%s'\n", PROGRAM, command, argv[optind]);
 		return 2;
 	}
-	if (cfg.owner_given && !strcmp(command, "list")) {
-		fprintf(stderr,
-			"%s keep list: --owner is for stat and release; list shows every owner you may see\n",
-			PROGRAM);
+	if (cfg.owner_given && (!strcmp(command, "list") || !strcmp(command, "health"))) {
+		fprintf(stderr, "%s keep %s: --owner is for stat and release\n", PROGRAM, command);
 		return 2;
 	}
 	if (cfg.json && !strcmp(command, "release")) {
@@ -315,7 +344,9 @@ int cmd_keep(int argc, char **argv)
 		fprintf(stderr, "%s keep %s: %s\n", PROGRAM, command, mooncake_segment_last_error());
 		return 1;
 	}
-	if (!strcmp(command, "list"))
+	if (!strcmp(command, "health"))
+		ret = keep_health(&conn, &cfg);
+	else if (!strcmp(command, "list"))
 		ret = keep_list(&conn, &cfg);
 	else if (!strcmp(command, "stat"))
 		ret = keep_stat(&conn, &cfg, name);

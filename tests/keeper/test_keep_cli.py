@@ -122,3 +122,20 @@ def test_bad_names_and_no_keeper_are_clear_errors(keeper, tmp_path):
     usage = keep("frobnicate")
     assert usage.returncode == 2 and "unknown command 'frobnicate'" in usage.stderr
     assert keep("release", "kv", "--json").returncode == 2
+
+
+def test_health_says_whether_the_keeper_answers_for_a_probe(keeper, tmp_path):
+    make(keeper, "kv-health", size=MIB)
+    up = keep("health", "--socket", str(keeper.path))
+    assert up.returncode == 0, up.stderr
+    assert (
+        up.stdout
+        == f"keeper pid {keeper.proc.pid} at {keeper.path} answers: 1 kept segment; its own restart LOSES them\n"
+    )
+    doc = json.loads(keep("health", "--json", "--socket", str(keeper.path)).stdout)
+    assert doc["pid"] == keeper.proc.pid and doc["kept"] == 1 and doc["survives_restart"] is False
+    assert doc["instance"] == f"{keeper.ask(hello_request()).instance:016x}"
+    # A keeper that is not there fails the probe, with the reason.
+    down = keep("health", "--socket", str(tmp_path / "none.sock"))
+    assert down.returncode == 1 and "No node keeper answers" in down.stderr, down.stderr
+    assert keep("health", "--owner", "0", "--socket", str(keeper.path)).returncode == 2

@@ -217,7 +217,8 @@ crash_loop() {
 	stored=$(prop mooncake-segmentd.service NFileDescriptorStore)
 	echo "after 8 kill -9 and 8 restarts: $(prop mooncake-segmentd.service ActiveState), Result=$(prop mooncake-segmentd.service Result), $stored stored, socket $(prop mooncake-segmentd.socket ActiveState)"
 	[ "$(prop mooncake-segmentd.service ActiveState)" = active ] && [ "$stored" -ge 2 ] &&
-		[ "$(prop mooncake-segmentd.socket ActiveState)" = active ] && warm_and_intact
+		[ "$(prop mooncake-segmentd.socket ActiveState)" = active ] && in_root mooncake-segment keep health &&
+		warm_and_intact
 }
 check "a crash loop (8 kill -9, then 8 restarts, in seconds) never hits a start limit nor drops the store" crash_loop
 
