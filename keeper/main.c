@@ -324,8 +324,8 @@ int main(int argc, char **argv)
 	if (config.budget_bytes)
 		snprintf(budget, sizeof(budget), "%" PRIu64 " bytes", config.budget_bytes);
 	keeper_log("listening on %s (pid %d, budget %s, at most %u segments)",
-		   bound_here ? config.socket_path : "the socket the service manager passed", (int)getpid(), budget,
-		   config.max_segments);
+		   bound_here ? config.socket_path : "the socket the service manager passed", (int)getpid(),
+		   budget, config.max_segments);
 	service_ready("listening");
 	err = server_run(&config, listen_fd, signal_fd);
 	service_stopping();

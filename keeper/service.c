@@ -151,8 +151,8 @@ int service_start(void)
 		 * own to), rather than hedge on every start. */
 		can_store = true;
 		keeper_debug("the service manager does not say how many descriptors it stores ($FDSTORE, "
-			   "systemd 254 and later): kept segments survive a restart of the keeper if its "
-			   "unit sets FileDescriptorStoreMax=");
+			     "systemd 254 and later): kept segments survive a restart of the keeper if its "
+			     "unit sets FileDescriptorStoreMax=");
 	}
 	return err;
 }

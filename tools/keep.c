@@ -132,7 +132,8 @@ static void json_keeper(FILE *out, const struct mc_keeper_conn *conn, const stru
 {
 	fputs("{\"socket\": ", out);
 	json_string(out, conn->path);
-	fprintf(out, ", \"pid\": %u, \"instance\": \"%016" PRIx64 "\", \"survives_restart\": %s, \"kept\": %u}",
+	fprintf(out,
+		", \"pid\": %u, \"instance\": \"%016" PRIx64 "\", \"survives_restart\": %s, \"kept\": %u}",
 		(unsigned)hello->keeper_pid, hello->instance,
 		hello->hello_flags & MC_KEEPER_HELLO_FDSTORE ? "true" : "false", (unsigned)hello->kept);
 }
