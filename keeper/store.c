@@ -333,6 +333,26 @@ static void count_mappers(struct kept_segment **segs, size_t count)
 						  : segs[i]->mappers_seen;
 }
 
+/* The pages' (device, inode) into @seg's record, from the descriptor the
+ * keeper holds: what `mooncake-segment list` joins its scan by.  A memfd
+ * keeps both for its life, across the keeper's restarts too (the
+ * descriptor store holds the same file), where its name's "owner=PID"
+ * names the keeper that made it.  fstat() of an open memfd does not fail;
+ * if it did, the record says 0:0:0 (unknown) and list joins nothing. */
+static void identify(struct kept_segment *seg)
+{
+	struct stat st;
+
+	if (seg->pages_fd < 0 || fstat(seg->pages_fd, &st) != 0) {
+		seg->record.dev_major = seg->record.dev_minor = 0;
+		seg->record.ino = 0;
+		return;
+	}
+	seg->record.dev_major = major(st.st_dev);
+	seg->record.dev_minor = minor(st.st_dev);
+	seg->record.ino = (uint64_t)st.st_ino;
+}
+
 /* One scan of every segment, kept for STAT and LIST a short while (the
  * table's insert makes it stale: a new segment has no count), and forced at
  * most once per request or tick for what frees pages. */
@@ -772,6 +792,7 @@ uint64_t store_commit_done(struct commit_job *job, struct mc_keeper_reply *rep, 
 	}
 	seg->pages_fd = job->pages.pages_fd;
 	seg->control_fd = job->pages.control_fd;
+	identify(seg);
 	seg->committing = NULL;
 	committing_count--;
 	free(job);
@@ -1299,6 +1320,7 @@ int store_start(const struct keeper_config *config)
 			free_segment(seg);
 			continue;
 		}
+		identify(seg);
 		keeper_log("kept '%s' (%" PRIu64 " bytes, generation %" PRIu64
 			   ") for uid %u, from before the restart",
 			   seg->record.name, seg->record.size, seg->record.generation, seg->record.owner_uid);

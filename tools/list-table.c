@@ -138,7 +138,10 @@ void list_write_table(FILE *out, const struct segment_scan *scan)
 		write_kept(out, s);
 		if (s->has_front && s->slot_count)
 			fprintf(out, "; %u publish slot%s", s->slot_count, s->slot_count == 1 ? "" : "s");
-		if (s->named_owner >= 0 && s->owner < 0)
+		/* A kept segment the keeper described is the keeper's, whose pid
+		 * may not be the one its name carries (a restart since), and whom
+		 * the scan may not see (another user's process). */
+		if (s->named_owner >= 0 && s->owner < 0 && !s->has_keeper)
 			fprintf(out, "; owner pid %ld (its namespace) maps it no more", s->named_owner);
 		fputc('\n', out);
 		write_front(out, s);

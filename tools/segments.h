@@ -117,9 +117,10 @@ bool segments_scan(const char *proc, struct segment_scan *scan);
 void segments_free(struct segment_scan *scan);
 
 /* Join the node keeper's records (its socket @socket, NULL: the
- * library's default) to the kept segments of @scan, by name, size and the
- * keeper's pid.  A keeper that does not answer leaves them unjoined:
- * nothing is printed, scan->keeper_answered stays false. */
+ * library's default) to the kept segments of @scan, by the (device, inode)
+ * of the memfd (and its name), and make the keeper's process, where the
+ * scan sees it, their owner.  A keeper that does not answer leaves them
+ * unjoined: nothing is printed, scan->keeper_answered stays false. */
 void segments_join_keeper(struct segment_scan *scan, const char *socket);
 
 /* "LABEL|owner=PID (deleted)" -> label and owner pid (-1 when the name carries none). */

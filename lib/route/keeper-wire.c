@@ -36,8 +36,15 @@
 #define CREATE_BODY_BYTES  56 /* JOIN's too */
 #define RELEASE_BODY_BYTES 16
 #define LIST_BODY_BYTES	   8  /* then the records */
-#define RECORD_BYTES	   80 /* then the name, then the identity */
-_Static_assert(RECORD_BYTES == MC_KEEPER_RECORD_COMMON_BYTES + 12, "a record's fixed bytes moved");
+#define RECORD_BYTES	   96 /* then the name, then the identity */
+_Static_assert(RECORD_BYTES == MC_KEEPER_RECORD_COMMON_BYTES + 28, "a record's fixed bytes moved");
+/* The longest LIST reply (every name and identity at its longest, the
+ * longest sentence) is one message. */
+#define RECORD_MAX_BYTES (RECORD_BYTES + MC_KEEPER_NAME_MAX + MC_KEEPER_IDENTITY_MAX)
+_Static_assert(REPLY_PREFIX_BYTES + LIST_BODY_BYTES + MC_KEEPER_LIST_MAX * RECORD_MAX_BYTES +
+			       MC_KEEPER_TEXT_MAX <=
+		       MC_KEEPER_MESSAGE_MAX,
+	       "a full LIST reply must fit one message");
 
 /* Where a failure is reported, and with which errno: the encoders refuse a
  * struct with -EINVAL, the decoders a packet with -EPROTO. */
@@ -589,7 +596,8 @@ void mc_keeper_record_get_common(const uint8_t *in, struct mc_keeper_segment *s)
 }
 
 /* The wire's record: the common bytes, byte 61 reserved, the mappers, the
- * warm attaches and 4 reserved bytes, then the name and the identity. */
+ * warm attaches, 4 reserved bytes, the pages' device (major, minor) and
+ * inode, then the name and the identity. */
 static void put_record(uint8_t *out, const struct mc_keeper_segment *s)
 {
 	size_t name_len = strnlen(s->name, sizeof(s->name));
@@ -597,6 +605,9 @@ static void put_record(uint8_t *out, const struct mc_keeper_segment *s)
 	mc_keeper_record_put_common(out, s);
 	mc_put_le32(out + 68, s->mappers);
 	mc_put_le32(out + 72, s->warm_attaches);
+	mc_put_le32(out + 80, s->dev_major);
+	mc_put_le32(out + 84, s->dev_minor);
+	mc_put_le64(out + 88, s->ino);
 	memcpy(out + RECORD_BYTES, s->name, name_len);
 	memcpy(out + RECORD_BYTES + name_len, s->identity, s->identity_bytes);
 }
@@ -633,6 +644,9 @@ static long get_record(const struct report *r, const uint8_t *in, size_t avail, 
 	mc_keeper_record_get_common(in, s);
 	s->mappers = mc_get_le32(in + 68);
 	s->warm_attaches = mc_get_le32(in + 72);
+	s->dev_major = mc_get_le32(in + 80);
+	s->dev_minor = mc_get_le32(in + 84);
+	s->ino = mc_get_le64(in + 88);
 	if ((err = check_record(r, s, index)))
 		return err;
 	return (long)bytes;

@@ -159,6 +159,13 @@ struct mc_keeper_segment {
 	uint16_t flags;		/* MC_KEEPER_SEGMENT_* */
 	uint32_t mappers;	/* processes that map it, or MC_KEEPER_MAPPERS_UNKNOWN */
 	uint32_t warm_attaches; /* attaches that found it existing */
+	/* The pages' memfd as fstat() of the keeper's descriptor shows it, and
+	 * /proc/PID/maps and stat() in every process that maps or holds it: the
+	 * key `mooncake-segment list` joins the segments it scans by.  It
+	 * survives the keeper's restart (the descriptor store keeps the file),
+	 * where the "owner=PID" in the memfd's name does not.  All 0: unknown. */
+	uint32_t dev_major, dev_minor;
+	uint64_t ino;
 	uint16_t identity_bytes;
 	uint8_t identity[MC_KEEPER_IDENTITY_MAX];
 };

@@ -89,6 +89,9 @@ static void record(struct mc_keeper_segment *s, const char *name, uint16_t ident
 	s->flags = MC_KEEPER_SEGMENT_HUGETLB;
 	s->mappers = 4;
 	s->warm_attaches = 2;
+	s->dev_major = 0; /* a memfd's, as fstat() shows it: 0:1 on most kernels */
+	s->dev_minor = 1;
+	s->ino = 4242;
 	s->identity_bytes = identity_bytes;
 	memset(s->identity, 0xa5, identity_bytes);
 }

@@ -51,7 +51,7 @@ HELLO_BODY = struct.Struct("<HHIQIIII")
 CREATE_BODY = struct.Struct("<QQQQIIB3xIQ")  # JOIN's too
 RELEASE_BODY = struct.Struct("<QII")
 LIST_BODY = struct.Struct("<HHI")
-RECORD = struct.Struct("<QQQQQQIIIBBHHHIII")
+RECORD = struct.Struct("<QQQQQQIIIBBHHHIIIIIQ")
 
 
 def message(kind, body, sequence=7):
@@ -161,13 +161,14 @@ def parse_records(body, count):
     for _ in range(count):
         fields = RECORD.unpack_from(body, offset)
         fp, size, page, control, generation, created, world, uid, gid, sharing, _, nlen, ilen, flags = fields[:14]
-        mappers, warm, _ = fields[14:]
+        mappers, warm, _, dev_major, dev_minor, ino = fields[14:]
         offset += RECORD.size
         name = body[offset : offset + nlen].decode()
         offset += nlen + ilen
         records.append(
             dict(name=name, fingerprint=fp, size=size, page_size=page, control=control, generation=generation,
-                 world=world, uid=uid, sharing=sharing, flags=flags, mappers=mappers, warm=warm)
+                 world=world, uid=uid, sharing=sharing, flags=flags, mappers=mappers, warm=warm,
+                 dev=(dev_major, dev_minor), ino=ino)
         )  # fmt: skip
     return records
 

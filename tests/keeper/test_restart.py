@@ -10,10 +10,12 @@ starts with what the store kept, and the bytes, the generation and the
 declaration are all still there; what was released stays gone; new
 generations keep growing."""
 
+import json
 import mmap
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +35,7 @@ from test_keeper import (  # noqa: E402
     MIB,
     RELEASE,
     REPLY,
+    STAT,
     WARM,
     Client,
     as_other_uid,
@@ -247,3 +250,134 @@ def test_a_groups_kept_segment_survives_the_keepers_restart(managed, monkeypatch
     assert again.warm and again.keep_generation == generation, managed.text()
     assert bytes(again.buffers("kv")[2][-6:]) == b"stored"
     again.close()
+
+
+# --- mooncake-segment list after a restart ------------------------------------------------------
+
+TOOL = BUILDDIR / "tools" / "mooncake-segment"
+NOBODY = 65534
+
+
+def listed(keeper_path, *args, user=None):
+    """mooncake-segment list ARGS; as uid/gid @user (no supplementary groups) when given."""
+    env = dict(os.environ, MOONCAKE_SEGMENT_KEEPER=str(keeper_path))
+    ids = {} if user is None else dict(user=user, group=user, extra_groups=[])
+    done = subprocess.run([str(TOOL), "list", *args], env=env, capture_output=True, text=True, timeout=60, **ids)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def list_entry(keeper_path, name, user=None):
+    doc = json.loads(listed(keeper_path, "--json", user=user))
+    assert doc["keeper_answered"] is True, doc
+    (entry,) = [s for s in doc["segments"] if s["label"] == f"keep:{name}"]
+    return entry
+
+
+def warm_attaches_sample(text, label):
+    found = re.search(
+        rf'^mooncake_segment_keeper_warm_attaches{{segment="{re.escape(label)}",[^}}]*}} (\d+)$', text, re.M
+    )
+    return None if found is None else int(found.group(1))
+
+
+def assert_listed_with_its_record(keeper_path, name, generation, warm, uid, user=None):
+    """list --json, the table and --prometheus all show the keeper's record of keep:NAME."""
+    entry = list_entry(keeper_path, name, user)
+    assert entry["keeper"] is not None, f"list joined no keeper record to keep:{name}: {entry}"
+    assert (entry["keeper"]["generation"], entry["keeper"]["warm_attaches"], entry["keeper"]["uid"]) == (
+        generation,
+        warm,
+        uid,
+    ), entry
+    table = listed(keeper_path, user=user)
+    (detail,) = [line for line in table.splitlines() if line.startswith(f"keep:{name} (")]
+    assert f"kept by the node keeper, generation {generation}, {warm} warm attach" in detail, detail
+    assert "maps it no more" not in detail, detail
+    prom = listed(keeper_path, "--prometheus", user=user)
+    assert warm_attaches_sample(prom, f"keep:{name}") == warm, prom
+    return entry
+
+
+@pytest.mark.parametrize("how", ["crash", "restart"])
+def test_list_joins_a_kept_segment_to_its_record_after_the_keepers_restart(managed, monkeypatch, how):
+    """The new keeper has another pid than the one in the memfd's name: list joins by (device, inode)."""
+    from mooncake.shared_segment import create_shared_segment
+
+    monkeypatch.setenv("MOONCAKE_SEGMENT_KEEPER", str(managed.path))
+    blocks = {"kv": {"count": 4, "shape": (MIB,), "dtype": "uint8"}}
+    seg = create_shared_segment("kv", blocks, 1, 0, keep="kv-listed")
+    generation = seg.keep_generation
+    seg.close()
+    create_shared_segment("kv", blocks, 1, 0, keep="kv-listed").close()  # a warm attach
+    managed.manager.process_notifications(0.5)
+    first = managed.manager.process.pid
+    entry = assert_listed_with_its_record(managed.path, "kv-listed", generation, 1, os.geteuid())
+    assert entry["owner_pid"] == first and entry["owner_pid_in_namespace"] == first, entry
+
+    managed.manager.kill(9 if how == "crash" else 15)
+    managed.start()
+    second = managed.manager.process.pid
+    assert second != first
+
+    entry = assert_listed_with_its_record(managed.path, "kv-listed", generation, 1, os.geteuid())
+    # The pages' file is the one the first keeper made (its pid still in the name), held by the second.
+    assert entry["owner_pid_in_namespace"] == first and entry["owner_pid"] == second, entry
+    assert entry["file_bytes"] == 4 * MIB, entry
+    (record,) = managed.ask(named_request(STAT, "kv-listed")).segments
+    assert (record["dev"], record["ino"]) == (tuple(int(x) for x in entry["dev"].split(":")), entry["inode"])
+
+
+HOLDER = """
+import mmap, os, socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+sock.connect(sys.argv[1])
+sock.send(bytes.fromhex(sys.argv[2]))
+data, fds, _, _ = socket.recv_fds(sock, 16384, 4)
+status = int.from_bytes(data[16:20], "little")
+assert status == 0 and fds, data[24:]
+size = int.from_bytes(data[32:40], "little")
+view = mmap.mmap(fds[0], size)
+for fd in fds:
+    os.close(fd)
+view[:4] = b"mine"
+print(int.from_bytes(data[24:32], "little"), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_an_unprivileged_list_joins_its_own_kept_segment_after_the_keepers_restart(tmp_path):
+    """A user's list reads only its own processes' maps, never the keeper's descriptors: (device, inode) still joins."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to run a process and list as another uid")
+    where = Path(tempfile.mkdtemp(prefix="keeperd-list-"))  # every uid can reach it
+    os.chmod(where, 0o755)
+    managed = ManagedKeeper(where)
+    holder = None
+    try:
+        # Another uid's process maps its kept segment and holds no descriptor of it (a rank after finish()).
+        request = create_request("kv-nobody", size=4 * MIB).hex()
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(managed.path), request],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            user=NOBODY,
+            group=NOBODY,
+            extra_groups=[],
+        )
+        generation = int(holder.stdout.readline())
+        managed.manager.process_notifications(0.5)
+        assert_listed_with_its_record(managed.path, "kv-nobody", generation, 0, NOBODY, user=NOBODY)
+
+        managed.manager.kill(15)
+        managed.start()
+
+        entry = assert_listed_with_its_record(managed.path, "kv-nobody", generation, 0, NOBODY, user=NOBODY)
+        assert entry["mapped_processes"] == 1 and entry["owner_pid"] is None, entry
+    finally:
+        if holder is not None:
+            holder.stdin.close()
+            holder.wait(10)
+        managed.close()
+        shutil.rmtree(where, ignore_errors=True)

@@ -120,6 +120,9 @@ static void sample_record(struct mc_keeper_segment *s, const char *name)
 	s->flags = MC_KEEPER_SEGMENT_RELEASED;
 	s->mappers = 3;
 	s->warm_attaches = 12;
+	s->dev_major = 0;
+	s->dev_minor = 0x2a;
+	s->ino = UINT64_C(0x100000007);
 	s->identity_bytes = 3;
 	memcpy(s->identity, "abc", 3);
 }
@@ -140,6 +143,9 @@ static void assert_same_record(const struct mc_keeper_segment *a, const struct m
 	ck_assert_uint_eq(a->flags, b->flags);
 	ck_assert_uint_eq(a->mappers, b->mappers);
 	ck_assert_uint_eq(a->warm_attaches, b->warm_attaches);
+	ck_assert_uint_eq(a->dev_major, b->dev_major);
+	ck_assert_uint_eq(a->dev_minor, b->dev_minor);
+	ck_assert_uint_eq(a->ino, b->ino);
 	ck_assert_uint_eq(a->identity_bytes, b->identity_bytes);
 	ck_assert_mem_eq(a->identity, b->identity, a->identity_bytes);
 }
@@ -487,9 +493,14 @@ START_TEST(test_release_and_stat_replies_round_trip)
 	rep_in.segments[0].gid = 100;
 	rep_in.segments[0].mappers = MC_KEEPER_MAPPERS_UNKNOWN;
 	len = encode_reply(&rep_in, buf, sizeof(buf));
-	ck_assert_uint_eq(len, 24 + 80 + 2 + 3);
+	ck_assert_uint_eq(len, 24 + 96 + 2 + 3);
 	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
 	assert_same_record(&rep_out.segments[0], &rep_in.segments[0]);
+	/* Where the record's pages are: device major, minor, inode at 80, 84, 88. */
+	ck_assert_uint_eq(mc_get_le32(buf + 24 + 80), 0);
+	ck_assert_uint_eq(mc_get_le32(buf + 24 + 84), 0x2a);
+	ck_assert_uint_eq(mc_get_le64(buf + 24 + 88), UINT64_C(0x100000007));
+	ck_assert_mem_eq(buf + 24 + 96, "kv", 2);
 }
 END_TEST
 
@@ -899,18 +910,18 @@ static size_t list_of_two(uint8_t *buf)
 START_TEST(test_bad_list_replies)
 {
 	uint8_t buf[MC_KEEPER_MESSAGE_MAX];
-	const size_t rec0 = 24 + 8, rec1 = rec0 + 80 + 1 + 3;
+	const size_t rec0 = 24 + 8, rec1 = rec0 + 96 + 1 + 3;
 	size_t len;
 
 	len = list_of_two(buf);
-	ck_assert_uint_eq(len, rec1 + 80 + 1 + 3);
+	ck_assert_uint_eq(len, rec1 + 96 + 1 + 3);
 	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
 	/* Names out of order. */
-	buf[rec1 + 80] = '0';
+	buf[rec1 + 96] = '0';
 	reply_refused(buf, len,
 		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
 	/* One name of two owners: by owner uid, increasing, each once. */
-	buf[rec1 + 80] = 'a';
+	buf[rec1 + 96] = 'a';
 	reply_refused(buf, len,
 		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
 	mc_put_le32(buf + rec1 + 52, 1001);
@@ -926,25 +937,25 @@ START_TEST(test_bad_list_replies)
 	reply_refused(buf, len,
 		      "LIST records are not in increasing (name, owner uid, generation) order at record 1");
 	mc_put_le64(buf + rec1 + 32, 77);
-	buf[rec1 + 80] = 'b';
+	buf[rec1 + 96] = 'b';
 	/* One record more than there are. */
 	mc_put_le16(buf + 24, 3);
-	reply_refused(buf, len, "truncated: segment record 2 needs 80 bytes, 0 are left");
+	reply_refused(buf, len, "truncated: segment record 2 needs 96 bytes, 0 are left");
 	mc_put_le16(buf + 24, MC_KEEPER_LIST_MAX + 1);
 	reply_refused(buf, len, "LIST of 33 segments, 32 at most");
 	mc_put_le16(buf + 24, 2);
 	/* A record whose name runs past the packet. */
 	mc_put_le16(buf + rec1 + 62, 200);
-	reply_refused(buf, len, "length mismatch: segment record 1 declares 283 bytes, 84 are left");
+	reply_refused(buf, len, "length mismatch: segment record 1 declares 299 bytes, 100 are left");
 	mc_put_le16(buf + rec1 + 62, 1);
 	/* A record whose name is longer than a name may be, the lengths agreeing:
 	 * copied unchecked, it would run past the record's array. */
 	{
 		static uint8_t big[MC_KEEPER_MESSAGE_MAX];
-		size_t big_len = rec1 + 80 + 4000 + 3;
+		size_t big_len = rec1 + 96 + 4000 + 3;
 
-		memcpy(big, buf, rec1 + 80);
-		memset(big + rec1 + 80, 'z', 4000 + 3);
+		memcpy(big, buf, rec1 + 96);
+		memset(big + rec1 + 96, 'z', 4000 + 3);
 		mc_put_le16(big + rec1 + 62, 4000);
 		mc_put_le32(big + 8, (uint32_t)big_len);
 		reply_refused(big, big_len, "segment record 1: segment name is 4000 bytes, 255 at most");
@@ -960,9 +971,9 @@ START_TEST(test_bad_list_replies)
 	reply_refused(buf, len, "reserved bytes 28..31 are not zero");
 	buf[24 + 7] = 0;
 	/* A record's fields. */
-	buf[rec1 + 80] = '/';
+	buf[rec1 + 96] = '/';
 	reply_refused(buf, len, "segment record 1: segment name has '/' at byte 0");
-	buf[rec1 + 80] = 'b';
+	buf[rec1 + 96] = 'b';
 	mc_put_le16(buf + rec0 + 64, MC_KEEPER_IDENTITY_MAX + 1);
 	reply_refused(buf, len, "segment record 0: identity of 65 bytes, 64 at most");
 	mc_put_le16(buf + rec0 + 64, 3);
