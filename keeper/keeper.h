@@ -111,15 +111,22 @@ void keeper_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* keeper_say() at KEEPER_LOG_DEBUG, only when MOONCAKE_SEGMENTD_DEBUG=1. */
 void keeper_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* A budget of lines for one kind of event, so that a client looping on a
- * refused request cannot flood the journal: at most KEEPER_LOG_BURST lines
- * a minute, then, with the next line allowed, how many were left out. */
-#define KEEPER_LOG_BURST 10
+/* A budget of lines for one kind of event, so that a client that loops on
+ * a refused request, or a flood, cannot flood the journal: at most @burst
+ * lines in each @window_s seconds, then, before the next line allowed, one
+ * saying how many were left out.  One static limit per kind of event:
+ *   static struct keeper_log_limit limit = KEEPER_LOG_LIMIT(10, 60); */
 struct keeper_log_limit {
+	unsigned int burst;
+	unsigned int window_s;
 	uint64_t window_start_ns;
 	unsigned int said;
 	unsigned int left_out;
 };
+#define KEEPER_LOG_LIMIT(burst, window_s)    \
+	{                                    \
+		(burst), (window_s), 0, 0, 0 \
+	}
 /* keeper_say() at @priority if @limit allows it now. */
 void keeper_say_limited(struct keeper_log_limit *limit, int priority, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -74,7 +74,7 @@ void keeper_debug(const char *fmt, ...)
 
 void keeper_say_limited(struct keeper_log_limit *limit, int priority, const char *fmt, ...)
 {
-	const uint64_t window_ns = 60ULL * 1000000000ULL;
+	const uint64_t window_ns = (uint64_t)limit->window_s * 1000000000ULL;
 	struct timespec ts;
 	uint64_t now;
 	va_list ap;
@@ -85,13 +85,13 @@ void keeper_say_limited(struct keeper_log_limit *limit, int priority, const char
 		limit->window_start_ns = now;
 		limit->said = 0;
 	}
-	if (limit->said >= KEEPER_LOG_BURST) {
+	if (limit->said >= limit->burst) {
 		limit->left_out++;
 		return;
 	}
 	limit->said++;
 	if (limit->left_out) {
-		keeper_say(priority, "(%u more such lines left out in the last minute)", limit->left_out);
+		keeper_say(priority, "(%u more such lines left out before this one)", limit->left_out);
 		limit->left_out = 0;
 	}
 	va_start(ap, fmt);

@@ -59,8 +59,6 @@ struct connection {
 #define ACCEPTS_PER_TURN 16
 /* Out of descriptors, the listener is left out of poll() this long. */
 #define ACCEPT_BACKOFF_NS 100000000u
-/* A repeated complaint is logged once in this long. */
-#define LOG_EVERY_NS 10000000000u
 
 static struct connection *connections;
 static size_t connection_count;
@@ -240,26 +238,12 @@ static void refuse_rights(int fd)
 		keeper_log("cannot turn SO_PASSRIGHTS off: %s", strerror(errno));
 }
 
-/* Whether a complaint last logged at *@last is due again; counts the others in *@quiet. */
-static bool log_due(uint64_t *last, unsigned *quiet)
-{
-	uint64_t now = monotonic_ns();
-
-	if (*last && now - *last < LOG_EVERY_NS) {
-		(*quiet)++;
-		return false;
-	}
-	*last = now;
-	return true;
-}
-
 /* Out of descriptors: the listener stays readable, and poll() would return at
  * once for ever.  Close the connection at the head of the backlog with the
  * reserved descriptor, and leave the listener out of poll() a while. */
 static void out_of_descriptors(int listen_fd, int why)
 {
-	static uint64_t last;
-	static unsigned quiet;
+	static struct keeper_log_limit limit = KEEPER_LOG_LIMIT(1, 10);
 	int fd;
 
 	if (reserve_fd >= 0) {
@@ -270,19 +254,48 @@ static void out_of_descriptors(int listen_fd, int why)
 		reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	}
 	accept_paused_until_ns = monotonic_ns() + ACCEPT_BACKOFF_NS;
-	if (log_due(&last, &quiet)) {
-		keeper_log("cannot accept a connection: %s; closing new ones at once (%u more since the "
-			   "last report); raise the open file limit (LimitNOFILE=, ulimit -n) or lower "
-			   "--max-connections",
-			   strerror(why), quiet);
-		quiet = 0;
+	keeper_say_limited(&limit, KEEPER_LOG_WARNING,
+			   "cannot accept a connection: %s; closing new ones at once; raise the open file "
+			   "limit (LimitNOFILE=, ulimit -n) or lower --max-connections",
+			   strerror(why));
+}
+
+/* A connection the keeper will not serve: one ERROR of sequence 0 (no
+ * request has that number, so a client reads it as the keeper's refusal of
+ * the connection, not as the reply to its request), then the close.  The
+ * client sees why instead of "it stopped or restarted". */
+static bool send_reply(struct connection *c, struct mc_keeper_reply *rep, const int fds[2]);
+static void refuse_connection(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void refuse_connection(int fd, const char *fmt, ...)
+{
+	struct connection c = { .fd = fd };
+	const int none[2] = { -1, -1 };
+	struct mc_keeper_reply *rep = malloc(sizeof(*rep));
+	va_list ap;
+	char discard;
+
+	if (rep) {
+		memset(rep, 0, sizeof(*rep));
+		rep->type = MC_KEEPER_ERROR;
+		rep->sequence = 0;
+		rep->status = EUSERS;
+		va_start(ap, fmt);
+		vsnprintf(rep->text, sizeof(rep->text), fmt, ap);
+		va_end(ap);
+		send_reply(&c, rep, none);
+		free(rep);
 	}
+	/* A close with the client's request unread would reset the connection,
+	 * and the client would read that reset before the refusal. */
+	while (recv(fd, &discard, sizeof(discard), MSG_DONTWAIT) >= 0)
+		;
+	close(fd);
 }
 
 static void accept_all(int listen_fd, const struct keeper_config *config)
 {
-	static uint64_t last_over_uid;
-	static unsigned quiet_over_uid;
+	static struct keeper_log_limit over_uid = KEEPER_LOG_LIMIT(1, 10), over_all = KEEPER_LOG_LIMIT(1, 10);
 	int turn;
 
 	for (turn = 0; turn < ACCEPTS_PER_TURN; turn++) {
@@ -298,9 +311,8 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 				out_of_descriptors(listen_fd, errno);
 			return;
 		}
-		if (connection_count >= config->max_connections ||
-		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-			close(fd); /* over --max-connections: the client sees its end closed */
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+			close(fd);
 			continue;
 		}
 		for (i = 0; i < config->max_connections; i++) {
@@ -312,19 +324,29 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 			}
 		}
 		if (of_uid >= config->max_per_uid) {
-			/* Closed before any request: an ERROR now would answer none, and a
-			 * client would read it as a reply to its next one. */
-			close(fd);
-			if (log_due(&last_over_uid, &quiet_over_uid)) {
-				keeper_log("closed a connection of uid %u (pid %d): it has %u, the most "
-					   "--max-connections-per-uid allows (%u more since the last report)",
-					   (unsigned)cred.uid, (int)cred.pid, of_uid, quiet_over_uid);
-				quiet_over_uid = 0;
-			}
+			refuse_connection(fd,
+					  "uid %u has %u connections to the keeper, the most its "
+					  "--max-connections-per-uid allows; close some (a process per rank "
+					  "needs one only while it creates or joins), or raise "
+					  "--max-connections-per-uid",
+					  (unsigned)cred.uid, of_uid);
+			keeper_say_limited(&over_uid, KEEPER_LOG_WARNING,
+					   "refused a connection of uid %u (pid %d): it has %u, the most "
+					   "--max-connections-per-uid allows",
+					   (unsigned)cred.uid, (int)cred.pid, of_uid);
 			continue;
 		}
-		if (!c) {
-			close(fd);
+		if (connection_count >= config->max_connections || !c) {
+			refuse_connection(
+				fd,
+				"the keeper serves %zu connections, its --max-connections (uid %u has "
+				"%u of them); retry, or raise --max-connections",
+				connection_count, (unsigned)cred.uid, of_uid);
+			keeper_say_limited(
+				&over_all, KEEPER_LOG_WARNING,
+				"refused a connection of uid %u (pid %d): all %zu of --max-connections "
+				"are taken",
+				(unsigned)cred.uid, (int)cred.pid, connection_count);
 			continue;
 		}
 		refuse_rights(fd);
@@ -420,7 +442,7 @@ static bool answer(struct connection *c, const struct mc_keeper_request *req, bo
 static void log_refused_room(const struct connection *c, const struct mc_keeper_request *req,
 			     const struct mc_keeper_reply *rep)
 {
-	static struct keeper_log_limit limit;
+	static struct keeper_log_limit limit = KEEPER_LOG_LIMIT(10, 60);
 
 	if (req->type == MC_KEEPER_CREATE && (rep->status == ENOSPC || rep->status == EMFILE))
 		keeper_say_limited(&limit, KEEPER_LOG_WARNING, "refused a create of uid %u (pid %d): %s",

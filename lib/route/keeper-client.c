@@ -222,6 +222,42 @@ static int check_reply(const struct mc_keeper_request *req, const struct mc_keep
 	return -EPROTO;
 }
 
+/* A keeper refuses a connection it will not serve (its connection limits)
+ * with one ERROR of sequence 0, which no request has, then closes it
+ * (doc/keeper-protocol.md): that is the error, with the keeper's sentence. */
+static bool is_refusal(const struct mc_keeper_reply *rep)
+{
+	return rep->type == MC_KEEPER_ERROR && rep->sequence == 0;
+}
+
+static int refusal_error(const struct mc_keeper_conn *conn, const struct mc_keeper_reply *rep)
+{
+	return mc_error(rep->status ? (int)rep->status : EPROTO,
+			"The node keeper at %s refused the connection: %s", conn->path, rep->text);
+}
+
+/* The keeper closed the connection (a send or a receive failed with @err,
+ * 0 for the end): its refusal, if it left one to read (a reset is read
+ * before what is queued behind it); else the usual error for @err. */
+static int closed_error(struct mc_keeper_conn *conn, const struct mc_keeper_request *req, int err)
+{
+	struct mc_keeper_reply *rep = malloc(sizeof(*rep));
+	uint8_t *buf = malloc(MC_KEEPER_MESSAGE_MAX + 1);
+	int fds[2] = { -1, -1 }, ret;
+	bool extra = false;
+	char why[256];
+	ssize_t n = rep && buf ? receive(conn->fd, buf, MC_KEEPER_MESSAGE_MAX + 1, fds, &extra) : -ENOMEM;
+
+	close_fds(fds, 2);
+	if (n > 0 && mc_keeper_reply_decode(buf, (size_t)n, rep, why, sizeof(why)) == 0 && is_refusal(rep))
+		ret = refusal_error(conn, rep);
+	else
+		ret = exchange_error(conn, req, err);
+	free(rep);
+	free(buf);
+	return ret;
+}
+
 int mc_keeper_send(struct mc_keeper_conn *conn, struct mc_keeper_request *req, int timeout_ms)
 {
 	uint8_t *buf = malloc(MC_KEEPER_MESSAGE_MAX);
@@ -243,6 +279,8 @@ int mc_keeper_send(struct mc_keeper_conn *conn, struct mc_keeper_request *req, i
 	while (n < 0 && errno == EINTR);
 	err = n < 0 ? errno : 0;
 	free(buf);
+	if (err == EPIPE || err == ECONNRESET)
+		return closed_error(conn, req, err);
 	return err ? exchange_error(conn, req, err) : 0;
 }
 
@@ -282,10 +320,14 @@ int mc_keeper_receive(struct mc_keeper_conn *conn, const struct mc_keeper_reques
 	if (n <= 0) {
 		free(buf);
 		close_fds(fds, 2);
-		return exchange_error(conn, req, (int)-n);
+		return closed_error(conn, req, (int)-n);
 	}
 	err = mc_keeper_reply_decode(buf, (size_t)n, rep, why, sizeof(why));
 	free(buf);
+	if (!err && is_refusal(rep)) {
+		close_fds(fds, 2);
+		return refusal_error(conn, rep);
+	}
 	if (!err)
 		err = check_reply(req, rep, fds, extra, why, sizeof(why));
 	if (err) {

@@ -236,3 +236,46 @@ def test_max_connections_per_uid_is_an_option(make_keeper):
         c.close()
     bad = subprocess.run([str(KEEPER), "--max-connections-per-uid", "0"], capture_output=True, text=True, timeout=20)
     assert bad.returncode == 2 and "--max-connections-per-uid '0' is not a number from 1" in bad.stderr
+
+
+def test_a_connection_past_the_limits_is_told_why_not_that_the_keeper_restarted(make_keeper):
+    tool = Path(KEEPER).parents[1] / "tools" / "mooncake-segment"
+    k = make_keeper("--max-connections", "4", "--max-connections-per-uid", "2")
+    held = [k.client() for _ in range(2)]
+    assert all(answered(c) for c in held)
+    uid = os.geteuid()
+    # The CLI and the library name the limit, whose it is, and the fix.
+    listed = subprocess.run(
+        [str(tool), "keep", "list", "--socket", str(k.path)], capture_output=True, text=True, timeout=30
+    )
+    assert listed.returncode == 1, listed.stdout
+    assert (
+        f"refused the connection: uid {uid} has 2 connections to the keeper, the most its --max-connections-per-uid"
+        in listed.stderr
+    ), listed.stderr
+    assert "stopped or restarted" not in listed.stderr
+    env = dict(os.environ, MOONCAKE_SEGMENT_KEEPER=str(k.path))
+    code = (
+        "from mooncake.shared_segment import SharedSegmentError, create_shared_segment\n"
+        "try:\n"
+        "    create_shared_segment('kv', {'kv': {'count': 1, 'shape': (4096,), 'dtype': 'uint8'}}, 1, 0, keep='full')\n"
+        "except SharedSegmentError as e:\n"
+        "    print(e)\n"
+    )
+    made = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert made.stdout.startswith("Busy: ") and "--max-connections-per-uid" in made.stdout, made.stdout + made.stderr
+    # The node's limit, when every connection is taken by others' share too.
+    more = make_keeper("--max-connections", "2", "--max-connections-per-uid", "3")
+    full = [more.client() for _ in range(2)]
+    assert all(answered(c) for c in full)
+    listed = subprocess.run(
+        [str(tool), "keep", "list", "--socket", str(more.path)], capture_output=True, text=True, timeout=30
+    )
+    assert listed.returncode == 1 and "serves 2 connections, its --max-connections" in listed.stderr, listed.stderr
+    # Logged, at most once in 10 s per kind, however many are refused.
+    for _ in range(5):
+        subprocess.run([str(tool), "keep", "list", "--socket", str(k.path)], capture_output=True, timeout=30)
+    assert k.text().count("refused a connection of uid") == 1, k.text()
+    for c in held + full:
+        c.close()
+    k.alive()

@@ -19,7 +19,8 @@ PyObject *segment_error; /* made by PyInit__segment() */
  * InvalidArgument, a missing capability NotImplemented, and a failure of the
  * system or the runtime (no memory, a gone owner) Memory.  Ours: the publish
  * slots' refusals are Busy (a write in progress) and PermissionDenied (a
- * claim this rank does not hold), not a failure of memory; a kept
+ * claim this rank does not hold), not a failure of memory, and so is the
+ * keeper's refusal of a connection past its limits (EUSERS); a kept
  * segment's refusals (doc/keeper.md) are InvalidArgument (another
  * declaration), PermissionDenied (another user's) and NotFound (no keeper,
  * or attach only and absent).
@@ -42,6 +43,7 @@ static const char *status_code_name(int err)
 	case ENOSYS:
 		return "NotImplemented";
 	case EBUSY:
+	case EUSERS: /* the keeper's connection limits */
 		return "Busy";
 	case EPERM:
 	case EACCES: /* another user's kept segment */
