@@ -131,6 +131,15 @@ struct keeper_log_limit {
 void keeper_say_limited(struct keeper_log_limit *limit, int priority, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* --- ids the keeper cannot tell apart (user-namespace.c) ------------------- */
+
+/* Read whether the keeper runs in a user namespace other than the initial
+ * one, and its overflow ids; says so in the log when it does. */
+void user_namespace_start(void);
+/* Whether a client's @uid or @gid is what the keeper sees for every id
+ * outside its namespace's maps: such a client must be refused. */
+bool user_namespace_unmapped(uid_t uid, gid_t gid);
+
 /* --- the socket and the loop (server.c) ------------------------------------ */
 
 /* Who is at the other end of a connection, from SO_PEERCRED and

@@ -288,7 +288,7 @@ static void refuse_connection(int fd, const char *fmt, ...)
 	}
 	/* A close with the client's request unread would reset the connection,
 	 * and the client would read that reset before the refusal. */
-	while (recv(fd, &discard, sizeof(discard), MSG_DONTWAIT) >= 0)
+	while (recv(fd, &discard, sizeof(discard), MSG_DONTWAIT) > 0)
 		;
 	close(fd);
 }

@@ -6,6 +6,7 @@ connect flood past the open file limit does not make the keeper spin, and
 the socket gets its mode at bind, never by a chmod of its path.  The real
 built daemon runs on a temporary socket (test_keeper.py's Keeper)."""
 
+import errno
 import os
 import shutil
 import signal
@@ -19,15 +20,26 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_keeper import KEEPER, Client, Keeper, hello_request, listening  # noqa: E402
+import namespace_probe  # noqa: E402
+from test_keeper import (  # noqa: E402
+    KEEPER,
+    LIST,
+    MIB,
+    Client,
+    Keeper,
+    create_request,
+    hello_request,
+    listening,
+    named_request,
+)  # noqa: E402
 
 
 @pytest.fixture
 def make_keeper():
     made = []
 
-    def make(*args):
-        made.append(Keeper(*args))
+    def make(*args, **kwargs):
+        made.append(Keeper(*args, **kwargs))
         return made[-1]
 
     yield make
@@ -279,3 +291,34 @@ def test_a_connection_past_the_limits_is_told_why_not_that_the_keeper_restarted(
     for c in held + full:
         c.close()
     k.alive()
+
+
+# --- a keeper in a user namespace ------------------------------------------------
+
+
+def test_a_keeper_in_a_user_namespace_refuses_the_users_it_cannot_tell_apart(make_keeper):
+    namespace_probe.require("--user", "--map-root-user", why="the keeper runs in a user namespace of its own")
+    # As `unshare -U -r` (or PrivateUsers=yes) runs it: only root is mapped,
+    # every other uid is the overflow uid 65534 to the keeper.
+    k = make_keeper(prefix=(shutil.which("unshare"), "--user", "--map-root-user"))
+    assert "running in a user namespace" in k.text()
+    mine = k.ask(create_request("a-secret", size=MIB))
+    assert mine.status == 0, mine.text
+    mine.close_fds()
+
+    def lists():
+        with Client(k.path) as c:
+            try:
+                c.send(named_request(LIST, ""))
+            except BrokenPipeError:
+                pass  # refused and closed before the request went: the refusal is there to read
+            reply = c.receive()
+            return "%d %s" % (reply.status, reply.text)
+
+    for uid in (1000, 1001):
+        said = as_uid(uid, lists)
+        assert said.startswith("%d " % errno.EUSERS), said
+        assert "does not map your uid or gid (it sees uid 65534, gid 65534" in said, said
+    # The mapped user is served as before, and nobody else saw its segment.
+    assert [s["name"] for s in k.ask(named_request(LIST, "")).segments] == ["a-secret"]
+    assert k.text().count("its uid or gid is not mapped into the keeper's user namespace") == 1, k.text()
