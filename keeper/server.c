@@ -295,7 +295,8 @@ static void refuse_connection(int fd, const char *fmt, ...)
 
 static void accept_all(int listen_fd, const struct keeper_config *config)
 {
-	static struct keeper_log_limit over_uid = KEEPER_LOG_LIMIT(1, 10), over_all = KEEPER_LOG_LIMIT(1, 10);
+	static struct keeper_log_limit over_uid = KEEPER_LOG_LIMIT(1, 10), over_all = KEEPER_LOG_LIMIT(1, 10),
+				       unmapped = KEEPER_LOG_LIMIT(1, 10);
 	int turn;
 
 	for (turn = 0; turn < ACCEPTS_PER_TURN; turn++) {
@@ -313,6 +314,20 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
 			close(fd);
+			continue;
+		}
+		if (user_namespace_unmapped(cred.uid, cred.gid)) {
+			refuse_connection(
+				fd,
+				"the keeper runs in a user namespace that does not map your uid or gid "
+				"(it sees uid %u, gid %u, as it sees every unmapped one), so it cannot "
+				"tell you from other users; run the keeper where your ids are mapped",
+				(unsigned)cred.uid, (unsigned)cred.gid);
+			keeper_say_limited(
+				&unmapped, KEEPER_LOG_WARNING,
+				"refused a connection of pid %d: its uid or gid is not mapped into "
+				"the keeper's user namespace (seen as %u/%u)",
+				(int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
 			continue;
 		}
 		for (i = 0; i < config->max_connections; i++) {
@@ -627,6 +642,7 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 	/* On the listener too: a connection inherits it before accept(). */
 	refuse_rights(listen_fd);
 	reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	user_namespace_start();
 	if (getrandom(&instance, sizeof(instance), 0) != (ssize_t)sizeof(instance))
 		instance = monotonic_ns() ^ ((uint64_t)getpid() << 32);
 
