@@ -12,6 +12,8 @@
  *              limits, timeouts), decoding requests and sending replies;
  *   store.c    the table of kept segments: create or attach, list, stat,
  *              release, sharing, the budget and the idle timeout;
+ *   declaration.c a CREATE's declaration against the kept one: the field
+ *              that differs and the sentence naming it (declaration.h);
  *   commit.c   allocating and committing a kept segment's pages with the
  *              library's own backend, room check and commit lock, charged
  *              to the keeper's memory cgroup;
