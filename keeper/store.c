@@ -181,6 +181,7 @@ static void free_segment(struct kept_segment *seg)
 	/* The kernel keeps the pages while any process still maps them. */
 	if (seg->pages_fd >= 0)
 		close(seg->pages_fd);
+	free(seg->declaration);
 	free(seg);
 }
 
@@ -629,6 +630,7 @@ static void unreserve(struct kept_segment *seg)
 	memmove(&table[index], &table[index + 1], (table_count - index - 1) * sizeof(struct kept_segment *));
 	table_count--;
 	committing_count--;
+	free(seg->declaration);
 	free(seg);
 }
 
@@ -801,6 +803,8 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	seg->record.flags = hugetlb ? MC_KEEPER_SEGMENT_HUGETLB : 0;
 	seg->record.identity_bytes = req->identity_bytes;
 	memcpy(seg->record.identity, req->identity, req->identity_bytes);
+	/* Only for naming what differs later: without memory, today's fingerprint text. */
+	seg->declaration = declaration_copy(req);
 	seg->pages_fd = seg->control_fd = -1;
 	seg->hugetlb = hugetlb;
 	seg->last_mapped_ns = monotonic_ns();
@@ -879,6 +883,9 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 		return answered;
 	}
 	if (declaration_compare(seg, req, page_size, rep) == MC_KEEPER_FIELD_NONE) {
+		/* One kept from a state without declarations learns its own. */
+		if (!seg->declaration)
+			seg->declaration = declaration_copy(req);
 		/* Behind its commit, nobody wrote the pages yet: not warm. */
 		if (!behind_commit)
 			seg->record.warm_attaches++;
@@ -1176,8 +1183,11 @@ int store_start(const struct keeper_config *config)
 		bool found;
 		size_t index;
 
-		if (!seg)
+		if (!seg) {
+			for (; i < count; i++)
+				free(loaded[i].declaration);
 			break;
+		}
 		/* state_load() took its descriptors from the store and checked them. */
 		*seg = loaded[i];
 		seg->last_mapped_ns = monotonic_ns();
@@ -1213,6 +1223,7 @@ void store_stop(void)
 			close(table[i]->pages_fd);
 		if (table[i]->control_fd >= 0)
 			close(table[i]->control_fd);
+		free(table[i]->declaration);
 		free(table[i]);
 	}
 	committing_count = 0;
