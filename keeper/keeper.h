@@ -12,6 +12,8 @@
  *              limits, timeouts), decoding requests and sending replies;
  *   store.c    the table of kept segments: create or attach, list, stat,
  *              release, sharing, the budget and the idle timeout;
+ *   declaration.c a CREATE's declaration against the kept one: the field
+ *              that differs and the sentence naming it (declaration.h);
  *   commit.c   allocating and committing a kept segment's pages with the
  *              library's own backend, room check and commit lock, charged
  *              to the keeper's memory cgroup;
@@ -67,8 +69,10 @@ struct commit_job;
 
 struct kept_segment {
 	struct mc_keeper_segment record; /* what STAT and LIST report (mappers filled when asked) */
-	int pages_fd;			 /* the segment's memfd */
-	int control_fd;			 /* the control area's memfd, -1 when control_bytes is 0 */
+	char *declaration; /* its CREATE's declaration (malloc'd, printable ASCII, NUL-terminated):
+			    * what a refusal compares field by field; NULL when none was given */
+	int pages_fd;	   /* the segment's memfd */
+	int control_fd;	   /* the control area's memfd, -1 when control_bytes is 0 */
 	bool hugetlb;
 	uint64_t last_mapped_ns;       /* CLOCK_MONOTONIC when mappers were last seen > 0 (idle timeout) */
 	uint32_t mappers_seen;	       /* the last count: processes whose maps the keeper could read */

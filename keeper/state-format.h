@@ -16,16 +16,17 @@
 
 #include "keeper.h"
 
-#define STATE_SLOT_MAGIC     UINT32_C(0x534B434D) /* bytes "MCKS" */
-#define STATE_VERSION	     1
-#define STATE_HEADER_BYTES   64			  /* one slot's header; A at 0, B at 64 */
-#define STATE_PAYLOAD_START  128		  /* payloads lie at or after both headers */
-#define STATE_PAYLOAD_FIXED  16			  /* next generation, count, reserved */
-#define STATE_RECORD_FIXED   72			  /* a record before its name and identity */
-#define STATE_FILE_MAX	     (UINT64_C(64) << 20) /* a bigger state file is refused unread */
-#define STATE_KEEPER_HUGETLB (1u << 0)		  /* the record's keeper flags: struct kept_segment.hugetlb */
-#define STATE_KEEPER_UNSEEN  (1u << 1)		  /* struct kept_segment.handed_unseen */
-#define STATE_KEEPER_KNOWN   (STATE_KEEPER_HUGETLB | STATE_KEEPER_UNSEEN)
+#define STATE_SLOT_MAGIC	 UINT32_C(0x534B434D) /* bytes "MCKS" */
+#define STATE_VERSION		 1
+#define STATE_HEADER_BYTES	 64		      /* one slot's header; A at 0, B at 64 */
+#define STATE_PAYLOAD_START	 128		      /* payloads lie at or after both headers */
+#define STATE_PAYLOAD_FIXED	 16		      /* next generation, count, reserved */
+#define STATE_RECORD_FIXED	 72		      /* a record before its name and identity */
+#define STATE_FILE_MAX		 (UINT64_C(64) << 20) /* a bigger state file is refused unread */
+#define STATE_KEEPER_HUGETLB	 (1u << 0) /* the record's keeper flags: struct kept_segment.hugetlb */
+#define STATE_KEEPER_UNSEEN	 (1u << 1) /* struct kept_segment.handed_unseen */
+#define STATE_KEEPER_DECLARATION (1u << 2) /* a declaration follows the identity (kept_segment.declaration) */
+#define STATE_KEEPER_KNOWN	 (STATE_KEEPER_HUGETLB | STATE_KEEPER_UNSEEN | STATE_KEEPER_DECLARATION)
 
 /* One slot's header, decoded. */
 struct state_slot {
@@ -36,7 +37,8 @@ struct state_slot {
 };
 
 /* A decoded payload: the segments' metadata (descriptors -1) and the next
- * generation.  @segments is malloc'd (NULL when count is 0); free() it. */
+ * generation.  @segments is malloc'd (NULL when count is 0), and so is each
+ * segment's declaration: state_image_free() frees both. */
 struct state_image {
 	uint64_t next_generation;
 	size_t count;
@@ -44,9 +46,11 @@ struct state_image {
 };
 
 uint64_t state_checksum(const uint8_t *bytes, size_t len);
+/* Free @image's segments with their declarations; @image is empty after. */
+void state_image_free(struct state_image *image);
 
 /* The payload's size for these segments, or 0 when one of them cannot be
- * saved (a name or identity out of bounds). */
+ * saved (a name, identity or declaration out of bounds). */
 size_t state_payload_size(const struct kept_segment *const *segments, size_t count);
 /* Write the payload into @out (@room bytes, at least state_payload_size());
  * its length, or -EINVAL/-EMSGSIZE.  What it writes always decodes. */

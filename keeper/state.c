@@ -60,9 +60,25 @@ static size_t padded(size_t n)
 	return (n + 7) & ~(size_t)7;
 }
 
+/* A record's declaration, after its identity: 2 bytes of length, then the bytes. */
+static size_t declaration_bytes(const struct kept_segment *k)
+{
+	return k->declaration ? 2 + strlen(k->declaration) : 0;
+}
+
 static size_t record_bytes(const struct kept_segment *k)
 {
-	return padded(STATE_RECORD_FIXED + strlen(k->record.name) + k->record.identity_bytes);
+	return padded(STATE_RECORD_FIXED + strlen(k->record.name) + k->record.identity_bytes +
+		      declaration_bytes(k));
+}
+
+void state_image_free(struct state_image *image)
+{
+	for (size_t i = 0; image->segments && i < image->count; i++)
+		free(image->segments[i].declaration);
+	free(image->segments);
+	image->segments = NULL;
+	image->count = 0;
 }
 
 size_t state_payload_size(const struct kept_segment *const *segments, size_t count)
@@ -75,7 +91,10 @@ size_t state_payload_size(const struct kept_segment *const *segments, size_t cou
 		size_t name = strnlen(segments[i]->record.name, sizeof(segments[i]->record.name));
 
 		if (name == 0 || name > MC_KEEPER_NAME_MAX ||
-		    segments[i]->record.identity_bytes > MC_KEEPER_IDENTITY_MAX)
+		    segments[i]->record.identity_bytes > MC_KEEPER_IDENTITY_MAX ||
+		    (segments[i]->declaration &&
+		     (!segments[i]->declaration[0] ||
+		      strlen(segments[i]->declaration) > MC_KEEPER_DECLARATION_MAX)))
 			return 0;
 		total += record_bytes(segments[i]);
 	}
@@ -99,13 +118,22 @@ int state_payload_encode(const struct kept_segment *const *segments, size_t coun
 	for (size_t i = 0; i < count; i++) {
 		const struct mc_keeper_segment *r = &segments[i]->record;
 		size_t name = strlen(r->name);
+		const char *declaration = segments[i]->declaration;
 
 		mc_keeper_record_put_common(p, r);
 		p[61] = (segments[i]->hugetlb ? STATE_KEEPER_HUGETLB : 0) |
-			(segments[i]->handed_unseen ? STATE_KEEPER_UNSEEN : 0);
+			(segments[i]->handed_unseen ? STATE_KEEPER_UNSEEN : 0) |
+			(declaration ? STATE_KEEPER_DECLARATION : 0);
 		mc_put_le32(p + 68, r->warm_attaches);
 		memcpy(p + STATE_RECORD_FIXED, r->name, name);
 		memcpy(p + STATE_RECORD_FIXED + name, r->identity, r->identity_bytes);
+		if (declaration) {
+			uint8_t *d = p + STATE_RECORD_FIXED + name + r->identity_bytes;
+
+			/* Bytes with their length before them, no terminator. */
+			mc_put_le16(d, (uint16_t)strlen(declaration));
+			memcpy(d + 2, declaration, mc_get_le16(d));
+		}
 		p += record_bytes(segments[i]);
 	}
 	return (int)need;
@@ -144,7 +172,8 @@ static int decode_record(const uint8_t *p, size_t left, struct kept_segment *k, 
 {
 	struct mc_keeper_segment *r = &k->record;
 	char name_why[96];
-	size_t name, identity, total;
+	size_t name, identity, declaration = 0, extra = 0, total;
+	const uint8_t *d;
 
 	if (left < STATE_RECORD_FIXED)
 		return refuse(why, why_size, "truncated record");
@@ -154,12 +183,26 @@ static int decode_record(const uint8_t *p, size_t left, struct kept_segment *k, 
 		return refuse(why, why_size, "record name length %zu", name);
 	if (identity > MC_KEEPER_IDENTITY_MAX)
 		return refuse(why, why_size, "record identity length %zu", identity);
-	total = padded(STATE_RECORD_FIXED + name + identity);
+	d = p + STATE_RECORD_FIXED + name + identity;
+	if (p[61] & STATE_KEEPER_DECLARATION) {
+		/* Its length is read only once it lies within the payload. */
+		if (STATE_RECORD_FIXED + name + identity + 2 > left)
+			return refuse(why, why_size, "record's declaration length past the payload's end");
+		declaration = mc_get_le16(d);
+		if (declaration == 0 || declaration > MC_KEEPER_DECLARATION_MAX)
+			return refuse(why, why_size, "record declaration length %zu", declaration);
+		extra = 2 + declaration;
+	}
+	total = padded(STATE_RECORD_FIXED + name + identity + extra);
 	if (total > left)
 		return refuse(why, why_size, "record of %zu bytes past the payload's end", total);
 	if (!mc_keeper_name_valid((const char *)p + STATE_RECORD_FIXED, name, name_why, sizeof(name_why)))
 		return refuse(why, why_size, "%s", name_why);
-	if (!all_zero(p + STATE_RECORD_FIXED + name + identity, total - STATE_RECORD_FIXED - name - identity))
+	for (size_t i = 0; i < declaration; i++)
+		if (d[2 + i] < 0x20 || d[2 + i] > 0x7e)
+			return refuse(why, why_size, "record declaration has byte 0x%02x at %zu", d[2 + i],
+				      i);
+	if (!all_zero(d + extra, total - STATE_RECORD_FIXED - name - identity - extra))
 		return refuse(why, why_size, "record padding not zero");
 
 	memset(k, 0, sizeof(*k));
@@ -191,6 +234,14 @@ static int decode_record(const uint8_t *p, size_t left, struct kept_segment *k, 
 			      r->gid);
 	if (r->flags & ~MC_KEEPER_SEGMENT_FLAGS_KNOWN)
 		return refuse(why, why_size, "\"%s\": unknown flags 0x%x", r->name, r->flags);
+	/* Last, so that a refused record holds no memory. */
+	if (declaration) {
+		k->declaration = malloc(declaration + 1);
+		if (!k->declaration)
+			return -ENOMEM;
+		memcpy(k->declaration, d + 2, declaration);
+		k->declaration[declaration] = '\0';
+	}
 	*used = total;
 	return 0;
 }
@@ -244,7 +295,9 @@ int state_payload_decode(const uint8_t *in, size_t len, struct state_image *imag
 	image->segments = segments;
 	return 0;
 fail:
-	free(segments);
+	image->segments = segments;
+	image->count = count;
+	state_image_free(image);
 	return err;
 }
 
@@ -428,7 +481,7 @@ int state_save(const struct kept_segment *const *segments, size_t count, uint64_
 		char why[192];
 
 		err = state_payload_decode(payload, need, &check, why, sizeof(why));
-		free(check.segments);
+		state_image_free(&check);
 		if (err) {
 			keeper_say(KEEPER_LOG_ERR, "not saving a state the next keeper would refuse: %s",
 				   err == -EPROTO ? why : strerror(-err));
@@ -574,16 +627,16 @@ int state_load(struct kept_segment **segments, size_t *count, uint64_t *next_gen
 		err = state_slot_decode(file, len, i, &slot, &image, why, sizeof(why));
 		if (err == 0) {
 			if (newest_slot < 0 || slot.sequence > slots[newest_slot].sequence) {
-				free(best.segments);
+				state_image_free(&best);
 				best = image;
 				newest_slot = (int)i;
 			} else {
-				free(image.segments);
+				state_image_free(&image);
 			}
 			slots[i] = slot;
 		} else if (err == -ENOMEM) {
 			free(file);
-			free(best.segments);
+			state_image_free(&best);
 			return err;
 		} else if (strstr(why, "never written") == NULL) {
 			keeper_say(KEEPER_LOG_WARNING, "saved state: %s", why);
@@ -616,6 +669,8 @@ int state_load(struct kept_segment **segments, size_t *count, uint64_t *next_gen
 				   "kept segment \"%s\" (generation %" PRIu64 ") is dropped: %s",
 				   k->record.name, k->record.generation, why);
 			release_segment(k);
+			free(k->declaration);
+			k->declaration = NULL;
 			dropped++;
 			continue;
 		}

@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "declaration.h"
 #include "keeper.h"
 
 static const struct keeper_config *conf; /* main()'s, for the process's life */
@@ -180,6 +181,7 @@ static void free_segment(struct kept_segment *seg)
 	/* The kernel keeps the pages while any process still maps them. */
 	if (seg->pages_fd >= 0)
 		close(seg->pages_fd);
+	free(seg->declaration);
 	free(seg);
 }
 
@@ -442,18 +444,6 @@ static void refuse(struct mc_keeper_reply *rep, int status, uint16_t field, cons
 	va_end(ap);
 }
 
-static const char *sharing_name(uint8_t sharing)
-{
-	switch (sharing) {
-	case MC_KEEPER_SHARE_UID:
-		return "uid";
-	case MC_KEEPER_SHARE_GROUP:
-		return "group";
-	default:
-		return "any";
-	}
-}
-
 static bool in_group(const struct keeper_peer *peer, gid_t gid)
 {
 	size_t i;
@@ -500,100 +490,6 @@ static bool may_free(const struct kept_segment *seg, const struct keeper_peer *p
 	refuse(rep, EACCES, 0, "uid %u may not %s kept segment '%s': only its creator (uid %u) or root may",
 	       (unsigned)peer->uid, what, seg->record.name, (unsigned)seg->record.owner_uid);
 	return false;
-}
-
-static void hex(const uint8_t *bytes, size_t len, char *out, size_t size)
-{
-	size_t i, used = 0;
-
-	out[0] = '\0';
-	for (i = 0; i < len && used + 3 <= size; i++)
-		used += (size_t)snprintf(out + used, size - used, "%02x", bytes[i]);
-	if (!len)
-		snprintf(out, size, "(none)");
-}
-
-/* The control area a CREATE asks the segment to keep: none when it asks
- * for one of its group's. */
-static uint64_t kept_control_bytes(const struct mc_keeper_request *req)
-{
-	return (req->flags & MC_KEEPER_CREATE_GROUP_CONTROL) ? 0 : req->control_bytes;
-}
-
-/* The fresh control area a CREATE asks for its group: 0 when none. */
-static uint64_t group_control_bytes(const struct mc_keeper_request *req)
-{
-	return (req->flags & MC_KEEPER_CREATE_GROUP_CONTROL) ? req->control_bytes : 0;
-}
-
-/* The first field of @req that differs from @seg's, with its sentence in
- * @rep; MC_KEEPER_FIELD_NONE when the declarations agree. */
-static uint16_t compare(const struct kept_segment *seg, const struct mc_keeper_request *req,
-			uint64_t page_size, struct mc_keeper_reply *rep)
-{
-	const struct mc_keeper_segment *r = &seg->record;
-	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0;
-	uint64_t asked_alloc = req->size + (r->page_size - 1) < req->size
-				       ? UINT64_MAX
-				       : (req->size + r->page_size - 1) / r->page_size * r->page_size;
-	char kept_text[2 * MC_KEEPER_IDENTITY_MAX + 8], asked_text[2 * MC_KEEPER_IDENTITY_MAX + 8];
-	const char *fix = "use the same declaration, another name, or replace it (only when nobody maps it)";
-
-	if (req->fingerprint != r->fingerprint) {
-		refuse(rep, EEXIST, MC_KEEPER_FIELD_FINGERPRINT,
-		       "'%s' is kept with fingerprint %016" PRIx64 ", this create declares %016" PRIx64
-		       " (the name, size or block layout differ); %s",
-		       r->name, r->fingerprint, req->fingerprint, fix);
-		return MC_KEEPER_FIELD_FINGERPRINT;
-	}
-	if (req->identity_bytes != r->identity_bytes ||
-	    memcmp(req->identity, r->identity, r->identity_bytes) != 0) {
-		hex(r->identity, r->identity_bytes, kept_text, sizeof(kept_text));
-		hex(req->identity, req->identity_bytes, asked_text, sizeof(asked_text));
-		refuse(rep, EEXIST, MC_KEEPER_FIELD_IDENTITY,
-		       "'%s' is kept with identity %s, this create gives %s; %s", r->name, kept_text,
-		       asked_text, fix);
-		return MC_KEEPER_FIELD_IDENTITY;
-	}
-	if (asked_alloc != r->size) {
-		refuse(rep, EEXIST, MC_KEEPER_FIELD_SIZE,
-		       "'%s' is kept with %" PRIu64 " bytes, this create asks %" PRIu64 " (%" PRIu64
-		       " in its pages of %" PRIu64 "); %s",
-		       r->name, r->size, req->size, asked_alloc, r->page_size, fix);
-		return MC_KEEPER_FIELD_SIZE;
-	}
-	if (page_size != r->page_size) {
-		refuse(rep, EEXIST, MC_KEEPER_FIELD_PAGE_SIZE,
-		       "'%s' is kept with pages of %" PRIu64 " bytes, this create asks %" PRIu64 "; %s",
-		       r->name, r->page_size, page_size, fix);
-		return MC_KEEPER_FIELD_PAGE_SIZE;
-	}
-	if (hugetlb != seg->hugetlb) {
-		refuse(rep, EEXIST, MC_KEEPER_FIELD_HUGETLB,
-		       "'%s' is kept with hugetlb %s, this create asks %s; %s", r->name,
-		       seg->hugetlb ? "true" : "false", hugetlb ? "true" : "false", fix);
-		return MC_KEEPER_FIELD_HUGETLB;
-	}
-	if (req->world_size != r->world_size) {
-		refuse(rep, EEXIST, MC_KEEPER_FIELD_WORLD_SIZE,
-		       "'%s' is kept for world size %u, this create declares %u; %s", r->name, r->world_size,
-		       req->world_size, fix);
-		return MC_KEEPER_FIELD_WORLD_SIZE;
-	}
-	if (kept_control_bytes(req) != r->control_bytes) {
-		refuse(rep, EEXIST, MC_KEEPER_FIELD_CONTROL_BYTES,
-		       "'%s' is kept with a control area of %" PRIu64 " bytes, this create asks %" PRIu64
-		       " (0: its groups' own); %s",
-		       r->name, r->control_bytes, kept_control_bytes(req), fix);
-		return MC_KEEPER_FIELD_CONTROL_BYTES;
-	}
-	if (req->sharing != r->sharing || req->gid != r->gid) {
-		refuse(rep, EEXIST, MC_KEEPER_FIELD_SHARING,
-		       "'%s' is kept with sharing %s (gid %u), this create asks sharing %s (gid %u); %s",
-		       r->name, sharing_name(r->sharing), r->gid, sharing_name(req->sharing), req->gid, fix);
-		return MC_KEEPER_FIELD_SHARING;
-	}
-	return MC_KEEPER_FIELD_NONE;
 }
 
 /* A fresh control area of @bytes for a new group of @seg, in its oldest
@@ -754,6 +650,7 @@ static void unreserve(struct kept_segment *seg)
 	memmove(&table[index], &table[index + 1], (table_count - index - 1) * sizeof(struct kept_segment *));
 	table_count--;
 	committing_count--;
+	free(seg->declaration);
 	free(seg);
 }
 
@@ -927,6 +824,8 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	seg->record.flags = hugetlb ? MC_KEEPER_SEGMENT_HUGETLB : 0;
 	seg->record.identity_bytes = req->identity_bytes;
 	memcpy(seg->record.identity, req->identity, req->identity_bytes);
+	/* Only for naming what differs later: without memory, today's fingerprint text. */
+	seg->declaration = declaration_copy(req);
 	seg->pages_fd = seg->control_fd = -1;
 	seg->hugetlb = hugetlb;
 	seg->last_mapped_ns = monotonic_ns();
@@ -1004,7 +903,10 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 		       seg->record.generation);
 		return answered;
 	}
-	if (compare(seg, req, page_size, rep) == MC_KEEPER_FIELD_NONE) {
+	if (declaration_compare(seg, req, page_size, rep) == MC_KEEPER_FIELD_NONE) {
+		/* One kept from a state without declarations learns its own. */
+		if (!seg->declaration)
+			seg->declaration = declaration_copy(req);
 		/* Behind its commit, nobody wrote the pages yet: not warm. */
 		if (!behind_commit)
 			seg->record.warm_attaches++;
@@ -1302,8 +1204,11 @@ int store_start(const struct keeper_config *config)
 		bool found;
 		size_t index;
 
-		if (!seg)
+		if (!seg) {
+			for (; i < count; i++)
+				free(loaded[i].declaration);
 			break;
+		}
 		/* state_load() took its descriptors from the store and checked them. */
 		*seg = loaded[i];
 		seg->last_mapped_ns = monotonic_ns();
@@ -1340,6 +1245,7 @@ void store_stop(void)
 			close(table[i]->pages_fd);
 		if (table[i]->control_fd >= 0)
 			close(table[i]->control_fd);
+		free(table[i]->declaration);
 		free(table[i]);
 	}
 	committing_count = 0;

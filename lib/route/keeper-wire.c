@@ -27,7 +27,7 @@
 #define OFF_SEQUENCE 12
 
 #define HELLO_REQUEST_BYTES  (MC_KEEPER_HEADER_BYTES + 8)
-#define CREATE_REQUEST_BYTES (MC_KEEPER_HEADER_BYTES + 56) /* then the name, then the identity */
+#define CREATE_REQUEST_BYTES (MC_KEEPER_HEADER_BYTES + 56) /* then the name, identity, declaration */
 #define NAMED_REQUEST_BYTES  (MC_KEEPER_HEADER_BYTES + 8)  /* LIST, RELEASE, STAT; then the name */
 #define JOIN_REQUEST_BYTES   (MC_KEEPER_HEADER_BYTES + 24) /* then the name */
 
@@ -126,6 +126,8 @@ MC_PRIVATE const char *mc_keeper_field_name(uint16_t field)
 		[MC_KEEPER_FIELD_WORLD_SIZE] = "world size",
 		[MC_KEEPER_FIELD_CONTROL_BYTES] = "control area size",
 		[MC_KEEPER_FIELD_SHARING] = "sharing mode",
+		[MC_KEEPER_FIELD_NAME] = "name",
+		[MC_KEEPER_FIELD_BLOCK] = "block",
 	};
 
 	return field < MC_ARRAY_SIZE(names) ? names[field] : "unknown";
@@ -209,6 +211,18 @@ static int check_allocation(const struct report *r, uint64_t size, uint64_t page
 	return 0;
 }
 
+/* A CREATE's declaration: printable ASCII, so that a sentence may quote it. */
+static int check_declaration(const struct report *r, const char *text, size_t len)
+{
+	if (len > MC_KEEPER_DECLARATION_MAX)
+		return refuse(r, "declaration of %zu bytes, %d at most", len, MC_KEEPER_DECLARATION_MAX);
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
+			return refuse(r, "declaration has byte 0x%02x at %zu, not printable ASCII",
+				      (unsigned char)text[i], i);
+	return 0;
+}
+
 /* A request's name and identity, in a struct to encode; the decoder checks
  * the same on the packet's bytes, before it copies them. */
 static int check_request_lengths(const struct report *r, const struct mc_keeper_request *q, size_t name_len)
@@ -222,7 +236,10 @@ static int check_request_lengths(const struct report *r, const struct mc_keeper_
 		if (q->identity_bytes > MC_KEEPER_IDENTITY_MAX)
 			return refuse(r, "identity of %u bytes, %d at most", q->identity_bytes,
 				      MC_KEEPER_IDENTITY_MAX);
-		return 0;
+		if (q->declaration_bytes > MC_KEEPER_DECLARATION_MAX)
+			return refuse(r, "declaration of %u bytes, %d at most", q->declaration_bytes,
+				      MC_KEEPER_DECLARATION_MAX);
+		return check_declaration(r, q->declaration, q->declaration_bytes);
 	case MC_KEEPER_LIST:
 		return name_len ? check_name(r, q->name, name_len) : 0;
 	case MC_KEEPER_RELEASE:
@@ -304,7 +321,7 @@ int mc_keeper_request_encode(const struct mc_keeper_request *req, uint8_t *out, 
 		length = HELLO_REQUEST_BYTES;
 		break;
 	case MC_KEEPER_CREATE:
-		length = CREATE_REQUEST_BYTES + name_len + req->identity_bytes;
+		length = CREATE_REQUEST_BYTES + name_len + req->identity_bytes + req->declaration_bytes;
 		break;
 	case MC_KEEPER_JOIN:
 		length = JOIN_REQUEST_BYTES + name_len;
@@ -330,12 +347,15 @@ int mc_keeper_request_encode(const struct mc_keeper_request *req, uint8_t *out, 
 		mc_put_le32(out + 52, req->flags);
 		out[56] = req->sharing;
 		out[57] = req->owner_given ? 1 : 0;
+		mc_put_le16(out + 58, req->declaration_bytes);
 		mc_put_le32(out + 60, req->gid);
 		mc_put_le16(out + 64, (uint16_t)name_len);
 		mc_put_le16(out + 66, req->identity_bytes);
 		mc_put_le32(out + 68, req->owner_uid);
 		memcpy(out + CREATE_REQUEST_BYTES, req->name, name_len);
 		memcpy(out + CREATE_REQUEST_BYTES + name_len, req->identity, req->identity_bytes);
+		memcpy(out + CREATE_REQUEST_BYTES + name_len + req->identity_bytes, req->declaration,
+		       req->declaration_bytes);
 		break;
 	case MC_KEEPER_LIST:
 	case MC_KEEPER_RELEASE:
@@ -448,18 +468,27 @@ static int decode_request(const struct report *rr, const uint8_t *in, size_t len
 			return err;
 		name_len = mc_get_le16(in + 64);
 		req->identity_bytes = mc_get_le16(in + 66);
+		req->declaration_bytes = mc_get_le16(in + 58);
 		if ((err = exact_bytes(&r, type,
-				       (size_t)CREATE_REQUEST_BYTES + name_len + req->identity_bytes, len)) ||
-		    (err = reserved_zero(&r, in, 58, 2)) || (err = owner_flag(&r, type, in[57])))
+				       (size_t)CREATE_REQUEST_BYTES + name_len + req->identity_bytes +
+					       req->declaration_bytes,
+				       len)) ||
+		    (err = owner_flag(&r, type, in[57])))
 			return err;
-		/* Checked before the copies: neither may overrun its array. */
+		/* Checked before the copies: none may overrun its array. */
 		if ((err = check_name(&r, (const char *)in + CREATE_REQUEST_BYTES, name_len)))
 			return err;
 		if (req->identity_bytes > MC_KEEPER_IDENTITY_MAX)
 			return refuse(&r, "identity of %u bytes, %d at most", req->identity_bytes,
 				      MC_KEEPER_IDENTITY_MAX);
+		if ((err = check_declaration(
+			     &r, (const char *)in + CREATE_REQUEST_BYTES + name_len + req->identity_bytes,
+			     req->declaration_bytes)))
+			return err;
 		memcpy(req->name, in + CREATE_REQUEST_BYTES, name_len);
 		memcpy(req->identity, in + CREATE_REQUEST_BYTES + name_len, req->identity_bytes);
+		memcpy(req->declaration, in + CREATE_REQUEST_BYTES + name_len + req->identity_bytes,
+		       req->declaration_bytes);
 		req->fingerprint = mc_get_le64(in + 16);
 		req->size = mc_get_le64(in + 24);
 		req->page_size = mc_get_le64(in + 32);

@@ -28,6 +28,12 @@
 #define MC_KEEPER_NAME_MAX 255
 /* The caller's own identity bytes (model, dtype, engine version), any bytes. */
 #define MC_KEEPER_IDENTITY_MAX 64
+/* A CREATE's declaration: what the library's create() was given as the
+ * segment's name (the Python binding folds its block layout into it,
+ * "NAME|BLOCK:COUNT:SHAPE:DTYPE:ENTRY_BYTES;..."), 0..4096 bytes of
+ * printable ASCII (0x20..0x7e).  The fingerprint decides; the keeper keeps
+ * the declaration only to name what differs when the fingerprint does. */
+#define MC_KEEPER_DECLARATION_MAX 4096
 /* A reply's sentence: printable ASCII (0x20..0x7e), no terminator on the wire. */
 #define MC_KEEPER_TEXT_MAX 512
 /* Segments in one LIST reply; the client asks again from the last record's
@@ -83,7 +89,10 @@ enum mc_keeper_field {
 	MC_KEEPER_FIELD_WORLD_SIZE = 6,
 	MC_KEEPER_FIELD_CONTROL_BYTES = 7,
 	MC_KEEPER_FIELD_SHARING = 8,
-	MC_KEEPER_FIELD_LAST = MC_KEEPER_FIELD_SHARING,
+	/* From the declarations, when the fingerprints differ: */
+	MC_KEEPER_FIELD_NAME = 9,   /* the name create() was given */
+	MC_KEEPER_FIELD_BLOCK = 10, /* a block: its name, count, shape, dtype or entry size */
+	MC_KEEPER_FIELD_LAST = MC_KEEPER_FIELD_BLOCK,
 };
 
 /* HELLO reply flags. */
@@ -136,6 +145,8 @@ struct mc_keeper_request {
 	uint32_t gid;		/* MC_KEEPER_SHARE_GROUP only; else 0 */
 	uint16_t identity_bytes;
 	uint8_t identity[MC_KEEPER_IDENTITY_MAX];
+	uint16_t declaration_bytes;			 /* 0: none given */
+	char declaration[MC_KEEPER_DECLARATION_MAX + 1]; /* NUL-terminated */
 	/* JOIN: the group's segment (name, owner_uid: always given) at this
 	 * generation, and its control area's token from the owner's CREATE
 	 * reply; both not 0. */

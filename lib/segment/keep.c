@@ -127,14 +127,34 @@ uint64_t mc_keep_fold(uint64_t fingerprint, const struct mooncake_segment_option
 
 _Static_assert(sizeof(((struct mc_keep *)0)->name) == MC_KEEPER_NAME_MAX + 1, "a kept name fits");
 
-static void fill_request(const struct mooncake_segment_options *opt, uint64_t layout_fingerprint,
-			 uint64_t size, uint64_t page_size, uint64_t control_bytes,
-			 struct mc_keeper_request *req)
+/* @declaration for the keeper when it can travel: printable ASCII of at most
+ * MC_KEEPER_DECLARATION_MAX bytes; else none (the keeper then names the
+ * fingerprint, not the field). */
+static void fill_declaration(const char *declaration, struct mc_keeper_request *req)
+{
+	size_t len;
+
+	if (!declaration)
+		return;
+	len = strnlen(declaration, MC_KEEPER_DECLARATION_MAX + 1);
+	if (len > MC_KEEPER_DECLARATION_MAX)
+		return;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)declaration[i] < 0x20 || (unsigned char)declaration[i] > 0x7e)
+			return;
+	memcpy(req->declaration, declaration, len);
+	req->declaration_bytes = (uint16_t)len;
+}
+
+static void fill_request(const struct mooncake_segment_options *opt, const char *declaration,
+			 uint64_t layout_fingerprint, uint64_t size, uint64_t page_size,
+			 uint64_t control_bytes, struct mc_keeper_request *req)
 {
 	memset(req, 0, sizeof(*req));
 	req->type = MC_KEEPER_CREATE;
 	snprintf(req->name, sizeof(req->name), "%s", opt->keep_name);
 	req->fingerprint = layout_fingerprint;
+	fill_declaration(declaration, req);
 	req->size = size;
 	req->page_size = page_size;
 	/* The control area is the group's own: a new group starts it anew, in
@@ -266,8 +286,9 @@ static int reply_timeout_ms(uint64_t alloc_size)
 	return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
-int mc_keep_acquire(const struct mooncake_segment_options *opt, uint64_t layout_fingerprint, uint64_t size,
-		    uint64_t page_size, uint64_t alloc_size, uint64_t control_bytes, struct mc_keep *keep)
+int mc_keep_acquire(const struct mooncake_segment_options *opt, const char *declaration,
+		    uint64_t layout_fingerprint, uint64_t size, uint64_t page_size, uint64_t alloc_size,
+		    uint64_t control_bytes, struct mc_keep *keep)
 {
 	struct mc_keeper_request req;
 	struct mc_keeper_reply *rep = malloc(sizeof(*rep));
@@ -276,7 +297,7 @@ int mc_keep_acquire(const struct mooncake_segment_options *opt, uint64_t layout_
 
 	if (!rep)
 		return mc_segment_error(ENOMEM, "out of memory");
-	fill_request(opt, layout_fingerprint, size, page_size, control_bytes, &req);
+	fill_request(opt, declaration, layout_fingerprint, size, page_size, control_bytes, &req);
 	err = mc_keeper_open(&conn, NULL, CONNECT_TIMEOUT_MS);
 	/* fork() may run while the keeper commits; no child ever holds the pages. */
 	if (!err)

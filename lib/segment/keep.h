@@ -40,15 +40,18 @@ int mc_keep_check_options(const struct mooncake_segment_options *opt);
 uint64_t mc_keep_fold(uint64_t fingerprint, const struct mooncake_segment_options *opt);
 
 /* Owner: ask the keeper for the pages of @opt->keep_name as declared by
- * @layout_fingerprint, @size and @page_size, and for a fresh control area
+ * @layout_fingerprint (of @declaration: the name create() was given, which
+ * travels with the request so that the keeper can name the field that
+ * differs), @size and @page_size, and for a fresh control area
  * of @control_bytes for this group; on success keep->fds hold the memfd,
  * checked to be sealed and of @alloc_size bytes, and the control area
  * (both tracked: no forked child keeps them), and keep->warm,
  * keep->generation, keep->keeper_owner_uid and keep->group_token say what
  * the keeper answered.  0 or a negative errno (create()'s set) with the
  * message. */
-int mc_keep_acquire(const struct mooncake_segment_options *opt, uint64_t layout_fingerprint, uint64_t size,
-		    uint64_t page_size, uint64_t alloc_size, uint64_t control_bytes, struct mc_keep *keep);
+int mc_keep_acquire(const struct mooncake_segment_options *opt, const char *declaration,
+		    uint64_t layout_fingerprint, uint64_t size, uint64_t page_size, uint64_t alloc_size,
+		    uint64_t control_bytes, struct mc_keep *keep);
 
 /* Close keep->fds still open (the pages and the area stay the keeper's). */
 void mc_keep_drop_fds(struct mc_keep *keep);

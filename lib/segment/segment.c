@@ -305,7 +305,8 @@ static struct mooncake_segment *new_segment(const char *name, uint64_t size,
 	seg->numa_node_requested = opt->numa_node;
 	copy_label(seg->label, sizeof(seg->label), name);
 	/* The keeper compares the name (it carries the block layout) and the
-	 * rest field by field, so that a refusal can name the field. */
+	 * rest field by field, so that a refusal can name the field; the name
+	 * itself travels too (mc_keep_acquire), to name what differs in it. */
 	seg->fingerprint = mc_keep_fold(mc_fingerprint(name, size, opt), opt);
 	seg->keep_fingerprint = mc_fnv1a_bytes(MC_FNV1A_OFFSET, name, strlen(name));
 	seg->keep = MC_KEEP_NONE(opt->keep_name != NULL);
@@ -378,7 +379,7 @@ static int create_control(struct mooncake_segment *seg)
  * the committer thread the rest, holding the cgroup's commit lock until the
  * last page), a peer reserves its window; then (host_register) the owner
  * registers its mapping. */
-static int allocate_memory(struct mooncake_segment *seg)
+static int allocate_memory(struct mooncake_segment *seg, const char *name)
 {
 	struct mc_memory *mem = &seg->memory;
 	bool behind;
@@ -387,7 +388,7 @@ static int allocate_memory(struct mooncake_segment *seg)
 	if (mem->is_owner && seg->keep.kept) {
 		/* The keeper commits a kept segment's pages, in its own cgroup after
 		 * its own room check: there is nothing to charge here. */
-		err = mc_keep_acquire(&seg->opt, seg->keep_fingerprint, seg->size, mem->page_size,
+		err = mc_keep_acquire(&seg->opt, name, seg->keep_fingerprint, seg->size, mem->page_size,
 				      mem->alloc_size,
 				      mc_control_size(seg->opt.world_size, seg->opt.slot_count), &seg->keep);
 		if (err)
@@ -446,7 +447,7 @@ MC_EXPORT int mooncake_segment_create(const char *name, uint64_t size,
 		return mc_segment_error(ENOMEM, "out of memory");
 	err = plan_memory(seg);
 	if (!err)
-		err = allocate_memory(seg);
+		err = allocate_memory(seg, name);
 	/* The caller's keep strings are not ours past create: keep.h holds what lasts. */
 	seg->opt.keep_name = NULL;
 	seg->opt.keep_identity = NULL;

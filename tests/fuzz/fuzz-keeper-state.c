@@ -100,7 +100,7 @@ static void decode_slots(const uint8_t *file, size_t size)
 		rc = state_slot_decode(file, size, i, &slot, &image, why, sizeof(why));
 		if (rc == 0) {
 			round_trip(&image, file + slot.offset, (size_t)slot.length);
-			free(image.segments);
+			state_image_free(&image);
 		} else {
 			check_refusal(rc, why);
 		}
@@ -141,7 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	rc = state_payload_decode(data, size, &image, why, sizeof(why));
 	if (rc == 0) {
 		round_trip(&image, data, size);
-		free(image.segments);
+		state_image_free(&image);
 	} else {
 		check_refusal(rc, why);
 	}
@@ -216,6 +216,7 @@ int main(int argc, char **argv)
 {
 	static uint8_t file[65536];
 	static struct kept_segment segments[3];
+	static char declaration[] = "kv|k:64:1024x8:torch.float16:16384;v:64:8:torch.int8:8";
 	const struct kept_segment *list[3] = { &segments[0], &segments[1], &segments[2] };
 
 	if (argc != 2)
@@ -231,6 +232,9 @@ int main(int argc, char **argv)
 	write_seed(argv[1], "state-empty", file, state_file(file, sizeof(file), list, 0, false));
 	write_seed(argv[1], "state-one", file, state_file(file, sizeof(file), list, 1, false));
 	write_seed(argv[1], "state-three-two-slots", file, state_file(file, sizeof(file), list, 3, true));
+	/* A record with the declaration its CREATE carried (after the identity). */
+	segments[0].declaration = declaration;
+	write_seed(argv[1], "state-declaration", file, state_file(file, sizeof(file), list, 3, false));
 	return 0;
 }
 

@@ -134,6 +134,12 @@ int main(int argc, char **argv)
 	q.owner_uid = 0;
 	q.flags |= MC_KEEPER_CREATE_GROUP_CONTROL;
 	write_seed(dir, "request-create-group", out, mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
+	/* With the declaration the library sends: the name create() was given, its blocks folded in. */
+	snprintf(q.declaration, sizeof(q.declaration), "%s",
+		 "kv|k:64:1024x8:torch.float16:16384;v:64:8:torch.int8:8");
+	q.declaration_bytes = (uint16_t)strlen(q.declaration);
+	write_seed(dir, "request-create-declaration", out,
+		   mc_keeper_request_encode(&q, out, sizeof(out), NULL, 0));
 	memset(&q, 0, sizeof(q));
 	q.type = MC_KEEPER_JOIN;
 	snprintf(q.name, sizeof(q.name), "%s", "kv-cache");

@@ -183,6 +183,8 @@ int main(void)
 		} else if (strcmp(line, "load") == 0) {
 			int rc;
 
+			for (size_t i = 0; table && i < table_count; i++)
+				free(table[i].declaration);
 			free(table);
 			rc = state_load(&table, &table_count, &next_generation);
 			if (rc)

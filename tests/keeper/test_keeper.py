@@ -43,7 +43,7 @@ MAPPERS_UNKNOWN = 0xFFFFFFFF
 MIB = 1 << 20
 
 HEADER = struct.Struct("<IHHII")
-CREATE_FIXED = struct.Struct("<QQQQIIBB2xIHHI")  # ..., sharing, owner given, gid, lengths, owner uid
+CREATE_FIXED = struct.Struct("<QQQQIIBBHIHHI")  # ..., sharing, owner given, declaration length, gid, lengths, owner uid
 NAMED_FIXED = struct.Struct("<HBxI")  # name length, owner given, owner uid
 JOIN_FIXED = struct.Struct("<QQIH2x")  # generation, token, owner uid, name length
 REPLY_FIXED = struct.Struct("<IHH")
@@ -74,8 +74,9 @@ def create_request(
     gid=0,
     identity=b"",
     owner=None,
+    declaration=b"",
 ):
-    """owner: None for the caller's own segment, else that uid's."""
+    """owner: None for the caller's own segment, else that uid's; declaration: none when empty."""
     name = name.encode()
     body = CREATE_FIXED.pack(
         fingerprint,
@@ -86,12 +87,13 @@ def create_request(
         flags,
         sharing,
         owner is not None,
+        len(declaration),
         gid,
         len(name),
         len(identity),
         owner or 0,
     )
-    return message(CREATE, body + name + identity)
+    return message(CREATE, body + name + identity + declaration)
 
 
 def named_request(kind, name, owner=None):
@@ -372,6 +374,69 @@ def test_each_differing_field_is_refused_naming_it(keeper, field, change, words)
     assert refused.status == errno.EEXIST, refused.text
     assert refused.field == field, refused.text
     assert words in refused.text and "'kv-c'" in refused.text and "replace" in refused.text
+
+
+KEPT_DECLARATION = b"kv|k:4:2x8:torch.float16:32;v:4:8:torch.uint8:8"
+DECLARED = [
+    # (declaration, field, what the sentence says after "'kv-d' is kept ")
+    (
+        b"kv|k:4:2x8:torch.int16:32;v:4:8:torch.uint8:8",
+        10,
+        "with block 'k' of dtype torch.float16 (2-byte "
+        "elements), this create declares dtype torch.int16 (2-byte elements)",
+    ),
+    (
+        b"kv|k:4:2x8:torch.float16:32;v:4:8:torch.uint8:16",
+        10,
+        "with block 'v' of entries of 8 bytes, this create " "declares entries of 16 bytes",
+    ),
+    (
+        b"kv|k:4:2x8:torch.float16:32;v:5:8:torch.uint8:8",
+        10,
+        "with block 'v' of count 4, this create declares " "count 5",
+    ),
+    (
+        b"kv|v:4:8:torch.uint8:8;k:4:2x8:torch.float16:32",
+        9,
+        "with declaration 'kv|k:4:2x8:torch.float16:32;v:4:8:"
+        "torch.uint8:8', this create declares 'kv|v:4:8:torch.uint8:8;k:4:2x8:torch.float16:32'",
+    ),
+    (
+        b"a C caller's name",
+        9,
+        "with name 'kv|k:4:2x8:torch.float16:32;v:4:8:torch.uint8:8', this create declares name 'a C caller's name'",
+    ),
+    (
+        b"",
+        1,
+        "with fingerprint 0000000000001234, this create declares 0000000000009999 (the name, size or block "
+        "layout differ)",
+    ),
+]
+
+
+@pytest.mark.parametrize("declaration, field, says", DECLARED, ids=["dtype", "entry", "count", "order", "c", "none"])
+def test_differing_declarations_are_refused_naming_their_first_difference(keeper, declaration, field, says):
+    made = keeper.ask(create_request("kv-d", declaration=KEPT_DECLARATION))
+    assert made.status == 0, made.text
+    made.close_fds()
+    refused = keeper.ask(create_request("kv-d", fingerprint=0x9999, declaration=declaration))
+    assert refused.status == errno.EEXIST and refused.field == field, refused.text
+    assert refused.text == f"'kv-d' is kept {says}; use the same declaration, another name, or replace it " + (
+        "(only when nobody maps it)"
+    ), refused.text
+
+
+def test_the_fingerprint_decides_the_declaration_only_explains(keeper):
+    made = keeper.ask(create_request("kv-e", declaration=b"kv|k:4:8:torch.uint8:8"))
+    assert made.status == 0
+    made.close_fds()
+    same = keeper.ask(create_request("kv-e", declaration=b"kv|k:8:8:torch.uint8:8"))
+    assert same.status == 0 and same.flags & WARM, same.text
+    same.close_fds()
+    # A declaration a decoder refuses: not printable.
+    bad = keeper.ask(create_request("kv-e", declaration=b"kv|\n"))
+    assert bad.type == REPLY and bad.status == errno.EPROTO and "declaration has byte 0x0a at 3" in bad.text
 
 
 def test_a_different_hugetlb_flag_is_refused_naming_it(keeper):

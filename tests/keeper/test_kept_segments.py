@@ -141,8 +141,14 @@ def test_a_group_sigkilled_finds_its_pages_warm_in_the_next_group(keeper, tmp_pa
         )
 
 
-@pytest.mark.parametrize("change,field", [("blocks", "fingerprint"), ("identity", "identity")])
-def test_another_declaration_is_refused_on_every_rank_naming_the_field(keeper, tmp_path, change, field):
+@pytest.mark.parametrize(
+    "change,field,says",
+    [
+        ("blocks", "block", "'kv' is kept with block 'kv' of shape 4194304, this create declares shape 2097152"),
+        ("identity", "identity", "'kv' is kept with identity"),
+    ],
+)
+def test_another_declaration_is_refused_on_every_rank_naming_the_field(keeper, tmp_path, change, field, says):
     writers = launch("write", 2, tmp_path / "w", keeper.path, name="kv", bytes=8 * MIB)
     try:
         results(writers, tmp_path / "w", running=True)
@@ -154,6 +160,106 @@ def test_another_declaration_is_refused_on_every_rank_naming_the_field(keeper, t
     for r in refused:
         assert r["errno"] == errno.EEXIST, r
         assert f"holds it with another {field}" in r["error"] and "keep_name 'kv'" in r["error"], r
+        assert says in r["error"], r
+
+
+# Two blocks, so that one can be renamed, added or changed while the other stays.
+LAYOUT = {
+    "k": {"count": 4, "shape": (MIB,), "dtype": "uint8"},
+    "v": {"count": 4, "shape": (256, 2), "dtype": "float16"},
+}
+FIX = "; use the same declaration, another name, or replace it (only when nobody maps it)"
+
+
+def layout_bytes(blocks):
+    from mooncake._shared_segment_layout import _build_layout
+
+    return _build_layout(blocks)[3]
+
+
+def changed(block, **fields):
+    return dict(LAYOUT, **{block: dict(LAYOUT[block], **fields)})
+
+
+def sizes(blocks):
+    """The refusal's note when the layouts' sizes differ."""
+    return f" (so {layout_bytes(LAYOUT)} bytes are kept, this create asks {layout_bytes(blocks)})"
+
+
+@pytest.mark.parametrize(
+    "name,blocks,field,says",
+    [
+        ("kv", changed("k", count=8), "block", "with block 'k' of count 4, this create declares count 8"),
+        (
+            "kv",
+            changed("v", shape=(256, 4)),
+            "block",
+            "with block 'v' of shape 256x2, this create declares shape 256x4",
+        ),
+        (
+            "kv",
+            changed("v", dtype="float32"),
+            "block",
+            "with block 'v' of dtype torch.float16 (2-byte elements), this create declares dtype torch.float32 "
+            "(4-byte elements)",
+        ),
+        (
+            "kv",
+            {"k": LAYOUT["k"], "w": LAYOUT["v"]},
+            "block",
+            "with block 'v', this create declares block 'w' in its place",
+        ),
+        ("kv", {"k": LAYOUT["k"]}, "block", "with block 'v', this create declares no block 'v'"),
+        ("kv", dict(LAYOUT, x=LAYOUT["v"]), "block", "without block 'x', this create declares block 'x'"),
+        ("kv2", LAYOUT, "name", "with name 'kv', this create declares name 'kv2'"),
+    ],
+    ids=["count", "shape", "dtype", "block-renamed", "block-dropped", "block-added", "name"],
+)
+def test_another_layout_is_refused_naming_the_field_with_both_values_and_the_fix(keeper, name, blocks, field, says):
+    create_shared_segment("kv", LAYOUT, 1, 0, keep="kv-f").close()
+    with pytest.raises(SharedSegmentError) as e:
+        create_shared_segment(name, blocks, 1, 0, keep="kv-f")
+    text = str(e.value)
+    assert e.value.errno == errno.EEXIST, text
+    assert f"keep_name 'kv-f': the node keeper at {keeper.path} holds it with another {field}: " in text, text
+    # Both sizes too, where the layouts' differ.
+    size_note = sizes(blocks) if layout_bytes(blocks) != layout_bytes(LAYOUT) else ""
+    assert f"'kv-f' is kept {says}{size_note}{FIX}" in text, text
+    # Refused, not replaced: the kept segment is still there for its own layout.
+    again = create_shared_segment("kv", LAYOUT, 1, 0, keep="kv-f")
+    assert again.warm
+    again.close()
+
+
+def test_another_identity_is_refused_naming_both(keeper):
+    create_shared_segment("kv", LAYOUT, 1, 0, keep="kv-i", keep_identity="model-a").close()
+    with pytest.raises(SharedSegmentError) as e:
+        create_shared_segment("kv", LAYOUT, 1, 0, keep="kv-i", keep_identity="model-b")
+    assert "holds it with another identity: 'kv-i' is kept with identity 6d6f64656c2d61, this create gives " + (
+        "6d6f64656c2d62" + FIX
+    ) in str(e.value), e.value
+
+
+def test_the_c_api_is_refused_naming_the_size_or_the_name(keeper):
+    """A C caller's name is no layout: the keeper names the size, else the name, each with both values."""
+    from mooncake import _segment
+
+    seg, _ = _segment.SharedSegment.create("c-seg", 4 * MIB, 1, 0, 0, keep_name="kv-c")
+    seg.close()
+    for name, size, field, says in [
+        ("c-seg", 8 * MIB, "size", f"'kv-c' is kept with {4 * MIB} bytes, this create asks {8 * MIB}"),
+        ("c-seg2", 4 * MIB, "name", "'kv-c' is kept with name 'c-seg', this create declares name 'c-seg2'" + FIX),
+        (
+            "c-seg2",
+            8 * MIB,
+            "name",
+            f"'kv-c' is kept with name 'c-seg', this create declares name 'c-seg2' (so {4 * MIB} bytes are kept, "
+            f"this create asks {8 * MIB})" + FIX,
+        ),
+    ]:
+        with pytest.raises(_segment.SegmentError) as e:
+            _segment.SharedSegment.create(name, size, 1, 0, 0, keep_name="kv-c")
+        assert f"holds it with another {field}: {says}" in str(e.value), e.value
 
 
 def test_one_rank_creates_cold_then_attaches_warm_to_the_same_bytes(keeper):

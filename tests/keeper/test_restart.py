@@ -28,6 +28,7 @@ from fake_service_manager import FakeServiceManager  # noqa: E402
 from test_keeper import (  # noqa: E402
     CREATE,
     F_ATTACH_ONLY,
+    F_GROUP_CONTROL,
     HELLO,
     BUILDDIR,
     KEEPER,
@@ -381,3 +382,72 @@ def test_an_unprivileged_list_joins_its_own_kept_segment_after_the_keepers_resta
             holder.wait(10)
         managed.close()
         shutil.rmtree(where, ignore_errors=True)
+
+
+def restart(managed):
+    managed.manager.process_notifications(0.5)
+    managed.manager.kill(15)
+    managed.start()
+
+
+def refusal(blocks, keep):
+    from mooncake.shared_segment import SharedSegmentError, create_shared_segment
+
+    with pytest.raises(SharedSegmentError) as e:
+        create_shared_segment("kv", blocks, 1, 0, keep=keep)
+    return str(e.value)
+
+
+ONE = {"k": {"count": 4, "shape": (MIB,), "dtype": "uint8"}}
+MORE = {"k": {"count": 8, "shape": (MIB,), "dtype": "uint8"}}
+COUNT_SAID = (
+    "holds it with another block: '{keep}' is kept with block 'k' of count 4, this create declares count 8 "
+    f"(so {4 * MIB} bytes are kept, this create asks {8 * MIB}); use the same declaration, another name, or "
+    "replace it (only when nobody maps it)"
+)
+
+
+def test_after_a_restart_another_layout_is_still_refused_naming_the_field(managed, monkeypatch):
+    """The declaration is in the saved state: the restarted keeper names the block and both counts."""
+    from mooncake.shared_segment import create_shared_segment
+
+    monkeypatch.setenv("MOONCAKE_SEGMENT_KEEPER", str(managed.path))
+    create_shared_segment("kv", ONE, 1, 0, keep="kv-d").close()
+    restart(managed)
+    assert managed.ask(hello_request()).kept == 1, managed.text()
+    text = refusal(MORE, "kv-d")
+    assert COUNT_SAID.format(keep="kv-d") in text, text + managed.text()
+
+
+def test_a_segment_saved_without_a_declaration_falls_back_then_learns_it(managed, monkeypatch):
+    """A record saved without a declaration (a CREATE that carried none: the bytes a keeper before
+    declarations saved) still loads; its refusals name the size, else the fingerprint, as before; the
+    first attach with the same fingerprint gives it the declaration, which the next restart keeps."""
+    from mooncake.shared_segment import create_shared_segment
+
+    monkeypatch.setenv("MOONCAKE_SEGMENT_KEEPER", str(managed.path))
+    # The library's fingerprint of this layout, from a segment it keeps under another name.
+    create_shared_segment("kv", ONE, 1, 0, keep="kv-probe").close()
+    (probe,) = managed.ask(named_request(STAT, "kv-probe")).segments
+    made = managed.ask(
+        create_request(
+            "kv-old", size=4 * MIB, fingerprint=probe["fingerprint"], world=1, flags=F_GROUP_CONTROL, control=4096
+        )
+    )
+    assert made.status == 0, made.text
+    made.close_fds()
+    restart(managed)
+
+    text = refusal(MORE, "kv-old")
+    assert f"holds it with another size: 'kv-old' is kept with {4 * MIB} bytes, this create asks {8 * MIB}" in text
+    text = refusal({"j": ONE["k"]}, "kv-old")
+    assert "holds it with another fingerprint (name, size or block layout): 'kv-old' is kept with fingerprint" in text
+
+    seg = create_shared_segment("kv", ONE, 1, 0, keep="kv-old")
+    assert seg.warm, "the same fingerprint attaches"
+    seg.close()
+    text = refusal(MORE, "kv-old")
+    assert COUNT_SAID.format(keep="kv-old") in text, text
+    restart(managed)
+    text = refusal(MORE, "kv-old")
+    assert COUNT_SAID.format(keep="kv-old") in text, text + managed.text()

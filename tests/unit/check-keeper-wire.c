@@ -197,6 +197,68 @@ START_TEST(test_create_request_round_trip_and_layout)
 }
 END_TEST
 
+/* The declaration (the name create() was given) travels after the identity,
+ * its length at 58; none is 0 bytes, as a CREATE without one always was. */
+START_TEST(test_create_request_carries_the_declaration)
+{
+	static const char declaration[] =
+		"kv|k:64:1024x8:torch.float16:16384;v:64:1024x8:torch.float16:16384";
+	struct mc_keeper_request q = sample_create(), d;
+	uint8_t buf[MC_KEEPER_MESSAGE_MAX];
+	size_t len, fixed = 72 + strlen(q.name) + 5;
+
+	len = encode_request(&q, buf, sizeof(buf));
+	ck_assert_uint_eq(len, fixed);
+	ck_assert_uint_eq(mc_get_le16(buf + 58), 0);
+	ck_assert_int_eq(decode_request_exact(buf, len, &d), 0);
+	ck_assert_uint_eq(d.declaration_bytes, 0);
+	ck_assert_str_eq(d.declaration, "");
+
+	q.declaration_bytes = (uint16_t)strlen(declaration);
+	memcpy(q.declaration, declaration, sizeof(declaration));
+	len = encode_request(&q, buf, sizeof(buf));
+	ck_assert_uint_eq(len, fixed + strlen(declaration));
+	ck_assert_uint_eq(mc_get_le16(buf + 58), strlen(declaration));
+	ck_assert_mem_eq(buf + 72 + strlen(q.name), "bf16\0", 5); /* the identity still before it */
+	ck_assert_mem_eq(buf + fixed, declaration, strlen(declaration));
+	ck_assert_int_eq(decode_request_exact(buf, len, &d), 0);
+	ck_assert_uint_eq(d.declaration_bytes, strlen(declaration));
+	ck_assert_str_eq(d.declaration, declaration);
+	ck_assert_uint_eq(d.identity_bytes, 5);
+	ck_assert_mem_eq(d.identity, "bf16\0", 5);
+	ck_assert_str_eq(d.name, q.name);
+
+	/* A declaration is printable ASCII: a byte outside is refused both ways. */
+	buf[fixed + 2] = '\n';
+	request_refused(buf, len, "declaration has byte 0x0a at 2, not printable ASCII");
+	q.declaration[2] = '\x7f';
+	ck_assert_int_eq(mc_keeper_request_encode(&q, buf, sizeof(buf), why, sizeof(why)), -EINVAL);
+	ck_assert_msg(strstr(why, "declaration has byte 0x7f at 2"), "why: %s", why);
+
+	/* At most MC_KEEPER_DECLARATION_MAX bytes, with the longest name and identity still one message. */
+	memset(q.name, 'n', MC_KEEPER_NAME_MAX);
+	q.name[MC_KEEPER_NAME_MAX] = '\0';
+	q.identity_bytes = MC_KEEPER_IDENTITY_MAX;
+	memset(q.declaration, 'd', MC_KEEPER_DECLARATION_MAX);
+	q.declaration_bytes = MC_KEEPER_DECLARATION_MAX;
+	len = encode_request(&q, buf, sizeof(buf));
+	ck_assert_uint_eq(len, 72 + MC_KEEPER_NAME_MAX + MC_KEEPER_IDENTITY_MAX + MC_KEEPER_DECLARATION_MAX);
+	ck_assert_int_eq(decode_request_exact(buf, len, &d), 0);
+	ck_assert_uint_eq(d.declaration_bytes, MC_KEEPER_DECLARATION_MAX);
+	ck_assert_uint_eq(strlen(d.declaration), MC_KEEPER_DECLARATION_MAX);
+	q.declaration_bytes = MC_KEEPER_DECLARATION_MAX + 1;
+	ck_assert_int_eq(mc_keeper_request_encode(&q, buf, sizeof(buf), why, sizeof(why)), -EINVAL);
+	ck_assert_msg(strstr(why, "declaration of 4097 bytes, 4096 at most"), "why: %s", why);
+	/* The same on the wire: the lengths agreeing, one byte too many. */
+	memset(buf + len, 'd', 1);
+	mc_put_le16(buf + 58, MC_KEEPER_DECLARATION_MAX + 1);
+	mc_put_le32(buf + 8, (uint32_t)len + 1);
+	request_refused(buf, len + 1, "declaration of 4097 bytes, 4096 at most");
+	ck_assert_str_eq(mc_keeper_field_name(MC_KEEPER_FIELD_NAME), "name");
+	ck_assert_str_eq(mc_keeper_field_name(MC_KEEPER_FIELD_BLOCK), "block");
+}
+END_TEST
+
 /* Names are per uid: CREATE, STAT, RELEASE name an owner; LIST a cursor's. */
 START_TEST(test_requests_carry_the_owner)
 {
@@ -645,15 +707,15 @@ END_TEST
 
 START_TEST(test_reserved_bytes_must_be_zero)
 {
-	const size_t create_reserved[] = { 58, 59 };
 	uint8_t buf[MC_KEEPER_MESSAGE_MAX];
 	struct mc_keeper_request q;
 	size_t len;
 
-	for (unsigned int i = 0; i < sizeof(create_reserved) / sizeof(create_reserved[0]); i++) {
+	/* CREATE's bytes 58..59 are the declaration's length: one not in the packet is refused. */
+	for (unsigned int at = 58; at <= 59; at++) {
 		len = valid_create(buf);
-		buf[create_reserved[i]] = 1;
-		request_refused(buf, len, "reserved bytes");
+		buf[at] = 1;
+		request_refused(buf, len, "length mismatch: the CREATE message's fields add up to");
 	}
 	memset(&q, 0, sizeof(q));
 	q.type = MC_KEEPER_STAT;
@@ -857,8 +919,11 @@ START_TEST(test_bad_reply_fields)
 	reply_refused(buf, len, "names field 3 outside a CREATE refused with EEXIST");
 	mc_put_le32(buf + 16, EEXIST);
 	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
+	mc_put_le16(buf + 20, MC_KEEPER_FIELD_BLOCK);
+	ck_assert_int_eq(decode_reply_exact(buf, len, &rep_out), 0);
+	ck_assert_uint_eq(rep_out.field, MC_KEEPER_FIELD_BLOCK);
 	mc_put_le16(buf + 20, MC_KEEPER_FIELD_LAST + 1);
-	reply_refused(buf, len, "unknown field 9");
+	reply_refused(buf, len, "unknown field 11");
 	/* ERROR carries a non-zero status. */
 	mc_put_le16(buf + 20, 0);
 	mc_put_le16(buf + 6, MC_KEEPER_ERROR);
@@ -1059,6 +1124,7 @@ static Suite *suite_keeper_wire(void)
 
 	tcase_add_test(round_trips, test_create_request_round_trip_and_layout);
 	tcase_add_test(round_trips, test_create_request_at_its_limits);
+	tcase_add_test(round_trips, test_create_request_carries_the_declaration);
 	tcase_add_test(round_trips, test_small_requests_round_trip);
 	tcase_add_test(round_trips, test_hello_reply_round_trip);
 	tcase_add_test(round_trips, test_create_reply_round_trip);

@@ -203,6 +203,8 @@ def _build_layout(
             f"Block {largest!r} has count {specs[largest].count}, which makes the segment {total} bytes "
             f"({stride} bytes per entry), above the largest segment ({_MAX_SIZE} bytes): lower its count"
         )
+    # The keeper reads this tag back (keeper/declaration.c, doc/keeper-protocol.md) to name the block
+    # and field a kept segment's re-create changes: keep its fields and separators in step with it.
     tag = ";".join(
         f"{name}:{spec.count}:{'x'.join(str(d) for d in spec.shape)}:torch.{spec.dtype_name}:{spec.nbytes}"
         for name, spec in specs.items()
