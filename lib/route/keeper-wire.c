@@ -180,16 +180,28 @@ static int check_name(const struct report *r, const char *name, size_t len)
 	return 0;
 }
 
-/* A reply's sentence: printable ASCII, so that a terminal shows it as it is. */
-static int check_text(const struct report *r, const char *text, size_t len)
+/* Printable ASCII, at most @max bytes, so that a terminal shows it as it
+ * is and a sentence may quote it: a reply's sentence ("message"), a
+ * CREATE's declaration ("declaration"). */
+static int check_printable(const struct report *r, const char *what, const char *text, size_t len, size_t max)
 {
-	if (len > MC_KEEPER_TEXT_MAX)
-		return refuse(r, "message of %zu bytes, %d at most", len, MC_KEEPER_TEXT_MAX);
+	if (len > max)
+		return refuse(r, "%s of %zu bytes, %zu at most", what, len, max);
 	for (size_t i = 0; i < len; i++)
 		if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
-			return refuse(r, "message has byte 0x%02x at %zu, not printable ASCII",
+			return refuse(r, "%s has byte 0x%02x at %zu, not printable ASCII", what,
 				      (unsigned char)text[i], i);
 	return 0;
+}
+
+static int check_text(const struct report *r, const char *text, size_t len)
+{
+	return check_printable(r, "message", text, len, MC_KEEPER_TEXT_MAX);
+}
+
+static int check_declaration(const struct report *r, const char *text, size_t len)
+{
+	return check_printable(r, "declaration", text, len, MC_KEEPER_DECLARATION_MAX);
 }
 
 static int check_sharing(const struct report *r, uint8_t sharing, uint32_t gid)
@@ -208,18 +220,6 @@ static int check_allocation(const struct report *r, uint64_t size, uint64_t page
 	if (size == 0 || size % page_size)
 		return refuse(r, "size %llu is not a positive multiple of the page size %llu",
 			      (unsigned long long)size, (unsigned long long)page_size);
-	return 0;
-}
-
-/* A CREATE's declaration: printable ASCII, so that a sentence may quote it. */
-static int check_declaration(const struct report *r, const char *text, size_t len)
-{
-	if (len > MC_KEEPER_DECLARATION_MAX)
-		return refuse(r, "declaration of %zu bytes, %d at most", len, MC_KEEPER_DECLARATION_MAX);
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
-			return refuse(r, "declaration has byte 0x%02x at %zu, not printable ASCII",
-				      (unsigned char)text[i], i);
 	return 0;
 }
 
