@@ -145,7 +145,9 @@ class SegmentSlots:
         Pass the sequence this rank last saw (0 at first): the block written
         before that publish is then visible.  ``timeout`` in seconds, None: no
         limit, 0: only look.  The GIL is released while waiting.  TimeoutError
-        when it passes, ValueError when :meth:`SharedSegment.close` ended it.
+        when it passes, ValueError when :meth:`SharedSegment.close` ended it;
+        in the main thread a signal ends it within about 0.1 s with its
+        handler's exception (Ctrl-C: KeyboardInterrupt).
 
         With ``stream`` (as for :meth:`publish`; ``host_register=True``) the
         host does not wait: the wait is queued on the stream, on the device,
