@@ -119,6 +119,8 @@ class SegmentSlots:
 
         Call it after writing the block, once: it does not wait for readers
         (acknowledge on slots of their own when the writer must know).
+        SharedSegmentError (``errno`` EBUSY) while a :meth:`write_begin` ...
+        :meth:`write_end` is in progress on the slot.
 
         With ``stream`` (a ``torch.cuda.Stream``, or a stream handle as an int,
         0 the default stream; the segment needs ``host_register=True``) the
@@ -172,8 +174,10 @@ class SegmentSlots:
         """The seqlock writer: make @slot's sequence odd before rewriting its block; returns it.
 
         SharedSegmentError (``errno`` EBUSY) while another write is in
-        progress: one writer at a time (claim the slot first).  Prefer
-        :meth:`writing`, which always ends the write.
+        progress: one writer at a time (claim the slot first).  A write whose
+        claimer died is the exception: the rank whose :meth:`try_claim` took
+        the claim over writes over it (its readers never see the half-written
+        block).  Prefer :meth:`writing`, which always ends the write.
         """
         slot = self._slot("write_begin", slot)
         try:
