@@ -131,12 +131,13 @@ MC_EXPORT int64_t mooncake_segment_publish(struct mooncake_segment *seg, uint32_
 	seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
 	do {
 		if (seq & 1)
-			return mc_error(EBUSY,
-					"Shared segment slot %u: cannot publish while a write is in progress "
-					"(sequence %llu, odd: write_begin without write_end); end it with "
-					"write_end, or, if its writer died, take the claim over (try_claim) and "
-					"write the block again with write_begin and write_end",
-					slot, (unsigned long long)seq);
+			return mc_error(
+				EBUSY,
+				"Shared segment slot %u: cannot publish while a write is in progress "
+				"(sequence %llu, odd: write_begin without write_end); end it with "
+				"write_end, or, if its writer died, take the claim over (try_claim) and "
+				"write the block again with write_begin and write_end",
+				slot, (unsigned long long)seq);
 	} while (!__atomic_compare_exchange_n(&s->seq, &seq, seq + 2, true, __ATOMIC_RELEASE,
 					      __ATOMIC_RELAXED));
 	wake_waiters(s);
@@ -183,7 +184,8 @@ MC_EXPORT int64_t mooncake_segment_write_begin(struct mooncake_segment *seg, uin
 					slot);
 			next = seq + 2;
 		}
-		if (__atomic_compare_exchange_n(&s->seq, &seq, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		if (__atomic_compare_exchange_n(&s->seq, &seq, next, true, __ATOMIC_RELAXED,
+						__ATOMIC_RELAXED))
 			break;
 	}
 	if (seq & 1)

@@ -529,7 +529,11 @@ def test_ctrl_c_ends_a_wait_on_a_stopped_owner(capsys, handler, raised, timeout)
         line = peer.stdout.read().strip()
         name, caught = line.split()
         assert name == raised, line
-        report(capsys, f"wait_ready(timeout={timeout}), {handler} SIGINT handler:", [f"{raised} {(float(caught) - sent) * 1000:.0f} ms after the signal"])
+        report(
+            capsys,
+            f"wait_ready(timeout={timeout}), {handler} SIGINT handler:",
+            [f"{raised} {(float(caught) - sent) * 1000:.0f} ms after the signal"],
+        )
     finally:
         for proc in (peer, owner):
             if proc:

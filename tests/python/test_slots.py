@@ -320,7 +320,9 @@ except BaseException as exc:
 
 def interrupted(script, args, signum=signal.SIGINT, after=0.3, bound=2.0):
     """Start @script, wait for its "waiting" line, send @signum @after s later: its output and when it was sent."""
-    child = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout.readline().strip() == "waiting", child.stderr.read()
         time.sleep(after)  # inside the native wait by now
@@ -344,7 +346,11 @@ def test_ctrl_c_ends_a_slot_wait_nobody_publishes(capsys, call, handler, raised,
     line, sent = interrupted(WAITER, [call, handler, timeout])
     name, caught = line.split()
     assert name == raised, line
-    report(capsys, f"{call}(timeout={timeout}), {handler} SIGINT handler:", [f"{raised} {(float(caught) - sent) * 1000:.0f} ms after the signal"])
+    report(
+        capsys,
+        f"{call}(timeout={timeout}), {handler} SIGINT handler:",
+        [f"{raised} {(float(caught) - sent) * 1000:.0f} ms after the signal"],
+    )
 
 
 @pytest.mark.parametrize("call", ["wait", "read_begin"])

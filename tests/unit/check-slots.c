@@ -274,7 +274,7 @@ static int abandoned_rank(struct group_rank *self, void *arg)
 	const uint64_t *words;
 	size_t stride;
 	int64_t seq = 0;
-	int claimed = 0;
+	int claimed;
 
 	(void)arg;
 	RANK_CHECK(seg != NULL);
@@ -308,7 +308,7 @@ static int abandoned_rank(struct group_rank *self, void *arg)
 		RANK_CHECK(strstr(mooncake_segment_last_error(),
 				  "slot 0: cannot publish while a write is in progress") != NULL);
 		RANK_CHECK(strstr(mooncake_segment_last_error(), "try_claim") != NULL);
-		RANK_CHECK(__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) == 3); /* still odd, not 5 */
+		RANK_CHECK(__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) == 3);	    /* still odd, not 5 */
 		RANK_CHECK(mooncake_segment_write_begin(seg, SLOT_DATA) == -EBUSY); /* not the claim's */
 		RANK_CHECK(mooncake_segment_publish(seg, 3) == TOLD(1));
 		RANK_CHECK(mooncake_segment_wait_slot(seg, 2, TOLD(1), WAIT_MS) == TOLD(2));
@@ -326,7 +326,8 @@ static int abandoned_rank(struct group_rank *self, void *arg)
 		RANK_CHECK(wait_until_dead(group_pid(1), 10000));
 		RANK_CHECK(mooncake_segment_publish(seg, 2) == TOLD(1));
 		RANK_CHECK(mooncake_segment_wait_slot(seg, 3, 0, WAIT_MS) == TOLD(1));
-		for (int ms = 0; ms < 2000 && (claimed = mooncake_segment_try_claim(seg, SLOT_DATA)) == 0; ms++)
+		for (int ms = 0; ms < 2000 && (claimed = mooncake_segment_try_claim(seg, SLOT_DATA)) == 0;
+		     ms++)
 			usleep(1000);
 		RANK_CHECK(claimed == 2);
 		RANK_CHECK(mooncake_segment_publish(seg, SLOT_DATA) == -EBUSY);
@@ -373,7 +374,8 @@ START_TEST(test_slots_are_part_of_the_declaration)
 	ck_assert_error((int)mooncake_segment_write_end(owner, 0), EINVAL, "without write_begin");
 	ck_assert_int_eq(mooncake_segment_write_begin(owner, 0), 1);
 	ck_assert_error((int)mooncake_segment_write_begin(owner, 0), EBUSY, "another write");
-	ck_assert_error((int)mooncake_segment_publish(owner, 0), EBUSY, "slot 0: cannot publish while a write");
+	ck_assert_error((int)mooncake_segment_publish(owner, 0), EBUSY,
+			"slot 0: cannot publish while a write");
 	ck_assert_error((int)mooncake_segment_read_begin(owner, 0, 20), ETIMEDOUT, "write in progress");
 	ck_assert_int_eq(mooncake_segment_write_end(owner, 0), 2);
 	ck_assert_int_eq(mooncake_segment_read_begin(owner, 0, 0), 2);

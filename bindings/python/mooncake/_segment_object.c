@@ -501,7 +501,7 @@ static void count_waiter(SegmentObject *self, int slot_wait, int delta)
  * start complete() (the segment is then unusable for @name: raised).
  * 0: wait on; -1: stop, with the exception set, or else *@closed set.
  */
-static int run_signal_handlers(SegmentObject *self, struct mooncake_segment *seg, const char *name,
+static int run_signal_handlers(SegmentObject *self, const struct mooncake_segment *seg, const char *name,
 			       int slot_wait, int *closed)
 {
 	int raised;
