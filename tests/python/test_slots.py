@@ -301,6 +301,8 @@ handled = []
 call, handler, timeout = sys.argv[1], sys.argv[2], None if sys.argv[3] == "none" else float(sys.argv[3])
 if handler == "custom":
     signal.signal(signal.SIGINT, raise_custom)
+elif handler == "close":  # a handler that closes the segment waited on: the wait says so
+    signal.signal(signal.SIGINT, lambda signum, frame: seg.close())
 elif handler == "quiet":  # a handler that raises nothing: the wait goes on
     signal.signal(signal.SIGINT, lambda signum, frame: handled.append(time.monotonic()))
 seg = create_shared_segment("slot-signals", {"block": {"count": 1, "shape": (64,), "dtype": "uint8"}}, 1, 0, slots=1)
@@ -340,7 +342,9 @@ def interrupted(script, args, signum=signal.SIGINT, after=0.3, bound=2.0):
 
 
 @pytest.mark.parametrize("timeout", ["none", "60"])
-@pytest.mark.parametrize("handler, raised", [("default", "KeyboardInterrupt"), ("custom", "Custom")])
+@pytest.mark.parametrize(
+    "handler, raised", [("default", "KeyboardInterrupt"), ("custom", "Custom"), ("close", "ValueError")]
+)
 @pytest.mark.parametrize("call", ["wait", "read_begin"])
 def test_ctrl_c_ends_a_slot_wait_nobody_publishes(capsys, call, handler, raised, timeout):
     line, sent = interrupted(WAITER, [call, handler, timeout])
