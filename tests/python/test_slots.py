@@ -95,11 +95,17 @@ def test_stream_order_without_host_register_says_so():
     seg.close()
 
 
-def test_a_claimer_killed_half_way_is_taken_over(capsys):
-    results = launch("claims", 4, timeout=120)
+@pytest.mark.parametrize("mid_write", [False, True])
+def test_a_claimer_killed_half_way_is_taken_over(capsys, mid_write):
+    results = launch("claims", 4, timeout=120, mid_write=mid_write)
     owner, victim, heir, closer = results
     assert victim["returncode"] == -9, victim["stderr"]
     assert victim["first"] == SlotClaim.CLAIMED and victim["again"] == SlotClaim.CLAIMED
+    if mid_write:  # killed between write_begin and write_end
+        assert victim["write_begin"] == 1
+        assert heir["publish_mid_write"].startswith(f"errno={errno.EBUSY}: "), heir["publish_mid_write"]
+        assert "slot 0: cannot publish while a write is in progress" in heir["publish_mid_write"]
+        assert heir["write_begin"] == 3  # the heir's write: still odd, no reader accepts the half block
     for r in (owner, heir, closer):
         assert r["returncode"] == 0, r["stderr"]
     assert closer["first"] == SlotClaim.CLAIMED and closer["closed"]
@@ -110,10 +116,10 @@ def test_a_claimer_killed_half_way_is_taken_over(capsys):
     # The documented bound: free once the kernel has ended the dead process's threads (retried up to 2 s).
     assert heir["takeover"] == SlotClaim.TAKEN_OVER, heir
     assert heir["takeover_s"] < 2.0
-    assert heir["published"] == 2
+    assert heir["published"] == (4 if mid_write else 2)
     assert heir["closed_takeover"] == SlotClaim.TAKEN_OVER  # a claimer that closed its segment
     assert heir["reclaim"] == SlotClaim.CLAIMED
-    assert owner["seen"] == 2, owner["seen"]
+    assert owner["seen"] == heir["published"], owner["seen"]  # never the half-written block
     assert owner["block_ok"], "the block is not the heir's, whole"
     report(capsys, "claims:", [f"a SIGKILLed claimer's claim taken over {heir['takeover_s'] * 1000:.1f} ms after"])
 
