@@ -360,15 +360,33 @@ uint64_t mooncake_segment_ready_bytes(const struct mooncake_segment *seg);
  * publish in another) and with the getters; a peer uses the slots after
  * complete().  The sequence
  * functions return the sequence (>= 0) or a negative errno: -EINVAL (no
- * slots, slot out of range, a peer before complete), -ETIMEDOUT.
+ * slots, slot out of range, a peer before complete), -ETIMEDOUT, -EBUSY.
+ *
+ * A writer gone between write_begin() and write_end() (killed, or its
+ * segment destroyed) leaves the sequence odd and its block half written.
+ * No reader ever accepts that block: read_begin() and wait_slot() wait, a
+ * copy begun before it retries.  If the writer held the slot's claim, the
+ * try_claim() that takes the claim over (returns 2) gives the new holder
+ * the unfinished write: its next write_begin() succeeds (the sequence moves
+ * 2 on, still odd), it writes the whole block, and its write_end() makes
+ * the sequence even, the new block published.  So write under a claim.
  */
 
-/** Publish @slot: the sequence grows by 2, waiters wake.  Returns the new sequence. */
+/**
+ * Publish @slot: the sequence grows by 2, waiters wake.  Returns the new
+ * (even) sequence, or -EBUSY while a write_begin() ... write_end() is in
+ * progress on it (the message names the slot: end it with write_end(), or
+ * take over a dead writer's claim and write the block again).
+ */
 int64_t mooncake_segment_publish(struct mooncake_segment *seg, uint32_t slot);
 /** Wait until @slot's sequence is even and not @seen; returns it. @timeout_ms < 0: no limit. */
 int64_t mooncake_segment_wait_slot(struct mooncake_segment *seg, uint32_t slot, uint64_t seen,
 				   int timeout_ms);
-/** Seqlock writer: make the sequence odd (-EBUSY while another write runs); returns it. */
+/**
+ * Seqlock writer: make the sequence odd; returns it.  -EBUSY while another
+ * write runs, except a write its gone claimer left unfinished, which the
+ * claim's new holder writes over (see above).
+ */
 int64_t mooncake_segment_write_begin(struct mooncake_segment *seg, uint32_t slot);
 /** Seqlock writer: make it even again and wake the waiters; returns it. */
 int64_t mooncake_segment_write_end(struct mooncake_segment *seg, uint32_t slot);
@@ -380,6 +398,8 @@ int mooncake_segment_read_retry(const struct mooncake_segment *seg, uint32_t slo
  * Claim @slot (the right to fill its block): 1 when this rank holds it now,
  * 2 when it took it over from a rank that is gone (died, or destroyed its
  * segment: noticed at once), 0 when a live rank holds it; or a negative errno.
+ * A takeover of a claimer gone mid-write gives this rank that write: its
+ * next write_begin() succeeds.
  */
 int mooncake_segment_try_claim(struct mooncake_segment *seg, uint32_t slot);
 /** Let go of this rank's claim on @slot: 0, or -EPERM when it does not hold it. */

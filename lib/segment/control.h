@@ -58,10 +58,12 @@ struct mc_control_rank {
 
 /* One publish slot, a cache line of its own. */
 struct mc_control_slot {
-	uint64_t seq;	  /* even: published; odd: a write in progress; the futex is its low half */
-	uint64_t claim;	  /* 0: free, else the claimer's rank + 1 */
-	uint64_t waiters; /* CPU waiters counted in before they look the last time (slots.c) */
-	uint64_t reserved[5];
+	uint64_t seq;	    /* even: published; odd: a write in progress; the futex is its low half */
+	uint64_t claim;	    /* 0: free, else the claimer's rank + 1 */
+	uint64_t waiters;   /* CPU waiters counted in before they look the last time (slots.c) */
+	uint64_t abandoned; /* the odd sequence of a write whose claimer is gone, for the claim's next
+			       holder to write over (slots.c); else any other value */
+	uint64_t reserved[4];
 };
 
 struct mc_control {

@@ -20,6 +20,15 @@
  * destroyed its segment (the mutex is free) is taken over by the next
  * try_claim, at once: the bound is the kernel's own cleanup of the dead
  * process.
+ *
+ * A claimer gone between write_begin and write_end leaves the sequence odd:
+ * its block is half written.  The takeover records that odd sequence as
+ * abandoned; the new holder's write_begin then writes over it (the sequence
+ * moves 2 on, still odd) instead of failing, and its write_end makes it
+ * even.  No reader ever accepts the half-written block: the sequence is odd
+ * from the dead writer's write_begin to the new holder's write_end, so a
+ * read_begin waits and a copy begun before retries.  publish() refuses an
+ * odd sequence (-EBUSY) instead of making it odd + 2.
  */
 #include "config.h"
 
@@ -119,9 +128,20 @@ MC_EXPORT int64_t mooncake_segment_publish(struct mooncake_segment *seg, uint32_
 
 	if (!s)
 		return err;
-	seq = __atomic_add_fetch(&s->seq, 2, __ATOMIC_RELEASE);
+	seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
+	do {
+		if (seq & 1)
+			return mc_error(
+				EBUSY,
+				"Shared segment slot %u: cannot publish while a write is in progress "
+				"(sequence %llu, odd: write_begin without write_end); end it with "
+				"write_end, or, if its writer died, take the claim over (try_claim) and "
+				"write the block again with write_begin and write_end",
+				slot, (unsigned long long)seq);
+	} while (!__atomic_compare_exchange_n(&s->seq, &seq, seq + 2, true, __ATOMIC_RELEASE,
+					      __ATOMIC_RELAXED));
 	wake_waiters(s);
-	return (int64_t)seq;
+	return (int64_t)(seq + 2);
 }
 
 MC_EXPORT int64_t mooncake_segment_wait_slot(struct mooncake_segment *seg, uint32_t slot, uint64_t seen,
@@ -145,23 +165,37 @@ MC_EXPORT int64_t mooncake_segment_write_begin(struct mooncake_segment *seg, uin
 {
 	int err;
 	struct mc_control_slot *s = mc_slot_get(seg, slot, &err);
-	uint64_t seq;
+	uint64_t seq, next;
 
 	if (!s)
 		return err;
 	seq = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
-	do {
-		if (seq & 1)
-			return mc_error(
-				EBUSY,
-				"Shared segment slot %u: another write is in progress (one writer at a time: "
-				"claim the slot first)",
-				slot);
-	} while (!__atomic_compare_exchange_n(&s->seq, &seq, seq + 1, true, __ATOMIC_RELAXED,
-					      __ATOMIC_RELAXED));
+	for (;;) {
+		/* Even: from here on odd.  Odd and abandoned to this rank's claim: 2
+		 * on, still odd (a copy begun meanwhile retries). */
+		next = seq + 1;
+		if (seq & 1) {
+			if (__atomic_load_n(&s->abandoned, __ATOMIC_ACQUIRE) != seq ||
+			    __atomic_load_n(&s->claim, __ATOMIC_ACQUIRE) != (uint64_t)seg->opt.rank_id + 1)
+				return mc_error(
+					EBUSY,
+					"Shared segment slot %u: another write is in progress (one writer at "
+					"a time: claim the slot first)",
+					slot);
+			next = seq + 2;
+		}
+		if (__atomic_compare_exchange_n(&s->seq, &seq, next, true, __ATOMIC_RELAXED,
+						__ATOMIC_RELAXED))
+			break;
+	}
+	if (seq & 1)
+		mc_log(MOONCAKE_SEGMENT_LOG_INFO,
+		       "Shared segment '%s' slot %u: rank %u writes over the block its gone claimer left half "
+		       "written",
+		       seg->label, slot, seg->opt.rank_id);
 	/* The odd sequence is visible before any store to the block. */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
-	return (int64_t)(seq + 1);
+	return (int64_t)next;
 }
 
 MC_EXPORT int64_t mooncake_segment_write_end(struct mooncake_segment *seg, uint32_t slot)
@@ -246,6 +280,11 @@ MC_EXPORT int mooncake_segment_try_claim(struct mooncake_segment *seg, uint32_t 
 			return 0;
 		if (__atomic_compare_exchange_n(&s->claim, &holder, mine, false, __ATOMIC_ACQ_REL,
 						__ATOMIC_ACQUIRE)) {
+			/* A write of the gone claimer that never ended is this rank's to write over. */
+			uint64_t seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+
+			if (seq & 1)
+				__atomic_store_n(&s->abandoned, seq, __ATOMIC_RELEASE);
 			mc_log(MOONCAKE_SEGMENT_LOG_INFO,
 			       "Shared segment '%s' slot %u: rank %u took over the claim of rank %llu, which is gone",
 			       seg->label, slot, seg->opt.rank_id, (unsigned long long)(holder - 1));

@@ -123,7 +123,11 @@ def claims(rank, world, group, params):
 
     Rank 3 claims slot 1 and closes its segment: rank 2 takes that over too.
     Rank 0 waits for slot 0's publish and checks that the block is rank 2's,
-    whole.  After the second barrier no rank joins a collective.
+    whole.  After the second barrier no rank joins a collective.  With
+    params["mid_write"] rank 1 fills inside write_begin() and dies before
+    write_end(): rank 2 cannot publish over that write (EBUSY), writes the
+    block with write_begin()/write_end() instead, and rank 0's wait sees
+    only that.
     """
     pids = [None] * world
     dist.all_gather_object(pids, os.getpid(), group=group)
@@ -145,6 +149,8 @@ def claims(rank, world, group, params):
             result["release_not_held"] = f"errno={exc.errno}: {exc}"
     dist.barrier(group)
     if rank == 1:
+        if params.get("mid_write"):
+            result["write_begin"] = slots.write_begin(0)
         block = numpy.frombuffer(seg.buffers("block")[0], dtype=numpy.int64)
         block[: WORDS // 2] = -1  # half way through filling it
         print(json.dumps(result), flush=True)  # its last words: it never returns
@@ -167,10 +173,16 @@ def claims(rank, world, group, params):
                 time.sleep(0.001)
         result["takeover"] = int(claim)
         result["takeover_s"] = time.monotonic() - died
+        if params.get("mid_write"):
+            try:
+                result["publish_mid_write"] = f"returned {slots.publish(0)}"
+            except SharedSegmentError as exc:
+                result["publish_mid_write"] = f"errno={exc.errno}: {exc}"
+            result["write_begin"] = slots.write_begin(0)
         block = numpy.frombuffer(seg.buffers("block")[0], dtype=numpy.int64)
         numpy.add(base(), 2, out=block)
         del block
-        result["published"] = slots.publish(0)
+        result["published"] = slots.write_end(0) if params.get("mid_write") else slots.publish(0)
         claim = SlotClaim.BUSY
         deadline = time.monotonic() + 20  # until rank 3 has closed its segment
         while claim == SlotClaim.BUSY and time.monotonic() < deadline:

@@ -463,6 +463,84 @@ def test_many_waiters_and_getters_together(frozen_front):
     assert peer.busy is None
 
 
+PEER = """
+import signal, sys, time
+from mooncake._segment import SharedSegment
+
+class Custom(Exception):
+    pass
+
+def raise_custom(signum, frame):
+    raise Custom("raised by the handler")
+
+if sys.argv[2] == "custom":
+    signal.signal(signal.SIGINT, raise_custom)
+peer, blob = SharedSegment.create("signal-front", 1 << 30, 2, 1, background_commit=True)
+peer.complete([bytes.fromhex(sys.argv[1]), blob])
+print("mapped", flush=True)
+sys.stdin.readline()  # the owner is stopped
+print("waiting", flush=True)
+try:
+    peer.wait_ready(0, None, None if sys.argv[3] == "none" else float(sys.argv[3]))
+    print("returned", peer.ready_bytes(), flush=True)
+except BaseException as exc:
+    print(type(exc).__name__, time.monotonic(), flush=True)  # CLOCK_MONOTONIC: the test's clock too
+"""
+
+
+@pytest.mark.parametrize("timeout", ["none", "60"])
+@pytest.mark.parametrize("handler, raised", [("default", "KeyboardInterrupt"), ("custom", "Custom")])
+def test_ctrl_c_ends_a_wait_on_a_stopped_owner(capsys, handler, raised, timeout):
+    """A peer process in wait_ready() on an owner stopped mid-commit: SIGINT ends it with the handler's exception."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER.replace("native-front", "signal-front")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    peer = None
+    try:
+        owner_blob = owner.stdout.readline().strip()
+        peer = subprocess.Popen(
+            [sys.executable, "-c", PEER, owner_blob, handler, timeout],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert peer.stdout.readline().strip() == "mapped", peer.stderr.read()
+        owner.stdin.write("go\n")
+        owner.stdin.flush()
+        deadline = time.monotonic() + 10
+        while not stopped(owner.pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert stopped(owner.pid)
+        peer.stdin.write("go\n")
+        peer.stdin.flush()
+        assert peer.stdout.readline().strip() == "waiting"
+        time.sleep(0.3)  # inside the native wait by now
+        sent = time.monotonic()
+        peer.send_signal(signal.SIGINT)
+        try:
+            peer.wait(2.0)
+        except subprocess.TimeoutExpired:
+            pass
+        assert peer.returncode is not None, "the peer still waits 2 s after SIGINT"
+        line = peer.stdout.read().strip()
+        name, caught = line.split()
+        assert name == raised, line
+        report(
+            capsys,
+            f"wait_ready(timeout={timeout}), {handler} SIGINT handler:",
+            [f"{raised} {(float(caught) - sent) * 1000:.0f} ms after the signal"],
+        )
+    finally:
+        for proc in (peer, owner):
+            if proc:
+                proc.kill()
+                proc.wait()
+
+
 def test_native_wait_ready_checks_its_arguments():
     seg, blob = _segment.SharedSegment.create("native", 1 << 20, 1, 0, background_commit=True)
     try:

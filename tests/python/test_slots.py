@@ -15,7 +15,11 @@ close() within a slice).
 """
 
 import errno
+import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -91,11 +95,17 @@ def test_stream_order_without_host_register_says_so():
     seg.close()
 
 
-def test_a_claimer_killed_half_way_is_taken_over(capsys):
-    results = launch("claims", 4, timeout=120)
+@pytest.mark.parametrize("mid_write", [False, True])
+def test_a_claimer_killed_half_way_is_taken_over(capsys, mid_write):
+    results = launch("claims", 4, timeout=120, mid_write=mid_write)
     owner, victim, heir, closer = results
     assert victim["returncode"] == -9, victim["stderr"]
     assert victim["first"] == SlotClaim.CLAIMED and victim["again"] == SlotClaim.CLAIMED
+    if mid_write:  # killed between write_begin and write_end
+        assert victim["write_begin"] == 1
+        assert heir["publish_mid_write"].startswith(f"errno={errno.EBUSY}: "), heir["publish_mid_write"]
+        assert "slot 0: cannot publish while a write is in progress" in heir["publish_mid_write"]
+        assert heir["write_begin"] == 3  # the heir's write: still odd, no reader accepts the half block
     for r in (owner, heir, closer):
         assert r["returncode"] == 0, r["stderr"]
     assert closer["first"] == SlotClaim.CLAIMED and closer["closed"]
@@ -106,10 +116,10 @@ def test_a_claimer_killed_half_way_is_taken_over(capsys):
     # The documented bound: free once the kernel has ended the dead process's threads (retried up to 2 s).
     assert heir["takeover"] == SlotClaim.TAKEN_OVER, heir
     assert heir["takeover_s"] < 2.0
-    assert heir["published"] == 2
+    assert heir["published"] == (4 if mid_write else 2)
     assert heir["closed_takeover"] == SlotClaim.TAKEN_OVER  # a claimer that closed its segment
     assert heir["reclaim"] == SlotClaim.CLAIMED
-    assert owner["seen"] == 2, owner["seen"]
+    assert owner["seen"] == heir["published"], owner["seen"]  # never the half-written block
     assert owner["block_ok"], "the block is not the heir's, whole"
     report(capsys, "claims:", [f"a SIGKILLed claimer's claim taken over {heir['takeover_s'] * 1000:.1f} ms after"])
 
@@ -279,6 +289,87 @@ def test_close_ends_a_waiting_thread_promptly(call):
         assert "closed while this thread waited" in str(outcome[0])
         with pytest.raises(ValueError, match="closed"):
             seg.slots.publish(0)
+
+
+# --- Ctrl-C in a wait, in a real process -------------------------------------------
+
+WAITER = """
+import signal, sys, threading, time
+from mooncake.shared_segment import create_shared_segment
+
+class Custom(Exception):
+    pass
+
+def raise_custom(signum, frame):
+    raise Custom("raised by the handler")
+
+handled = []
+call, handler, timeout = sys.argv[1], sys.argv[2], None if sys.argv[3] == "none" else float(sys.argv[3])
+if handler == "custom":
+    signal.signal(signal.SIGINT, raise_custom)
+elif handler == "close":  # a handler that closes the segment waited on: the wait says so
+    signal.signal(signal.SIGINT, lambda signum, frame: seg.close())
+elif handler == "quiet":  # a handler that raises nothing: the wait goes on
+    signal.signal(signal.SIGINT, lambda signum, frame: handled.append(time.monotonic()))
+seg = create_shared_segment("slot-signals", {"block": {"count": 1, "shape": (64,), "dtype": "uint8"}}, 1, 0, slots=1)
+if call == "read_begin":
+    seg.slots.write_begin(0)  # a write that never ends
+if handler == "quiet":  # the publish the wait is for, well after the signal
+    threading.Timer(1.0, lambda: seg.slots.write_end(0) if call == "read_begin" else seg.slots.publish(0)).start()
+print("waiting", flush=True)
+start = time.monotonic()
+try:
+    result = seg.slots.wait(0, 0, timeout) if call == "wait" else seg.slots.read_begin(0, timeout)
+    print("returned", result, [round(t - start, 3) for t in handled], flush=True)
+except BaseException as exc:
+    print(type(exc).__name__, time.monotonic(), flush=True)  # CLOCK_MONOTONIC: the test's clock too
+"""
+
+
+def interrupted(script, args, signum=signal.SIGINT, after=0.3, bound=2.0):
+    """Start @script, wait for its "waiting" line, send @signum @after s later: its output and when it was sent."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "waiting", child.stderr.read()
+        time.sleep(after)  # inside the native wait by now
+        sent = time.monotonic()
+        child.send_signal(signum)
+        try:
+            child.wait(bound)
+        except subprocess.TimeoutExpired:
+            pass
+        assert child.returncode is not None, f"still waiting {bound} s after the signal"
+        return child.stdout.read().strip(), sent
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("timeout", ["none", "60"])
+@pytest.mark.parametrize(
+    "handler, raised", [("default", "KeyboardInterrupt"), ("custom", "Custom"), ("close", "ValueError")]
+)
+@pytest.mark.parametrize("call", ["wait", "read_begin"])
+def test_ctrl_c_ends_a_slot_wait_nobody_publishes(capsys, call, handler, raised, timeout):
+    line, sent = interrupted(WAITER, [call, handler, timeout])
+    name, caught = line.split()
+    assert name == raised, line
+    report(
+        capsys,
+        f"{call}(timeout={timeout}), {handler} SIGINT handler:",
+        [f"{raised} {(float(caught) - sent) * 1000:.0f} ms after the signal"],
+    )
+
+
+@pytest.mark.parametrize("call", ["wait", "read_begin"])
+def test_a_handler_that_raises_nothing_runs_at_once_and_the_wait_goes_on(call):
+    line, _ = interrupted(WAITER, [call, "quiet", "none"], bound=5.0)
+    words = line.split(maxsplit=2)
+    assert words[:2] == ["returned", "2"], line  # the publish 1 s later, not lost
+    handled = json.loads(words[2])
+    assert len(handled) == 1 and handled[0] < 0.9, line  # the handler ran while the wait went on
 
 
 def test_sequences_are_a_live_view_that_holds_the_segment():

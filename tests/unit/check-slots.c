@@ -4,7 +4,9 @@
  * it), the litmus tests (a writer and three readers on separate processes:
  * publish/wait with acknowledgements, and the seqlock under continuous
  * rewrites; no reader may ever accept a torn block), timeouts, and claims
- * (one winner; a claimer SIGKILLed or destroyed is taken over at once).
+ * (one winner; a claimer SIGKILLed or destroyed is taken over at once; one
+ * SIGKILLed mid-write leaves its heir a usable slot and no reader the
+ * half-written block), and publish refusing a slot mid-write.
  * MOONCAKE_SEGMENT_LITMUS_ROUNDS raises the rounds (default 10000 blocks,
  * 100000 rewrites).
  */
@@ -256,6 +258,103 @@ START_TEST(test_a_gone_claimer_is_taken_over)
 }
 END_TEST
 
+/* Rank 1 claims slot 0, publishes a whole block of 1s, begins rewriting
+ * it with 2s and is SIGKILLed half way.  Rank 0, a reader, never accepts
+ * the half-written block (read_begin waits, a copy begun before retries),
+ * neither before rank 2 takes the claim over nor after, and cannot publish
+ * over it; rank 2 takes the claim over and writes the block whole with
+ * write_begin/write_end, and rank 0 then reads the new block.  Rank 2 tells
+ * rank 0 on slot 2 (1: rank 1 is dead, 2: took over, 3: wrote), rank 0
+ * tells rank 2 on slot 3 (1: take over, 2: write). */
+#define TOLD(n) (2 * (n))
+static int abandoned_rank(struct group_rank *self, void *arg)
+{
+	struct mooncake_segment *seg = join(self, "abandoned", SLOTS);
+	volatile uint64_t *block;
+	const uint64_t *words;
+	size_t stride;
+	int64_t seq = 0;
+	int claimed;
+
+	(void)arg;
+	RANK_CHECK(seg != NULL);
+	block = mooncake_segment_base(seg);
+	words = mooncake_segment_slot_words(seg, &stride);
+	RANK_CHECK(words != NULL);
+	if (self->rank == 1) {
+		RANK_CHECK(mooncake_segment_try_claim(seg, SLOT_DATA) == 1);
+		RANK_CHECK(mooncake_segment_write_begin(seg, SLOT_DATA) == 1);
+		fill(block, 1);
+		RANK_CHECK(mooncake_segment_write_end(seg, SLOT_DATA) == 2);
+	}
+	RANK_CHECK(group_barrier(self) == 0);
+	if (self->rank == 0) {
+		seq = mooncake_segment_read_begin(seg, SLOT_DATA, WAIT_MS); /* a copy begun before */
+		RANK_CHECK(seq == 2 && block_is(block, 1));
+	}
+	RANK_CHECK(group_barrier(self) == 0);
+	if (self->rank == 1) {
+		RANK_CHECK(mooncake_segment_write_begin(seg, SLOT_DATA) == 3);
+		for (size_t i = 0; i < BLOCK / 16; i++)
+			block[i] = 2;
+		raise(SIGKILL);
+	}
+	if (self->rank == 0) {
+		RANK_CHECK(mooncake_segment_wait_slot(seg, 2, 0, WAIT_MS) == TOLD(1)); /* rank 1 is dead */
+		RANK_CHECK(mooncake_segment_read_retry(seg, SLOT_DATA, (uint64_t)seq) == 1);
+		RANK_CHECK(mooncake_segment_read_begin(seg, SLOT_DATA, 50) == -ETIMEDOUT);
+		RANK_CHECK(mooncake_segment_wait_slot(seg, SLOT_DATA, 2, 50) == -ETIMEDOUT);
+		RANK_CHECK(mooncake_segment_publish(seg, SLOT_DATA) == -EBUSY);
+		RANK_CHECK(strstr(mooncake_segment_last_error(),
+				  "slot 0: cannot publish while a write is in progress") != NULL);
+		RANK_CHECK(strstr(mooncake_segment_last_error(), "try_claim") != NULL);
+		RANK_CHECK(__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) == 3);	    /* still odd, not 5 */
+		RANK_CHECK(mooncake_segment_write_begin(seg, SLOT_DATA) == -EBUSY); /* not the claim's */
+		RANK_CHECK(mooncake_segment_publish(seg, 3) == TOLD(1));
+		RANK_CHECK(mooncake_segment_wait_slot(seg, 2, TOLD(1), WAIT_MS) == TOLD(2));
+		/* The takeover alone publishes nothing: the block is still half written. */
+		RANK_CHECK(mooncake_segment_read_begin(seg, SLOT_DATA, 50) == -ETIMEDOUT);
+		RANK_CHECK(mooncake_segment_wait_slot(seg, SLOT_DATA, 2, 50) == -ETIMEDOUT);
+		RANK_CHECK(mooncake_segment_publish(seg, 3) == TOLD(2));
+		RANK_CHECK(mooncake_segment_wait_slot(seg, 2, TOLD(2), WAIT_MS) == TOLD(3));
+		seq = mooncake_segment_read_begin(seg, SLOT_DATA, 0);
+		RANK_CHECK(seq == 6);
+		RANK_CHECK(block_is(block, 3));
+		RANK_CHECK(mooncake_segment_read_retry(seg, SLOT_DATA, (uint64_t)seq) == 0);
+	}
+	if (self->rank == 2) {
+		RANK_CHECK(wait_until_dead(group_pid(1), 10000));
+		RANK_CHECK(mooncake_segment_publish(seg, 2) == TOLD(1));
+		RANK_CHECK(mooncake_segment_wait_slot(seg, 3, 0, WAIT_MS) == TOLD(1));
+		for (int ms = 0; ms < 2000 && (claimed = mooncake_segment_try_claim(seg, SLOT_DATA)) == 0;
+		     ms++)
+			usleep(1000);
+		RANK_CHECK(claimed == 2);
+		RANK_CHECK(mooncake_segment_publish(seg, SLOT_DATA) == -EBUSY);
+		RANK_CHECK(mooncake_segment_publish(seg, 2) == TOLD(2));
+		RANK_CHECK(mooncake_segment_wait_slot(seg, 3, TOLD(1), WAIT_MS) == TOLD(2));
+		RANK_CHECK(mooncake_segment_write_begin(seg, SLOT_DATA) == 5); /* odd on: no reader accepts */
+		RANK_CHECK(mooncake_segment_write_begin(seg, SLOT_DATA) == -EBUSY); /* its own write runs */
+		fill(block, 3);
+		RANK_CHECK(mooncake_segment_write_end(seg, SLOT_DATA) == 6);
+		RANK_CHECK(mooncake_segment_publish(seg, 2) == TOLD(3));
+	}
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+START_TEST(test_a_writer_killed_mid_write_leaves_a_usable_slot)
+{
+	int codes[WORLD];
+
+	ck_assert_int_eq(group_run(WORLD, abandoned_rank, NULL, 60000, codes), 0);
+	ck_assert_int_eq(codes[1], 128 + SIGKILL);
+	for (int r = 0; r < WORLD; r++)
+		if (r != 1)
+			ck_assert_msg(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
+}
+END_TEST
+
 START_TEST(test_slots_are_part_of_the_declaration)
 {
 	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
@@ -275,6 +374,8 @@ START_TEST(test_slots_are_part_of_the_declaration)
 	ck_assert_error((int)mooncake_segment_write_end(owner, 0), EINVAL, "without write_begin");
 	ck_assert_int_eq(mooncake_segment_write_begin(owner, 0), 1);
 	ck_assert_error((int)mooncake_segment_write_begin(owner, 0), EBUSY, "another write");
+	ck_assert_error((int)mooncake_segment_publish(owner, 0), EBUSY,
+			"slot 0: cannot publish while a write");
 	ck_assert_error((int)mooncake_segment_read_begin(owner, 0, 20), ETIMEDOUT, "write in progress");
 	ck_assert_int_eq(mooncake_segment_write_end(owner, 0), 2);
 	ck_assert_int_eq(mooncake_segment_read_begin(owner, 0, 0), 2);
@@ -319,6 +420,7 @@ int main(void)
 	tcase_add_test(tc, test_publish_and_wait_never_show_a_torn_block);
 	tcase_add_test(tc, test_the_seqlock_never_accepts_a_torn_copy);
 	tcase_add_test(tc, test_a_gone_claimer_is_taken_over);
+	tcase_add_test(tc, test_a_writer_killed_mid_write_leaves_a_usable_slot);
 	tcase_add_test(tc, test_a_bad_sleep_setting_is_named);
 	suite_add_tcase(s, tc);
 	runner = srunner_create(s);

@@ -59,11 +59,17 @@ SegmentObject *check_usable(SegmentObject *self, const char *call, enum segment_
  * anything but -ETIMEDOUT, @timeout seconds pass (< 0: no limit) or close()
  * wants the segment (then *@closed is 1).  The wait is counted (a slot wait
  * when @slot_wait) so that close() destroys the segment only once it left;
- * @call must not touch the segment after it returns.  Returns @call's last result.
+ * @call must not touch the segment after it returns.  In the main thread it
+ * takes the GIL back between slices to run the signal handlers (Ctrl-C):
+ * when one raises, or the segment became unusable for @name while it ran,
+ * it returns WAIT_RAISED with the exception set.  A slice that succeeded is
+ * never followed by that check: its result is returned.  Otherwise returns
+ * @call's last result.
  */
+#define WAIT_RAISED INT64_MIN
 typedef int64_t (*sliced_call)(struct mooncake_segment *seg, void *arg, int slice_ms);
-int64_t wait_in_slices(SegmentObject *self, sliced_call call, void *arg, double timeout, int slot_wait,
-		       int *closed);
+int64_t wait_in_slices(SegmentObject *self, const char *name, sliced_call call, void *arg, double timeout,
+		       int slot_wait, int *closed);
 int timeout_argument(PyObject *obj, double *seconds);
 
 /* _segment_slots.c: the publish slots' methods and their sequences as words. */

@@ -484,21 +484,61 @@ int timeout_argument(PyObject *obj, double *seconds)
 	return 0;
 }
 
-int64_t wait_in_slices(SegmentObject *self, sliced_call call, void *arg, double timeout, int slot_wait,
-		       int *closed)
+/* Count this thread in as a waiter, or out.  With the GIL held, or (out)
+ * right after the last call into the library. */
+static void count_waiter(SegmentObject *self, int slot_wait, int delta)
+{
+	__atomic_add_fetch(&self->waiters, delta, __ATOMIC_ACQ_REL);
+	if (slot_wait)
+		__atomic_add_fetch(&self->slot_waiters, delta, __ATOMIC_ACQ_REL);
+}
+
+/*
+ * Between two slices of the main thread's wait, with the GIL held: run the
+ * signal handlers (Ctrl-C's KeyboardInterrupt, or whatever a handler
+ * raises).  The thread is counted out while they run, so that a handler may
+ * close() this segment (then *@closed is 1); another thread may too, or
+ * start complete() (the segment is then unusable for @name: raised).
+ * 0: wait on; -1: stop, with the exception set, or else *@closed set.
+ */
+static int run_signal_handlers(SegmentObject *self, const struct mooncake_segment *seg, const char *name,
+			       int slot_wait, int *closed)
+{
+	int raised;
+
+	count_waiter(self, slot_wait, -1);
+	raised = PyErr_CheckSignals();
+	if (raised < 0)
+		return -1;
+	if (self->seg != seg) {
+		*closed = 1; /* closed while the handlers ran: never touch @seg again */
+		return -1;
+	}
+	if (!check_usable(self, name, SEGMENT_READS))
+		return -1;
+	live_waiters(self);
+	count_waiter(self, slot_wait, 1);
+	return 0;
+}
+
+int64_t wait_in_slices(SegmentObject *self, const char *name, sliced_call call, void *arg, double timeout,
+		       int slot_wait, int *closed)
 {
 	struct mooncake_segment *seg = self->seg;
 	int64_t deadline = 0, ret;
+	/* Signal handlers run in the main thread only: it alone takes the GIL
+	 * back between slices (a daemon thread that cannot take it back at
+	 * interpreter shutdown so never leaves itself counted in). */
+	int handles_signals = _PyOS_IsMainThread();
+	PyThreadState *state;
 
 	/* Beyond about 146 years: as good as no limit, and no overflow. */
 	if (timeout >= 0)
 		deadline = monotonic_ns() + (timeout < 4.6e9 ? (int64_t)(timeout * 1e9) : INT64_MAX / 2);
 	*closed = 0;
 	live_waiters(self);
-	__atomic_add_fetch(&self->waiters, 1, __ATOMIC_ACQ_REL);
-	if (slot_wait)
-		__atomic_add_fetch(&self->slot_waiters, 1, __ATOMIC_ACQ_REL);
-	Py_BEGIN_ALLOW_THREADS
+	count_waiter(self, slot_wait, 1);
+	state = PyEval_SaveThread();
 	for (;;) {
 		int slice = WAIT_SLICE_MS;
 
@@ -512,19 +552,23 @@ int64_t wait_in_slices(SegmentObject *self, sliced_call call, void *arg, double 
 		}
 		ret = call(seg, arg, slice);
 		if (ret != -ETIMEDOUT)
-			break;
+			break; /* done (or failed): its result, whatever signal comes now */
 		if (__atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)) {
 			*closed = 1;
 			break;
 		}
 		if (timeout >= 0 && slice == 0)
 			break;
+		if (handles_signals) {
+			PyEval_RestoreThread(state);
+			if (run_signal_handlers(self, seg, name, slot_wait, closed) < 0)
+				return *closed ? -ETIMEDOUT : WAIT_RAISED; /* counted out already */
+			state = PyEval_SaveThread();
+		}
 	}
 	/* The last use of @seg: from here on close() may destroy it. */
-	if (slot_wait)
-		__atomic_sub_fetch(&self->slot_waiters, 1, __ATOMIC_RELEASE);
-	__atomic_sub_fetch(&self->waiters, 1, __ATOMIC_RELEASE);
-	Py_END_ALLOW_THREADS
+	count_waiter(self, slot_wait, -1);
+	PyEval_RestoreThread(state);
 	return ret;
 }
 
@@ -579,12 +623,14 @@ static PyObject *segment_wait_ready(SegmentObject *self, PyObject *args, PyObjec
 	w.offset = offset;
 	w.length = length;
 	w.ready = 0;
-	ret = wait_in_slices(self, ready_wait_call, &w, timeout, 0, &closed);
+	ret = wait_in_slices(self, "wait_ready", ready_wait_call, &w, timeout, 0, &closed);
 	if (closed) {
 		PyErr_SetString(PyExc_ValueError,
 				"wait_ready: the shared segment was closed while this thread waited for it");
 		return NULL;
 	}
+	if (ret == WAIT_RAISED)
+		return NULL;
 	if (ret == -ETIMEDOUT) {
 		char message[256];
 

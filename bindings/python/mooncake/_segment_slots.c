@@ -174,12 +174,14 @@ static PyObject *slot_wait(SegmentObject *self, const char *call, PyObject *slot
 	if (!(seg = slot_call(self, call, slot_obj, &w->slot)) || timeout_argument(timeout_obj, &timeout) < 0)
 		return NULL;
 	(void)seg;
-	ret = wait_in_slices(self, slot_wait_call, w, timeout, 1, &closed);
+	ret = wait_in_slices(self, call, slot_wait_call, w, timeout, 1, &closed);
 	if (closed) {
 		PyErr_Format(PyExc_ValueError,
 			     "%s: the shared segment was closed while this thread waited for it", call);
 		return NULL;
 	}
+	if (ret == WAIT_RAISED)
+		return NULL;
 	if (ret != -ETIMEDOUT)
 		return sequence_result(ret);
 	if (w->read_begin)

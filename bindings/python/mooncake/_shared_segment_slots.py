@@ -119,6 +119,8 @@ class SegmentSlots:
 
         Call it after writing the block, once: it does not wait for readers
         (acknowledge on slots of their own when the writer must know).
+        SharedSegmentError (``errno`` EBUSY) while a :meth:`write_begin` ...
+        :meth:`write_end` is in progress on the slot.
 
         With ``stream`` (a ``torch.cuda.Stream``, or a stream handle as an int,
         0 the default stream; the segment needs ``host_register=True``) the
@@ -145,7 +147,9 @@ class SegmentSlots:
         Pass the sequence this rank last saw (0 at first): the block written
         before that publish is then visible.  ``timeout`` in seconds, None: no
         limit, 0: only look.  The GIL is released while waiting.  TimeoutError
-        when it passes, ValueError when :meth:`SharedSegment.close` ended it.
+        when it passes, ValueError when :meth:`SharedSegment.close` ended it;
+        in the main thread a signal ends it within about 0.1 s with its
+        handler's exception (Ctrl-C: KeyboardInterrupt).
 
         With ``stream`` (as for :meth:`publish`; ``host_register=True``) the
         host does not wait: the wait is queued on the stream, on the device,
@@ -170,8 +174,10 @@ class SegmentSlots:
         """The seqlock writer: make @slot's sequence odd before rewriting its block; returns it.
 
         SharedSegmentError (``errno`` EBUSY) while another write is in
-        progress: one writer at a time (claim the slot first).  Prefer
-        :meth:`writing`, which always ends the write.
+        progress: one writer at a time (claim the slot first).  A write whose
+        claimer died is the exception: the rank whose :meth:`try_claim` took
+        the claim over writes over it (its readers never see the half-written
+        block).  Prefer :meth:`writing`, which always ends the write.
         """
         slot = self._slot("write_begin", slot)
         try:

@@ -525,6 +525,9 @@ class SharedSegment:
 
         The GIL is released while waiting; several threads may wait at once,
         and :meth:`close` ends their waits (ValueError) within about 0.1 s.
+        In the main thread a signal ends the wait within about 0.1 s with
+        its handler's exception (Ctrl-C: KeyboardInterrupt), with or without
+        a timeout; a wait that succeeded returns True all the same.
 
         Raises TimeoutError (``errno`` ETIMEDOUT) when ``timeout`` passes
         first, and SharedSegmentError with the C library's message on every
