@@ -143,6 +143,10 @@ void user_namespace_start(void);
 /* Whether a client's @uid or @gid is what the keeper sees for every id
  * outside its namespace's maps: such a client must be refused. */
 bool user_namespace_unmapped(uid_t uid, gid_t gid);
+/* Whether @gid is the overflow gid, which stands for every unmapped group:
+ * no one is a member of it (a supplementary group the namespace does not
+ * map shows as it too). */
+bool user_namespace_unmapped_gid(gid_t gid);
 
 /* --- the socket and the loop (server.c) ------------------------------------ */
 

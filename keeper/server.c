@@ -57,6 +57,9 @@ struct connection {
 /* Accepts per turn of the loop: a connect flood cannot starve the clients
  * already connected, whose requests are served between turns. */
 #define ACCEPTS_PER_TURN 16
+/* Messages read from a refused connection before its close (a client sends
+ * one request, then waits). */
+#define REFUSED_DRAIN_MAX 4
 /* Out of descriptors, the listener is left out of poll() this long. */
 #define ACCEPT_BACKOFF_NS 100000000u
 
@@ -265,9 +268,9 @@ static void out_of_descriptors(int listen_fd, int why)
  * the connection, not as the reply to its request), then the close.  The
  * client sees why instead of "it stopped or restarted". */
 static bool send_reply(struct connection *c, struct mc_keeper_reply *rep, const int fds[2]);
-static void refuse_connection(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refuse_connection(int fd, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-static void refuse_connection(int fd, const char *fmt, ...)
+static void refuse_connection(int fd, int status, const char *fmt, ...)
 {
 	struct connection c = { .fd = fd };
 	const int none[2] = { -1, -1 };
@@ -279,7 +282,7 @@ static void refuse_connection(int fd, const char *fmt, ...)
 		memset(rep, 0, sizeof(*rep));
 		rep->type = MC_KEEPER_ERROR;
 		rep->sequence = 0;
-		rep->status = EUSERS;
+		rep->status = (uint32_t)status;
 		va_start(ap, fmt);
 		vsnprintf(rep->text, sizeof(rep->text), fmt, ap);
 		va_end(ap);
@@ -287,8 +290,13 @@ static void refuse_connection(int fd, const char *fmt, ...)
 		free(rep);
 	}
 	/* A close with the client's request unread would reset the connection,
-	 * and the client would read that reset before the refusal. */
-	while (recv(fd, &discard, sizeof(discard), MSG_DONTWAIT) > 0)
+	 * and the client would read that reset before the refusal: read what it
+	 * sent.  First shut the reading side, so that the client's further sends
+	 * fail (EPIPE) instead of refilling the queue, and read at most a few
+	 * messages: a client that floods a refused connection gets its reset,
+	 * never the serving thread. */
+	shutdown(fd, SHUT_RD);
+	for (int i = 0; i < REFUSED_DRAIN_MAX && recv(fd, &discard, sizeof(discard), MSG_DONTWAIT) > 0; i++)
 		;
 	close(fd);
 }
@@ -318,7 +326,7 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 		}
 		if (user_namespace_unmapped(cred.uid, cred.gid)) {
 			refuse_connection(
-				fd,
+				fd, EACCES,
 				"the keeper runs in a user namespace that does not map your uid or gid "
 				"(it sees uid %u, gid %u, as it sees every unmapped one), so it cannot "
 				"tell you from other users; run the keeper where your ids are mapped",
@@ -339,7 +347,7 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 			}
 		}
 		if (of_uid >= config->max_per_uid) {
-			refuse_connection(fd,
+			refuse_connection(fd, EUSERS,
 					  "uid %u has %u connections to the keeper, the most its "
 					  "--max-connections-per-uid allows; close some (a process per rank "
 					  "needs one only while it creates or joins), or raise "
@@ -353,7 +361,7 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 		}
 		if (connection_count >= config->max_connections || !c) {
 			refuse_connection(
-				fd,
+				fd, EUSERS,
 				"the keeper serves %zu connections, its --max-connections (uid %u has "
 				"%u of them); retry, or raise --max-connections",
 				connection_count, (unsigned)cred.uid, of_uid);

@@ -448,6 +448,8 @@ static bool in_group(const struct keeper_peer *peer, gid_t gid)
 {
 	size_t i;
 
+	if (user_namespace_unmapped_gid(gid))
+		return false;
 	if (peer->gid == gid)
 		return true;
 	for (i = 0; i < peer->group_count; i++)

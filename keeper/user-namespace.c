@@ -60,8 +60,12 @@ void user_namespace_start(void)
 		   overflow_uid, overflow_gid);
 }
 
+bool user_namespace_unmapped_gid(gid_t gid)
+{
+	return in_user_namespace && (unsigned long)gid == overflow_gid;
+}
+
 bool user_namespace_unmapped(uid_t uid, gid_t gid)
 {
-	return in_user_namespace &&
-	       ((unsigned long)uid == overflow_uid || (unsigned long)gid == overflow_gid);
+	return (in_user_namespace && (unsigned long)uid == overflow_uid) || user_namespace_unmapped_gid(gid);
 }

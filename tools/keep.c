@@ -140,15 +140,24 @@ static void json_keeper(FILE *out, const struct mc_keeper_conn *conn, const stru
 
 /* A health check's question (a liveness probe, ExecStartPost=, a script):
  * does the keeper answer, now?  0 with one line (or object), else 1 with
- * the reason. */
+ * the reason.  A keeper that refuses this connection for its connection
+ * limits is alive and serving others: 0, with its sentence on stderr
+ * (a probe that restarted it would free what it keeps). */
 static int keep_health(struct mc_keeper_conn *conn, const struct keep_config *cfg)
 {
 	static struct mc_keeper_reply rep;
 	struct mc_keeper_request req = { .type = MC_KEEPER_HELLO };
-	int ret = ask(conn, "health", &req, &rep);
+	int fds[2], ret = mc_keeper_exchange(conn, &req, &rep, fds, ANSWER_TIMEOUT_MS);
 
-	if (ret)
-		return ret;
+	if (ret == -EUSERS) {
+		fprintf(stderr, "%s keep health: the keeper answers, but is full: %s\n", PROGRAM,
+			mooncake_segment_last_error());
+		return 0;
+	}
+	if (ret) {
+		fprintf(stderr, "%s keep health: %s\n", PROGRAM, mooncake_segment_last_error());
+		return 1;
+	}
 	if (cfg->json) {
 		json_keeper(stdout, conn, &rep);
 		fputc('\n', stdout);

@@ -498,8 +498,11 @@ int mooncake_segment_slot_device_words(const struct mooncake_segment *seg, uint6
  *  -EEXIST  a kept segment of that name with another declaration (the
  *           message names the field), or KEEP_CREATE_ONLY and it exists
  *  -EBUSY   KEEP_REPLACE while the old pages are still mapped
- *  -EACCES  another user's segment not shared with this one, or a keeper
- *           run by neither root nor this user
+ *  -EACCES  another user's segment not shared with this one, a keeper
+ *           run by neither root nor this user, or a keeper in a user
+ *           namespace that does not map this user's ids
+ *  -EUSERS  the keeper refused the connection: its --max-connections, or
+ *           this user's --max-connections-per-uid, are all taken (retry)
  *  -ENOMEM  the keeper's cgroup or the host has no room for it
  *  -ENOSPC  it would exceed the keeper's --budget or --uid-budget
  *  -EMFILE  the keeper holds its --max-segments (or this user its

@@ -25,13 +25,14 @@ from test_keeper import (  # noqa: E402
     KEEPER,
     LIST,
     MIB,
+    SHARE_GROUP,
     Client,
     Keeper,
     create_request,
     hello_request,
     listening,
     named_request,
-)  # noqa: E402
+)
 
 
 @pytest.fixture
@@ -266,6 +267,11 @@ def test_a_connection_past_the_limits_is_told_why_not_that_the_keeper_restarted(
         in listed.stderr
     ), listed.stderr
     assert "stopped or restarted" not in listed.stderr
+    # A health check sees a full keeper as alive (a probe must not restart it).
+    health = subprocess.run(
+        [str(tool), "keep", "health", "--socket", str(k.path)], capture_output=True, text=True, timeout=30
+    )
+    assert health.returncode == 0 and "the keeper answers, but is full" in health.stderr, health.stderr
     env = dict(os.environ, MOONCAKE_SEGMENT_KEEPER=str(k.path))
     code = (
         "from mooncake.shared_segment import SharedSegmentError, create_shared_segment\n"
@@ -317,8 +323,53 @@ def test_a_keeper_in_a_user_namespace_refuses_the_users_it_cannot_tell_apart(mak
 
     for uid in (1000, 1001):
         said = as_uid(uid, lists)
-        assert said.startswith("%d " % errno.EUSERS), said
+        assert said.startswith("%d " % errno.EACCES), said
         assert "does not map your uid or gid (it sees uid 65534, gid 65534" in said, said
     # The mapped user is served as before, and nobody else saw its segment.
     assert [s["name"] for s in k.ask(named_request(LIST, "")).segments] == ["a-secret"]
     assert k.text().count("its uid or gid is not mapped into the keeper's user namespace") == 1, k.text()
+
+
+def ask_as(path, uid, groups, request):
+    """@request sent as @uid (gid @uid) with supplementary @groups from a forked child: "status text"."""
+
+    def ask():
+        with Client(path) as c:
+            reply = c.ask(request)
+            reply.close_fds()
+            return "%d %s" % (reply.status, reply.text)
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        out = "child failed"
+        try:
+            os.close(read_end)
+            os.setgroups(groups)
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            out = ask()
+        except BaseException as e:  # noqa: B036 - the parent reports it
+            out = "child failed: %r" % e
+        finally:
+            os.write(write_end, out.encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_a_group_the_keepers_user_namespace_does_not_map_admits_no_one(make_keeper):
+    namespace_probe.require("--user", why="the keeper runs in a user namespace of its own")
+    # Root and uids/gids 1000-1001 mapped; every other group is 65534 to the keeper.
+    maps = "0 0 1;1000 1000 2"
+    k = make_keeper(prefix=(sys.executable, str(Path(__file__).resolve().parent / "userns_exec.py"), maps, maps, "--"))
+    shared = dict(size=MIB, sharing=SHARE_GROUP, gid=65534)
+    made = ask_as(k.path, 1000, [], create_request("grp", **shared))
+    assert made.startswith("0 "), made + k.text()
+    # uid 1001's supplementary group 5000 is unmapped: SO_PEERGROUPS says 65534,
+    # which stands for every unmapped group, so it makes no one a member.
+    other = ask_as(k.path, 1001, [5000], create_request("grp", owner=1000, **shared))
+    assert other.startswith("%d " % errno.EACCES), other
