@@ -206,6 +206,17 @@ killed() {
 }
 check "kill -9: systemd restarts the keeper and the pages are back" killed
 
+# A plain kill (SIGTERM) or SIGHUP from outside systemd is a clean exit to
+# it: with Restart=on-failure the unit would stop and drop the store.
+terminated() {
+	local old signal
+	for signal in TERM HUP; do
+		old=$(keeper_pid)
+		in_root sh -c "kill -$signal $old" && wait_restarted "$old" && warm_and_intact || return 1
+	done
+}
+check "kill (SIGTERM) and SIGHUP from outside systemd: restarted, the pages are back" terminated
+
 crash_loop() {
 	local old stored
 	for _ in $(seq 8); do
