@@ -475,6 +475,8 @@ def raise_custom(signum, frame):
 
 if sys.argv[2] == "custom":
     signal.signal(signal.SIGINT, raise_custom)
+else:  # what a terminal's Ctrl-C finds; a background job starts with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 peer, blob = SharedSegment.create("signal-front", 1 << 30, 2, 1, background_commit=True)
 peer.complete([bytes.fromhex(sys.argv[1]), blob])
 print("mapped", flush=True)

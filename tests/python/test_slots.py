@@ -305,7 +305,9 @@ def raise_custom(signum, frame):
 
 handled = []
 call, handler, timeout = sys.argv[1], sys.argv[2], None if sys.argv[3] == "none" else float(sys.argv[3])
-if handler == "custom":
+if handler == "default":  # what a terminal's Ctrl-C finds; a background job starts with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+elif handler == "custom":
     signal.signal(signal.SIGINT, raise_custom)
 elif handler == "close":  # a handler that closes the segment waited on: the wait says so
     signal.signal(signal.SIGINT, lambda signum, frame: seg.close())

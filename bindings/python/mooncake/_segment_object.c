@@ -521,6 +521,25 @@ static int run_signal_handlers(SegmentObject *self, const struct mooncake_segmen
 	return 0;
 }
 
+/* Whether this thread is Python's main thread, the one that runs signal
+ * handlers: threading.main_thread(), which follows a fork too.  Not
+ * _PyOS_IsMainThread(), internal API from CPython 3.13 on.  With the GIL
+ * held; 0 if the question itself fails (the wait then runs no handlers). */
+static int is_main_thread(void)
+{
+	PyObject *threading = PyImport_ImportModule("threading");
+	PyObject *main_thread = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+	PyObject *ident = main_thread ? PyObject_GetAttrString(main_thread, "ident") : NULL;
+	int is_main = ident && PyLong_AsUnsignedLong(ident) == PyThread_get_thread_ident();
+
+	Py_XDECREF(ident);
+	Py_XDECREF(main_thread);
+	Py_XDECREF(threading);
+	if (PyErr_Occurred())
+		PyErr_Clear(); /* no threading module at shutdown: no handlers either */
+	return is_main;
+}
+
 int64_t wait_in_slices(SegmentObject *self, const char *name, sliced_call call, void *arg, double timeout,
 		       int slot_wait, int *closed)
 {
@@ -529,7 +548,7 @@ int64_t wait_in_slices(SegmentObject *self, const char *name, sliced_call call, 
 	/* Signal handlers run in the main thread only: it alone takes the GIL
 	 * back between slices (a daemon thread that cannot take it back at
 	 * interpreter shutdown so never leaves itself counted in). */
-	int handles_signals = _PyOS_IsMainThread();
+	int handles_signals = is_main_thread();
 	PyThreadState *state;
 
 	/* Beyond about 146 years: as good as no limit, and no overflow. */
