@@ -24,10 +24,14 @@
 /* The keeper answers at once or not at all, as far as list is concerned. */
 #define ASK_TIMEOUT_MS 1000
 
+/* The memfd's label holds the name cut to what its name has room for (96
+ * bytes) and up to a '|': it must begin the record's name. */
 static bool fits(const struct segment *s, const struct mc_keeper_segment *r)
 {
+	const char *label_name = s->label + strlen(KEPT_LABEL_PREFIX);
+
 	return s->kept && r->ino && s->ino == r->ino && s->dev_major == r->dev_major &&
-	       s->dev_minor == r->dev_minor && !strcmp(s->label + strlen(KEPT_LABEL_PREFIX), r->name);
+	       s->dev_minor == r->dev_minor && !strncmp(label_name, r->name, strlen(label_name));
 }
 
 static void join(struct segment_scan *scan, const struct mc_keeper_segment *r, bool *ambiguous)

@@ -455,3 +455,21 @@ def test_a_segment_saved_without_a_declaration_falls_back_then_learns_it(managed
     restart(managed)
     text = refusal(MORE, "kv-old")
     assert COUNT_SAID.format(keep="kv-old") in text, text + managed.text()
+
+
+def test_list_joins_a_kept_segment_whose_name_its_memfd_cannot_hold(managed, monkeypatch):
+    """The memfd's name has room for about 60 bytes of a kept name: the label holds its start, (device, inode) joins."""
+    from mooncake.shared_segment import create_shared_segment
+
+    monkeypatch.setenv("MOONCAKE_SEGMENT_KEEPER", str(managed.path))
+    name = "kv-" + "long" * 40
+    seg = create_shared_segment("kv", {"kv": {"count": 1, "shape": (MIB,), "dtype": "uint8"}}, 1, 0, keep=name)
+    generation = seg.keep_generation
+    seg.close()
+    managed.manager.process_notifications(0.5)
+    for _ in ("before", "after the restart"):
+        doc = json.loads(listed(managed.path, "--json"))
+        (entry,) = [s for s in doc["segments"] if s["kept"] and name.startswith(s["label"][len("keep:") :])]
+        assert len(entry["label"]) < len("keep:" + name), entry  # cut: the join cannot be by the name alone
+        assert entry["keeper"] is not None and entry["keeper"]["generation"] == generation, entry
+        restart(managed)
