@@ -63,15 +63,15 @@ def holding(pid, target):
     return count
 
 
-def as_uid(uid, work):
-    """Run @work() in a forked child as @uid (uid and gid); the text it returns."""
+def as_uid(uid, work, groups=()):
+    """Run @work() in a forked child as @uid (uid and gid, supplementary @groups); the text it returns."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         out = "child failed"
         try:
             os.close(read_end)
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
             out = work()
@@ -339,26 +339,7 @@ def ask_as(path, uid, groups, request):
             reply.close_fds()
             return "%d %s" % (reply.status, reply.text)
 
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        out = "child failed"
-        try:
-            os.close(read_end)
-            os.setgroups(groups)
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            out = ask()
-        except BaseException as e:  # noqa: B036 - the parent reports it
-            out = "child failed: %r" % e
-        finally:
-            os.write(write_end, out.encode())
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as f:
-        out = f.read()
-    os.waitpid(pid, 0)
-    return out
+    return as_uid(uid, ask, groups)
 
 
 def test_a_group_the_keepers_user_namespace_does_not_map_admits_no_one(make_keeper):
