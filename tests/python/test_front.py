@@ -389,6 +389,16 @@ def stopped(pid):
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
+def let_owner_stop_itself(owner):
+    """Tell the owner to go on, and wait until it has SIGSTOPped itself mid-commit."""
+    owner.stdin.write("go\n")
+    owner.stdin.flush()
+    deadline = time.monotonic() + 10
+    while not stopped(owner.pid) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert stopped(owner.pid)
+
+
 @pytest.fixture
 def frozen_front():
     """A peer (this process) of an owner stopped right after create, its front frozen."""
@@ -397,12 +407,7 @@ def frozen_front():
         owner_blob = bytes.fromhex(owner.stdout.readline().strip())
         peer, peer_blob = _segment.SharedSegment.create("native-front", GIB, 2, 1, background_commit=True)
         peer.complete([owner_blob, peer_blob])
-        owner.stdin.write("go\n")
-        owner.stdin.flush()
-        deadline = time.monotonic() + 10
-        while not stopped(owner.pid) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert stopped(owner.pid)
+        let_owner_stop_itself(owner)
         assert peer.ready_bytes() < GIB
         yield peer
         peer.close()
@@ -511,12 +516,7 @@ def test_ctrl_c_ends_a_wait_on_a_stopped_owner(capsys, handler, raised, timeout)
             text=True,
         )
         assert peer.stdout.readline().strip() == "mapped", peer.stderr.read()
-        owner.stdin.write("go\n")
-        owner.stdin.flush()
-        deadline = time.monotonic() + 10
-        while not stopped(owner.pid) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert stopped(owner.pid)
+        let_owner_stop_itself(owner)
         peer.stdin.write("go\n")
         peer.stdin.flush()
         assert peer.stdout.readline().strip() == "waiting"
