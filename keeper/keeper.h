@@ -21,6 +21,8 @@
  *              (--max-commits at once, --uid-max-commits per uid, the rest
  *              queued), so that the poll loop keeps serving everyone else,
  *              and reports back through an eventfd the loop watches;
+ *   scanner.c  the mapper scanner: who maps which segment, one pass over
+ *              /proc/PID/maps on a thread of its own, for the same reason;
  *   service.c  the service manager: socket activation (LISTEN_FDS) and the
  *              file descriptor store (FDSTORE=1), through libsystemd when
  *              configure found it;
@@ -76,6 +78,7 @@ struct kept_segment {
 	bool hugetlb;
 	uint64_t last_mapped_ns;       /* CLOCK_MONOTONIC when mappers were last seen > 0 (idle timeout) */
 	uint32_t mappers_seen;	       /* the last count: processes whose maps the keeper could read */
+	uint64_t counted_by;	       /* the mapper scan that counted it last (0: none yet) */
 	bool handed_unseen;	       /* handed to a peer whose maps the keeper cannot read (another PID
 				  * namespace: pid 0): mapped, mappers unknown, until released */
 	struct commit_job *committing; /* while a committer thread commits its pages: reserved
@@ -183,6 +186,7 @@ uint32_t store_count(void);
 struct store_wait {
 	uint64_t generation;
 	bool creator;
+	uint64_t scan; /* or the mapper scan of this serial: handled again once it is done */
 };
 /* Answer @req from @peer in @rep (status, field, sentence and body), or say
  * what it waits for (then @rep is not to be sent).  For a successful CREATE,
@@ -192,6 +196,15 @@ struct store_wait {
  * an attach to them is not warm. */
 struct store_wait store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
 			       bool behind_commit, struct mc_keeper_reply *rep, int fds[2]);
+/* The same, for a request that waited for the mapper scan @scan (its
+ * store_wait.scan): the counts that scan took are fresh enough for it. */
+struct store_wait store_handle_after_scan(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+					  uint64_t scan, struct mc_keeper_reply *rep, int fds[2]);
+/* A mapper scan is done: take its counts, free what they let go (released
+ * segments nobody maps, the idle timeout), and start the next scan when
+ * one was asked for meanwhile.  The serial of the scan done, 0 when none
+ * was: requests that wait for a scan up to it are to be handled again. */
+uint64_t store_scan_done(void);
 /* A committer thread finished @job: keep its segment (or drop the
  * reservation when the commit failed), free @job, and fill its creator's
  * reply in @rep and @fds (sequence left to the caller); the generation. */
@@ -256,6 +269,40 @@ struct commit_job *committer_take_done(void);
  * threads, which the process's exit ends (their half-made memfds go with
  * it: nothing of them was stored or saved). */
 void committer_stop(void);
+
+/* --- the mapper scanner (scanner.c) ----------------------------------------- */
+
+/* One kept segment's pages as a scan looks for them, and what it found. */
+struct scan_key {
+	unsigned int major, minor;
+	uint64_t ino;
+	uint64_t generation; /* whose key: the segment may be gone when the scan is done */
+	uint32_t mappers;    /* processes that map it */
+	pid_t last_pid;	     /* count each process once, however many VMAs it has */
+};
+
+struct scan_job {
+	/* Set before scanner_submit(), the thread's while it runs. */
+	struct scan_key *keys; /* malloc'd; sorted by the thread */
+	size_t count;
+	uint64_t serial;
+	uint64_t started_ns; /* CLOCK_MONOTONIC: what was handed out after it may be mapped unseen */
+	/* The thread's results. */
+	size_t unreadable; /* processes whose maps it could not read */
+	bool blind;	   /* it could not read /proc at all */
+};
+
+/* The eventfd the loop polls: readable when a scan is done.  0 or a
+ * negative errno, logged. */
+int scanner_start(void);
+int scanner_fd(void);
+/* Run @job on a thread of its own (the caller's again from
+ * scanner_take_done()); one at a time.  0 or a negative errno. */
+int scanner_submit(struct scan_job *job);
+/* The finished job, or NULL; reads the eventfd first. */
+struct scan_job *scanner_take_done(void);
+/* At the stop: a running scan is abandoned (its thread frees its job). */
+void scanner_stop(void);
 
 /* --- the service manager (service.c) --------------------------------------- */
 

@@ -312,7 +312,7 @@ int main(int argc, char **argv)
 		keeper_log("cannot read what the service manager passed: %s", strerror(-err));
 		return 1;
 	}
-	if (committer_start(&config) != 0 || store_start(&config) != 0)
+	if (committer_start(&config) != 0 || scanner_start() != 0 || store_start(&config) != 0)
 		return 1;
 	listen_fd = server_listen(&config, &bound_here);
 	if (listen_fd < 0) {
@@ -335,6 +335,7 @@ int main(int argc, char **argv)
 	close(signal_fd);
 	store_stop();
 	committer_stop();
+	scanner_stop();
 	keeper_log("stopped");
 	return err ? 1 : 0;
 }

@@ -18,7 +18,12 @@
  * the input polling (polled only for its hangup) and of the silent timeout
  * until the loop, woken by the committers' eventfd, sends its reply.  A
  * CREATE of the same name meanwhile is parked behind it and handled again
- * once the commit is done.  So no request waits for another's commit.
+ * once the commit is done.  So no request waits for another's commit.  A
+ * request that needs to know who maps a segment (STAT, LIST, a release, a
+ * replace) is parked the same way until the mapper scanner's thread
+ * (scanner.c) has read /proc, which a tenant with many mappings can make
+ * slow: the loop goes on serving everyone meanwhile, and one scan answers
+ * every request parked for it.
  */
 #include "config.h"
 
@@ -49,7 +54,8 @@ struct connection {
 	struct keeper_peer peer;
 	uint64_t last_heard_ns;
 	/* Parked: the request that waits for the commit of generation
-	 * parked_on (as its creator, or behind it); NULL when not parked. */
+	 * parked_on (as its creator, or behind it), or for a mapper scan;
+	 * NULL when not parked. */
 	struct mc_keeper_request *parked;
 	struct store_wait parked_on;
 };
@@ -458,6 +464,8 @@ static void reply_error(struct connection *c, uint32_t sequence, int status, con
 }
 
 static bool answer(struct connection *c, const struct mc_keeper_request *req, bool behind_commit);
+static bool send_or_park(struct connection *c, const struct mc_keeper_request *req, struct store_wait wait,
+			 struct mc_keeper_reply *rep, const int fds[2]);
 
 /* A create refused for a limit (--budget, --uid-budget, --max-segments,
  * --uid-max-segments) is what an operator looks for when an engine comes up
@@ -510,7 +518,7 @@ static bool serve(struct connection *c)
 static bool answer(struct connection *c, const struct mc_keeper_request *req, bool behind_commit)
 {
 	static struct mc_keeper_reply rep;
-	struct store_wait wait = { 0, false };
+	struct store_wait wait = { 0, false, 0 };
 	int fds[2];
 
 	memset(&rep, 0, sizeof(rep));
@@ -526,10 +534,18 @@ static bool answer(struct connection *c, const struct mc_keeper_request *req, bo
 		fds[0] = fds[1] = -1;
 	} else {
 		wait = store_handle(req, &c->peer, behind_commit, &rep, fds);
-		log_refused_room(c, req, &rep);
 	}
-	if (!wait.generation)
-		return send_reply(c, &rep, fds);
+	return send_or_park(c, req, wait, &rep, fds);
+}
+
+/* Send @rep, or park @c's @req for what @wait names; false: close it. */
+static bool send_or_park(struct connection *c, const struct mc_keeper_request *req, struct store_wait wait,
+			 struct mc_keeper_reply *rep, const int fds[2])
+{
+	if (!wait.generation && !wait.scan) {
+		log_refused_room(c, req, rep);
+		return send_reply(c, rep, fds);
+	}
 	c->parked = malloc(sizeof(*c->parked));
 	if (!c->parked) {
 		keeper_log("out of memory to park a request of pid %d", (int)c->peer.pid);
@@ -546,7 +562,7 @@ static void unpark(struct connection *c)
 {
 	free(c->parked);
 	c->parked = NULL;
-	c->parked_on = (struct store_wait){ 0, false };
+	c->parked_on = (struct store_wait){ 0, false, 0 };
 	c->last_heard_ns = monotonic_ns(); /* its silence starts now */
 }
 
@@ -592,6 +608,35 @@ static void commits_done(const struct keeper_config *config)
 	}
 }
 
+/* A mapper scan done: the requests parked for it (or an earlier one),
+ * handled again with its counts. */
+static void scans_done(const struct keeper_config *config)
+{
+	static struct mc_keeper_reply rep;
+	uint64_t done = store_scan_done();
+	size_t i;
+
+	if (!done)
+		return;
+	for (i = 0; i < config->max_connections; i++) {
+		struct connection *c = &connections[i];
+		struct mc_keeper_request *req;
+		struct store_wait wait;
+		int fds[2];
+
+		if (c->fd < 0 || !c->parked || !c->parked_on.scan || c->parked_on.scan > done)
+			continue;
+		req = c->parked;
+		c->parked = NULL;
+		memset(&rep, 0, sizeof(rep));
+		wait = store_handle_after_scan(req, &c->peer, c->parked_on.scan, &rep, fds);
+		unpark(c);
+		if (!send_or_park(c, req, wait, &rep, fds))
+			drop(c);
+		free(req);
+	}
+}
+
 /* --- the loop -------------------------------------------------------------- */
 
 static int wait_ms(const struct keeper_config *config, int store_ms, bool paused)
@@ -631,7 +676,7 @@ static void close_silent(const struct keeper_config *config)
 
 int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 {
-	size_t slots = config->max_connections + 3, i;
+	size_t slots = config->max_connections + 4, i;
 	struct pollfd *polls = calloc(slots, sizeof(*polls));
 	struct connection **polled = calloc(slots, sizeof(struct connection *));
 	int store_ms = store_tick(), err = 0;
@@ -665,6 +710,7 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 			(struct pollfd){ .fd = monotonic_ns() < accept_paused_until_ns ? -1 : listen_fd,
 					 .events = POLLIN };
 		polls[count++] = (struct pollfd){ .fd = committer_fd(), .events = POLLIN };
+		polls[count++] = (struct pollfd){ .fd = scanner_fd(), .events = POLLIN };
 		/* A parked connection is polled for its hangup only: no input is
 		 * read until its reply is sent. */
 		for (i = 0; i < config->max_connections; i++)
@@ -690,8 +736,10 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 		}
 		if (ready > 0 && polls[2].revents)
 			commits_done(config);
+		if (ready > 0 && polls[3].revents)
+			scans_done(config);
 		before = monotonic_ns();
-		for (i = 3; ready > 0 && i < count; i++) {
+		for (i = 4; ready > 0 && i < count; i++) {
 			struct connection *c = polled[i];
 
 			/* Parked (or unparked by commits_done() above), it was polled for

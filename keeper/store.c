@@ -7,10 +7,15 @@
  * LIST pages through it from a cursor.  A segment released while mapped stays
  * as a RELEASED entry beside its key, invisible to names but counted in the
  * budget, until a mapper scan sees nobody map it: the budget counts memory,
- * not the table.  Mappers are counted only when a request or the idle timeout
- * asks, by one pass over /proc/PID/maps matching the memfds' device and
- * inode, which STAT and LIST reuse for a while and what frees pages redoes
- * at most once per request or tick (scan_cached, scan_fresh).  A process whose maps the keeper may not read (one more privileged
+ * not the table.  Mappers are counted by the scanner's thread (scanner.c),
+ * one pass over /proc/PID/maps matching the memfds' device and inode, never
+ * on the loop's: a request that needs the counts waits for a scan that
+ * started after it came (a release, a replace, a create that a released
+ * segment would refuse), or for one younger than --scan-cache-ms (STAT,
+ * LIST), and every request waiting is answered by the same scan.  The scans
+ * the table asks for itself (released segments still mapped, the idle
+ * timeout) free what they find unmapped when they are done.  A process
+ * whose maps the keeper may not read (one more privileged
  * than the keeper, like a container runtime's init) is reported honestly: a
  * segment with no mapper seen is "unknown" then, not 0.  The decisions
  * (release freed or deferred, replace, the idle timeout) go by the mappers
@@ -44,10 +49,6 @@ static const struct keeper_config *conf; /* main()'s, for the process's life */
 static struct kept_segment **table;	 /* sorted by (name, owner uid, generation) */
 static size_t table_count, table_room;
 static uint64_t next_generation = 1;
-static bool told_unreadable;
-static uint64_t scanned_ns;    /* CLOCK_MONOTONIC of the last scan; 0: none valid */
-static bool scanned_this_turn; /* a scan ran for the current request or tick */
-static uint64_t scan_count;
 static size_t committing_count; /* reserved segments whose pages a committer thread commits */
 
 #define CONTROL_MAX (UINT64_C(1) << 30)
@@ -218,121 +219,151 @@ static int insert_at(size_t index, struct kept_segment *seg)
 	memmove(&table[index + 1], &table[index], (table_count - index) * sizeof(struct kept_segment *));
 	table[index] = seg;
 	table_count++;
-	scanned_ns = 0;
 	return 0;
 }
 
 /* --- mappers ---------------------------------------------------------------- */
 
-struct inode_key {
-	unsigned int major, minor;
-	uint64_t ino;
-	struct kept_segment *seg;
-	pid_t last_pid; /* count each process once, however many VMAs it has */
-};
+/* One scan at a time runs on the scanner's thread (scanner.c); the counts
+ * come back to store_scan_done().  A request that needs counts waits for a
+ * scan (the server parks it) instead of scanning itself: its ticket is the
+ * first scan that starts after it came, and a segment's count is fresh for
+ * it when that scan or a later one counted it (counted_by).  Reports (STAT,
+ * LIST) also take the last scan's counts while they are younger than
+ * --scan-cache-ms.  Every request waiting is answered by the same scan. */
+static uint64_t scans_started, scans_done; /* serials */
+static uint64_t scan_done_ns;		   /* CLOCK_MONOTONIC when the last one was done */
+static struct scan_job *scanning;	   /* the one running; NULL when none */
+static const char *scan_wanted;		   /* why the next one is wanted, once this one is done */
+static uint64_t ticket;			   /* the request being handled: the first scan it may use */
 
-static int key_order(const void *a, const void *b)
+/* Every segment counted as mapped, its mappers unknown: what a scan that
+ * cannot run tells, so that nothing waits for ever and nothing is freed. */
+static void count_blind(uint64_t serial)
 {
-	const struct inode_key *x = a, *y = b;
+	size_t i;
 
-	if (x->ino != y->ino)
-		return x->ino < y->ino ? -1 : 1;
-	if (x->major != y->major)
-		return x->major < y->major ? -1 : 1;
-	return x->minor < y->minor ? -1 : x->minor > y->minor;
+	for (i = 0; i < table_count; i++) {
+		if (table[i]->committing)
+			continue;
+		table[i]->mappers_seen = 1;
+		table[i]->record.mappers = MC_KEEPER_MAPPERS_UNKNOWN;
+		table[i]->counted_by = serial;
+		table[i]->last_mapped_ns = monotonic_ns();
+	}
+	scans_done = serial;
+	scan_done_ns = monotonic_ns();
 }
 
-static void count_line(const char *line, pid_t pid, struct inode_key *keys, size_t count)
+static void start_scan(const char *why)
 {
-	struct inode_key probe = { 0 }, *hit;
-	unsigned long long ino;
-	unsigned int major, minor;
+	struct scan_job *job = calloc(1, sizeof(*job));
+	uint64_t serial = ++scans_started;
+	size_t i;
+	int err = -ENOMEM;
 
-	if (!strstr(line, "/memfd:"))
-		return;
-	if (sscanf(line, "%*s %*s %*s %x:%x %llu", &major, &minor, &ino) != 3)
-		return;
-	probe.major = major;
-	probe.minor = minor;
-	probe.ino = ino;
-	hit = bsearch(&probe, keys, count, sizeof(*keys), key_order);
-	if (hit && hit->last_pid != pid) {
-		hit->last_pid = pid;
-		hit->seg->mappers_seen++;
-	}
-}
+	keeper_debug("mapper scan %" PRIu64 " for %s: /proc read for %zu segments", serial, why, table_count);
+	if (job)
+		job->keys = calloc(table_count ? table_count : 1, sizeof(*job->keys));
+	if (job && job->keys) {
+		for (i = 0; i < table_count; i++) {
+			struct scan_key *key = &job->keys[job->count];
+			struct stat st;
 
-/* Fill record.mappers of @segs: one pass over every process's maps. */
-static void count_mappers(struct kept_segment **segs, size_t count)
-{
-	struct inode_key *keys;
-	size_t keyed = 0, unreadable = 0, i, line_room = 0;
-	char *line = NULL, path[sizeof(((struct dirent *)0)->d_name) + 16];
-	struct dirent *entry;
-	pid_t self = getpid();
-	DIR *proc;
-
-	if (!count)
-		return;
-	keys = calloc(count, sizeof(*keys));
-	proc = opendir("/proc");
-	if (!keys || !proc) {
-		/* Blind: every segment counts as mapped, and its count unknown. */
-		for (i = 0; i < count; i++) {
-			segs[i]->record.mappers = MC_KEEPER_MAPPERS_UNKNOWN;
-			segs[i]->mappers_seen = 1;
-		}
-		free(keys);
-		if (proc)
-			closedir(proc);
-		return;
-	}
-	for (i = 0; i < count; i++) {
-		struct stat st;
-
-		segs[i]->mappers_seen = 0;
-		if (fstat(segs[i]->pages_fd, &st) != 0)
-			continue;
-		keys[keyed++] =
-			(struct inode_key){ major(st.st_dev), minor(st.st_dev), st.st_ino, segs[i], 0 };
-	}
-	qsort(keys, keyed, sizeof(*keys), key_order);
-	while ((entry = readdir(proc))) {
-		pid_t pid;
-		FILE *maps;
-
-		if (!isdigit((unsigned char)entry->d_name[0]))
-			continue;
-		pid = (pid_t)atoi(entry->d_name);
-		if (pid == self)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/maps", entry->d_name);
-		maps = fopen(path, "re");
-		if (!maps) {
-			/* Gone meanwhile is no mapper; refused is one we cannot see. */
-			if (errno != ENOENT && errno != ESRCH && !unreadable++ && !told_unreadable) {
-				keeper_log(
-					"cannot read /proc/%d/maps (%s): a segment that no process the keeper "
-					"can see maps reports its mappers as unknown (run the keeper as root in "
-					"its clients' PID namespace)",
-					(int)pid, strerror(errno));
-				told_unreadable = true;
+			/* A committing one has no pages yet: the scan after its commit counts it. */
+			if (table[i]->committing)
+				continue;
+			/* Never failing on an open memfd; if it did, inode 0 matches no mapping. */
+			if (fstat(table[i]->pages_fd, &st) == 0) {
+				key->major = major(st.st_dev);
+				key->minor = minor(st.st_dev);
+				key->ino = (uint64_t)st.st_ino;
 			}
-			continue;
+			key->generation = table[i]->record.generation;
+			job->count++;
 		}
-		while (getline(&line, &line_room, maps) > 0)
-			count_line(line, pid, keys, keyed);
-		if (ferror(maps))
-			unreadable++;
-		fclose(maps);
+		job->serial = serial;
+		job->started_ns = monotonic_ns();
+		err = scanner_submit(job);
 	}
-	closedir(proc);
-	free(line);
-	free(keys);
-	for (i = 0; i < count; i++)
-		segs[i]->record.mappers = !segs[i]->mappers_seen && (unreadable || segs[i]->handed_unseen)
-						  ? MC_KEEPER_MAPPERS_UNKNOWN
-						  : segs[i]->mappers_seen;
+	if (!err) {
+		scanning = job;
+		return;
+	}
+	keeper_log("cannot start a mapper scan (%s): every segment counts as mapped, mappers unknown",
+		   strerror(-err));
+	if (job)
+		free(job->keys);
+	free(job);
+	count_blind(serial);
+}
+
+/* A scan that starts after now: the serial of the one that will answer. */
+static uint64_t want_scan(const char *why)
+{
+	if (scanning) {
+		if (!scan_wanted)
+			scan_wanted = why;
+		return scans_started + 1;
+	}
+	start_scan(why);
+	return scans_started;
+}
+
+/* The request being handled waits for a scan (for @why) to count @seg. */
+static struct store_wait wait_for_scan(const char *why)
+{
+	return (struct store_wait){ 0, false, want_scan(why) };
+}
+
+/* Whether @seg's count is fresh for the request being handled: what frees
+ * pages (release, replace) goes by nothing older. */
+static bool counted_since_asked(const struct kept_segment *seg)
+{
+	return seg->counted_by >= ticket;
+}
+
+/* Whether @seg's count will do for a report (STAT, LIST): fresh, or from
+ * the last scan while it is younger than --scan-cache-ms. */
+static bool counted_recently(const struct kept_segment *seg)
+{
+	return counted_since_asked(seg) ||
+	       (seg->counted_by && seg->counted_by == scans_done &&
+		monotonic_ns() - scan_done_ns < (uint64_t)conf->scan_cache_ms * 1000000u);
+}
+
+static int generation_order(const void *a, const void *b)
+{
+	const struct scan_key *x = a, *y = b;
+
+	return x->generation < y->generation ? -1 : x->generation > y->generation;
+}
+
+/* @job's counts into the records of the segments it counted (those made
+ * since have none). */
+static void take_counts(struct scan_job *job)
+{
+	uint64_t now = monotonic_ns();
+	size_t i;
+
+	qsort(job->keys, job->count, sizeof(*job->keys), generation_order);
+	for (i = 0; i < table_count; i++) {
+		struct kept_segment *seg = table[i];
+		struct scan_key probe = { .generation = seg->record.generation }, *key;
+
+		key = bsearch(&probe, job->keys, job->count, sizeof(*job->keys), generation_order);
+		if (!key || seg->committing)
+			continue;
+		seg->mappers_seen = job->blind ? 1 : key->mappers;
+		seg->record.mappers = job->blind || (!key->mappers && (job->unreadable || seg->handed_unseen))
+					      ? MC_KEEPER_MAPPERS_UNKNOWN
+					      : key->mappers;
+		seg->counted_by = job->serial;
+		if (seg->mappers_seen || seg->handed_unseen)
+			seg->last_mapped_ns = now;
+	}
+	scans_done = job->serial;
+	scan_done_ns = now;
 }
 
 /* The pages' (device, inode) into @seg's record, from the descriptor the
@@ -353,35 +384,6 @@ static void identify(struct kept_segment *seg)
 	seg->record.dev_major = major(st.st_dev);
 	seg->record.dev_minor = minor(st.st_dev);
 	seg->record.ino = (uint64_t)st.st_ino;
-}
-
-/* One scan of every segment, kept for STAT and LIST a short while (the
- * table's insert makes it stale: a new segment has no count), and forced at
- * most once per request or tick for what frees pages. */
-
-static void scan(const char *why)
-{
-	count_mappers(table, table_count);
-	scanned_ns = monotonic_ns();
-	scanned_this_turn = true;
-	scan_count++;
-	keeper_debug("mapper scan %" PRIu64 " for %s: /proc read for %zu segments", scan_count, why,
-		     table_count);
-}
-
-/* For what only reports (STAT, LIST): a recent scan will do. */
-static void scan_cached(const char *why)
-{
-	if (!scanned_ns || monotonic_ns() - scanned_ns >= (uint64_t)conf->scan_cache_ms * 1000000u)
-		scan(why);
-}
-
-/* For what frees pages (release, replace, the idle timeout, the released
- * sweep): a fresh scan, but one per request or tick however many ask. */
-static void scan_fresh(const char *why)
-{
-	if (!scanned_this_turn)
-		scan(why);
 }
 
 /* Whether @seg may be mapped (after a scan), for what would free its pages
@@ -596,36 +598,66 @@ static bool any_released(void)
 	return false;
 }
 
-/* Drop the released segments a fresh scan sees nobody map; how many are
- * left (still mapped). */
-static size_t sweep_released(const char *why)
+/* Whether @job's count lets @seg go: nobody it can see maps it, and it was
+ * not handed to anyone since the scan started (that one may map it now). */
+static bool unmapped_at(const struct kept_segment *seg, const struct scan_job *job)
 {
-	struct kept_segment **gone;
-	size_t count = 0, i, left = 0;
+	return seg->counted_by == job->serial && !mapped(seg) && seg->last_mapped_ns < job->started_ns;
+}
 
-	for (i = 0; i < table_count; i++)
-		count += released(table[i]);
-	if (!count)
-		return 0;
-	gone = calloc(count, sizeof(struct kept_segment *));
+/* What @job's counts let go: released segments whose last mapper went,
+ * and, with --idle-timeout, live ones nobody mapped for that long. */
+static void free_unmapped(const struct scan_job *job)
+{
+	uint64_t idle_ns = (uint64_t)conf->idle_timeout_s * 1000000000u, now = monotonic_ns();
+	struct kept_segment **gone = calloc(table_count ? table_count : 1, sizeof(struct kept_segment *));
+	size_t count = 0, i;
+
 	if (!gone)
-		return count;
-	count = 0;
-	for (i = 0; i < table_count; i++)
-		if (released(table[i]))
-			gone[count++] = table[i];
-	scan_fresh(why);
-	for (i = 0; i < count; i++) {
-		if (gone[i]->mappers_seen) {
-			left++;
+		return; /* the next scan looks again */
+	for (i = 0; i < table_count; i++) {
+		struct kept_segment *seg = table[i];
+
+		if (seg->committing || !unmapped_at(seg, job))
 			continue;
-		}
-		keeper_log("freed released '%s' of uid %u (generation %" PRIu64 "): its last mapper went",
-			   gone[i]->record.name, gone[i]->record.owner_uid, gone[i]->record.generation);
-		remove_at(index_of(gone[i]));
+		if (released(seg) || (conf->idle_timeout_s && now - seg->last_mapped_ns >= idle_ns))
+			gone[count++] = seg;
+	}
+	for (i = 0; i < count; i++) {
+		struct kept_segment *seg = gone[i];
+
+		if (released(seg))
+			keeper_log("freed released '%s' of uid %u (generation %" PRIu64
+				   "): its last mapper went",
+				   seg->record.name, seg->record.owner_uid, seg->record.generation);
+		else
+			keeper_log("freed '%s' (generation %" PRIu64
+				   "): nobody mapped it for %u s (--idle-timeout)",
+				   seg->record.name, seg->record.generation, conf->idle_timeout_s);
+		remove_at(index_of(seg));
 	}
 	free(gone);
-	return left;
+}
+
+uint64_t store_scan_done(void)
+{
+	struct scan_job *job = scanner_take_done();
+
+	if (!job)
+		return 0;
+	scanning = NULL;
+	take_counts(job);
+	free_unmapped(job);
+	free(job->keys);
+	free(job);
+	if (scan_wanted) {
+		const char *why = scan_wanted;
+
+		scan_wanted = NULL;
+		start_scan(why);
+	}
+	/* A scan that could not start counted blind at once: that one too. */
+	return scans_done;
 }
 
 static int errno_of_commit(int err)
@@ -696,7 +728,6 @@ uint64_t store_commit_done(struct commit_job *job, struct mc_keeper_reply *rep, 
 	committing_count--;
 	free(job);
 	seg->last_mapped_ns = monotonic_ns();
-	scanned_ns = 0; /* a count taken while it committed has none for it */
 
 	fd_name(name, sizeof(name), "pages", generation);
 	err = service_store(name, seg->pages_fd);
@@ -716,30 +747,17 @@ uint64_t store_commit_done(struct commit_job *job, struct mc_keeper_reply *rep, 
 	return generation;
 }
 
-/* A new kept segment for @req, owned by the uid it names: the caller's, or
- * for a replace by root the replaced segment's owner. */
-static struct store_wait create_new(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-				    uint64_t page_size, uint32_t flags, struct mc_keeper_reply *rep)
+/* Whether keeping @need more bytes for @owner's @req (its new generation
+ * going at @index) passes a limit: the refusal in @rep when it does.
+ * Released segments still mapped count, until a scan sees them unmapped. */
+static bool room_refused(const struct mc_keeper_request *req, uint32_t owner, size_t index, uint64_t need,
+			 struct mc_keeper_reply *rep)
 {
-	const struct store_wait answered = { 0, false };
-	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0;
-	uint32_t owner = owner_of(req, peer);
-	size_t index;
 	uint32_t uid_max = conf->uid_max_segments ? conf->uid_max_segments : conf->max_segments;
-	uint64_t alloc_size, need, kept;
-	struct usage u;
+	struct usage u = usage_of(owner);
+	uint64_t kept = u.bytes;
 	size_t i, released_here = 0;
-	struct commit_job *job;
-	struct kept_segment *seg;
-	struct timespec now;
-	char why[MC_KEEPER_TEXT_MAX + 1];
-	int err;
 
-	/* Released segments whose last mapper went are freed before any refusal. */
-	sweep_released("a create's room check");
-	index = bound(req->name, owner, true);
-	u = usage_of(owner);
-	kept = u.bytes;
 	for (i = bound(req->name, owner, false); i < index; i++)
 		released_here += released(table[i]);
 	/* A LIST page holds one (name, owner) whole: so many generations at most. */
@@ -748,22 +766,61 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 		       "uid %u's '%s' has %zu released generations that processes still map; stop them "
 		       "(mooncake-segment keep list shows them) or use another name",
 		       (unsigned)owner, req->name, released_here);
-		return answered;
+		return true;
 	}
 	if (table_count >= conf->max_segments) {
 		refuse(rep, EMFILE, 0,
 		       "the keeper holds %zu segments, its --max-segments; release one (mooncake-segment keep "
 		       "release NAME) or raise --max-segments",
 		       table_count);
-		return answered;
+		return true;
 	}
 	if (u.owner_segments >= uid_max) {
 		refuse(rep, EMFILE, 0,
 		       "uid %u keeps %zu segments (released ones still mapped included), its --uid-max-segments; "
 		       "release one (mooncake-segment keep release NAME) or raise --uid-max-segments",
 		       (unsigned)owner, u.owner_segments);
-		return answered;
+		return true;
 	}
+	if (conf->budget_bytes && (need > conf->budget_bytes - kept || kept > conf->budget_bytes)) {
+		refuse(rep, ENOSPC, 0,
+		       "keeping '%s' (%" PRIu64
+		       " bytes) would hold more than the keeper's --budget of %" PRIu64 " bytes (%" PRIu64
+		       " kept now); release a kept segment (mooncake-segment keep release NAME) "
+		       "or raise --budget",
+		       req->name, need, conf->budget_bytes, kept);
+		return true;
+	}
+	if (conf->uid_budget_bytes &&
+	    (need > conf->uid_budget_bytes - u.owner_bytes || u.owner_bytes > conf->uid_budget_bytes)) {
+		refuse(rep, ENOSPC, 0,
+		       "keeping '%s' (%" PRIu64
+		       " bytes) would hold more than the keeper's --uid-budget of %" PRIu64
+		       " bytes for uid %u (%" PRIu64
+		       " kept now, released ones still mapped included); release "
+		       "a kept segment (mooncake-segment keep release NAME) or raise --uid-budget",
+		       req->name, need, conf->uid_budget_bytes, (unsigned)owner, u.owner_bytes);
+		return true;
+	}
+	return false;
+}
+
+/* A new kept segment for @req, owned by the uid it names: the caller's, or
+ * for a replace by root the replaced segment's owner. */
+static struct store_wait create_new(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+				    uint64_t page_size, uint32_t flags, struct mc_keeper_reply *rep)
+{
+	const struct store_wait answered = { 0, false, 0 };
+	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0;
+	uint32_t owner = owner_of(req, peer);
+	size_t index = bound(req->name, owner, true);
+	uint64_t alloc_size, need;
+	struct commit_job *job;
+	struct kept_segment *seg;
+	struct timespec now;
+	char why[MC_KEEPER_TEXT_MAX + 1];
+	int err;
+
 	/* The control area is the library's small shared header (readiness,
 	 * slots); a huge one would be memory outside the room check. */
 	if (kept_control_bytes(req) > CONTROL_MAX) {
@@ -779,25 +836,15 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	}
 	alloc_size = (req->size + page_size - 1) / page_size * page_size;
 	need = alloc_size + kept_control_bytes(req);
-	if (need < alloc_size ||
-	    (conf->budget_bytes && (need > conf->budget_bytes - kept || kept > conf->budget_bytes))) {
-		refuse(rep, ENOSPC, 0,
-		       "keeping '%s' (%" PRIu64
-		       " bytes) would hold more than the keeper's --budget of %" PRIu64 " bytes (%" PRIu64
-		       " kept now); release a kept segment (mooncake-segment keep release NAME) "
-		       "or raise --budget",
-		       req->name, need, conf->budget_bytes, kept);
+	if (need < alloc_size) {
+		refuse(rep, EINVAL, 0, "size %" PRIu64 " is too large", req->size);
 		return answered;
 	}
-	if (conf->uid_budget_bytes &&
-	    (need > conf->uid_budget_bytes - u.owner_bytes || u.owner_bytes > conf->uid_budget_bytes)) {
-		refuse(rep, ENOSPC, 0,
-		       "keeping '%s' (%" PRIu64
-		       " bytes) would hold more than the keeper's --uid-budget of %" PRIu64
-		       " bytes for uid %u (%" PRIu64
-		       " kept now, released ones still mapped included); release "
-		       "a kept segment (mooncake-segment keep release NAME) or raise --uid-budget",
-		       req->name, need, conf->uid_budget_bytes, (unsigned)owner, u.owner_bytes);
+	if (room_refused(req, owner, index, need, rep)) {
+		/* Released segments whose last mapper went are freed before any
+		 * refusal: a scan since this request came frees them. */
+		if (any_released() && scans_done < ticket)
+			return wait_for_scan("a create's room check");
 		return answered;
 	}
 	/* Reserved now, in the table: counted by the budget and the limits
@@ -854,13 +901,13 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	}
 	keeper_debug("committing '%s' (%" PRIu64 " bytes, generation %" PRIu64 ") for uid %u on a thread",
 		     req->name, alloc_size, seg->record.generation, (unsigned)owner);
-	return (struct store_wait){ seg->record.generation, true };
+	return (struct store_wait){ seg->record.generation, true, 0 };
 }
 
 static struct store_wait handle_create(const struct mc_keeper_request *req, const struct keeper_peer *peer,
 				       bool behind_commit, struct mc_keeper_reply *rep, int fds[2])
 {
-	const struct store_wait answered = { 0, false };
+	const struct store_wait answered = { 0, false, 0 };
 	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0, found;
 	char why[MC_KEEPER_TEXT_MAX + 1];
 	uint32_t owner = owner_of(req, peer);
@@ -897,7 +944,7 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 		/* Answered once its pages are there (or its commit failed). */
 		keeper_debug("a CREATE of '%s' by uid %u waits for its commit (generation %" PRIu64 ")",
 			     req->name, (unsigned)peer->uid, seg->record.generation);
-		return (struct store_wait){ seg->record.generation, false };
+		return (struct store_wait){ seg->record.generation, false, 0 };
 	}
 	if (req->flags & MC_KEEPER_CREATE_CREATE_ONLY) {
 		refuse(rep, EEXIST, 0,
@@ -930,7 +977,8 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 	rep->field = 0;
 	if (!may_free(seg, peer, rep, "replace"))
 		return answered;
-	scan_fresh("a replace");
+	if (!counted_since_asked(seg))
+		return wait_for_scan("a replace");
 	if (mapped(seg)) {
 		refuse(rep, EBUSY, 0,
 		       "'%s' cannot be replaced: %u process(es) map it; stop them first, or use another name",
@@ -1011,30 +1059,34 @@ static struct kept_segment *lookup(const char *name, uint32_t owner, size_t *ind
 	return NULL;
 }
 
-static void handle_stat(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-			struct mc_keeper_reply *rep)
+static struct store_wait handle_stat(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+				     struct mc_keeper_reply *rep)
 {
+	const struct store_wait answered = { 0, false, 0 };
 	size_t index;
 
 	if (!lookup(req->name, owner_of(req, peer), &index, rep))
-		return;
+		return answered;
 	if (!may_attach(table[index], peer, rep))
-		return;
+		return answered;
 	if (table[index]->committing) {
 		refuse(rep, EBUSY, 0,
 		       "'%s' of uid %u is being committed (its create is under way); ask again once it is "
 		       "answered",
 		       req->name, table[index]->record.owner_uid);
-		return;
+		return answered;
 	}
-	scan_cached("STAT");
+	if (!counted_recently(table[index]))
+		return wait_for_scan("STAT");
 	rep->segments[0] = table[index]->record;
 	rep->count = 1;
+	return answered;
 }
 
-static void handle_list(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-			struct mc_keeper_reply *rep)
+static struct store_wait handle_list(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+				     struct mc_keeper_reply *rep)
 {
+	const struct store_wait answered = { 0, false, 0 };
 	struct kept_segment *page[MC_KEEPER_LIST_MAX] = { NULL };
 	size_t index, taken = 0, i;
 
@@ -1057,31 +1109,36 @@ static void handle_list(const struct mc_keeper_request *req, const struct keeper
 		}
 		page[taken++] = table[index];
 	}
-	scan_cached("LIST");
+	for (i = 0; i < taken; i++)
+		if (!counted_recently(page[i]))
+			return wait_for_scan("LIST");
 	for (i = 0; i < taken; i++)
 		rep->segments[i] = page[i]->record;
 	rep->count = (uint16_t)taken;
+	return answered;
 }
 
-static void handle_release(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-			   struct mc_keeper_reply *rep)
+static struct store_wait handle_release(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+					struct mc_keeper_reply *rep)
 {
+	const struct store_wait answered = { 0, false, 0 };
 	bool in_use;
 	size_t index;
 	struct kept_segment *seg = lookup(req->name, owner_of(req, peer), &index, rep);
 
 	if (!seg)
-		return;
+		return answered;
 	if (!may_free(seg, peer, rep, "release"))
-		return;
+		return answered;
 	if (seg->committing) {
 		refuse(rep, EBUSY, 0,
 		       "'%s' is being committed (its create is under way); release it once that create is "
 		       "answered",
 		       req->name);
-		return;
+		return answered;
 	}
-	scan_fresh("a release");
+	if (!counted_since_asked(seg))
+		return wait_for_scan("a release");
 	in_use = mapped(seg);
 	rep->generation = seg->record.generation;
 	rep->release_flags = in_use ? MC_KEEPER_RELEASE_DEFERRED : MC_KEEPER_RELEASE_FREED;
@@ -1099,35 +1156,29 @@ static void handle_release(const struct mc_keeper_request *req, const struct kee
 	 * when the pages go: unseen ones never will. */
 	if (!seg->mappers_seen) {
 		remove_at(index);
-		return;
+		return answered;
 	}
 	/* Still mapped: its pages still count, until a scan sees them unmapped. */
 	seg->record.flags |= MC_KEEPER_SEGMENT_RELEASED;
 	save();
+	return answered;
 }
 
-struct store_wait store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-			       bool behind_commit, struct mc_keeper_reply *rep, int fds[2])
+static struct store_wait dispatch(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+				  bool behind_commit, struct mc_keeper_reply *rep, int fds[2])
 {
-	struct store_wait wait = { 0, false };
-
 	fds[0] = fds[1] = -1;
-	scanned_this_turn = false;
 	rep->type = (uint16_t)(req->type | MC_KEEPER_REPLY);
 	rep->sequence = req->sequence;
 	switch (req->type) {
 	case MC_KEEPER_CREATE:
-		wait = handle_create(req, peer, behind_commit, rep, fds);
-		break;
+		return handle_create(req, peer, behind_commit, rep, fds);
 	case MC_KEEPER_LIST:
-		handle_list(req, peer, rep);
-		break;
+		return handle_list(req, peer, rep);
 	case MC_KEEPER_STAT:
-		handle_stat(req, peer, rep);
-		break;
+		return handle_stat(req, peer, rep);
 	case MC_KEEPER_RELEASE:
-		handle_release(req, peer, rep);
-		break;
+		return handle_release(req, peer, rep);
 	case MC_KEEPER_JOIN:
 		handle_join(req, peer, rep, fds);
 		break;
@@ -1135,53 +1186,67 @@ struct store_wait store_handle(const struct mc_keeper_request *req, const struct
 		refuse(rep, EPROTO, 0, "keeper request: type %u is not served here", (unsigned)req->type);
 		break;
 	}
-	return wait;
+	return (struct store_wait){ 0, false, 0 };
 }
 
+/* dispatch() with the request's ticket; a scan that could not start has
+ * counted blind at once, and the request goes on with that count. */
+static struct store_wait handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+				bool behind_commit, struct mc_keeper_reply *rep, int fds[2])
+{
+	struct store_wait wait;
+
+	for (;;) {
+		wait = dispatch(req, peer, behind_commit, rep, fds);
+		if (!wait.scan || wait.scan > scans_done)
+			return wait;
+		ticket = wait.scan;
+		memset(rep, 0, sizeof(*rep));
+	}
+}
+
+struct store_wait store_handle(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+			       bool behind_commit, struct mc_keeper_reply *rep, int fds[2])
+{
+	ticket = scans_started + 1;
+	return handle(req, peer, behind_commit, rep, fds);
+}
+
+struct store_wait store_handle_after_scan(const struct mc_keeper_request *req, const struct keeper_peer *peer,
+					  uint64_t scan, struct mc_keeper_reply *rep, int fds[2])
+{
+	ticket = scan;
+	return handle(req, peer, false, rep, fds);
+}
+
+/* Which scan the table asks for by itself: released segments still mapped
+ * each second, so that the budget gets their bytes back soon after their
+ * last mapper goes; with --idle-timeout, live ones due.  Frees nothing
+ * itself: the scan's end does (free_unmapped).  How long the loop may
+ * sleep before the next look, -1 forever. */
 int store_tick(void)
 {
-	uint64_t now, idle_ns;
-	struct kept_segment **due;
-	size_t count = 0, i;
-	/* Released segments still mapped: look again each second, so that the
-	 * budget gets their bytes back soon after their last mapper goes. */
+	uint64_t now = monotonic_ns(), idle_ns = (uint64_t)conf->idle_timeout_s * 1000000000u;
 	int released_ms = -1, idle_ms;
 	static uint64_t swept_ns;
+	bool due = false;
+	size_t i;
 
-	scanned_this_turn = false;
-	/* The loop ticks after every request: sweep once a second, not each time. */
-	now = monotonic_ns();
-	if (now - swept_ns >= 1000000000u) {
-		swept_ns = now;
-		released_ms = sweep_released("the released sweep") ? 1000 : -1;
-	} else if (any_released()) {
-		released_ms = (int)((1000000000u - (now - swept_ns)) / 1000000u) + 1;
+	if (any_released()) {
+		/* The loop ticks after every request: once a second, not each time. */
+		if (now - swept_ns >= 1000000000u && !scanning) {
+			swept_ns = now;
+			want_scan("the released sweep");
+		}
+		released_ms = (int)((1000000000u - (now - swept_ns) % 1000000000u) / 1000000u) + 1;
 	}
-
 	if (!conf->idle_timeout_s)
 		return released_ms;
-	idle_ns = (uint64_t)conf->idle_timeout_s * 1000000000u;
-	now = monotonic_ns();
-	due = calloc(table_count ? table_count : 1, sizeof(struct kept_segment *));
-	if (!due)
-		return 1000;
-	for (i = 0; i < table_count; i++)
-		if (!released(table[i]) && !table[i]->committing && now - table[i]->last_mapped_ns >= idle_ns)
-			due[count++] = table[i];
-	if (count)
-		scan_fresh("the idle timeout");
-	for (i = 0; i < count; i++) {
-		struct kept_segment *seg = due[i];
-
-		if (mapped(seg)) {
-			seg->last_mapped_ns = now;
-			continue;
-		}
-		keeper_log("freed '%s' (generation %" PRIu64 "): nobody mapped it for %u s (--idle-timeout)",
-			   seg->record.name, seg->record.generation, conf->idle_timeout_s);
-		remove_at(index_of(seg));
-	}
-	free(due);
+	for (i = 0; i < table_count && !due; i++)
+		due = !released(table[i]) && !table[i]->committing &&
+		      now - table[i]->last_mapped_ns >= idle_ns;
+	if (due && !scanning)
+		want_scan("the idle timeout");
 	/* Look again within a quarter of the timeout, at most every 30 s. */
 	idle_ms = conf->idle_timeout_s >= 120 ? 30000 : (int)(conf->idle_timeout_s * 250u);
 	return released_ms >= 0 && released_ms < idle_ms ? released_ms : idle_ms;
