@@ -49,8 +49,11 @@ struct keeper_config {
 	const char *socket_path;    /* --socket; default MC_KEEPER_DEFAULT_SOCKET */
 	uint64_t budget_bytes;	    /* --budget: most bytes kept in all; 0 unlimited */
 	uint32_t max_segments;	    /* --max-segments (default 1024) */
-	uint64_t uid_budget_bytes;  /* --uid-budget: most bytes one owner uid keeps; 0 unlimited */
-	uint32_t uid_max_segments;  /* --uid-max-segments: most one owner uid keeps; 0: max_segments */
+	uint64_t uid_budget_bytes;  /* --uid-budget: most bytes one owner uid keeps; 0 unlimited
+				      * (default three quarters of the budget or of the node) */
+	bool uid_budget_set;	    /* --uid-budget given (0 then means no limit) */
+	uint32_t uid_max_segments;  /* --uid-max-segments: most one owner uid keeps (default a
+				      * quarter of max_segments, at least 1) */
 	uint32_t max_connections;   /* --max-connections (default 256) */
 	uint32_t max_per_uid;	    /* --max-connections-per-uid (default a quarter of
 				      * max_connections, at least 1) */

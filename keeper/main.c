@@ -33,8 +33,10 @@ static void usage(FILE *out)
 		     "                         its directory is made (0755) when missing\n"
 		     "  --budget BYTES         most bytes kept in all, K/M/G/T suffixes (default: no limit)\n"
 		     "  --max-segments N       most segments kept (default 1024)\n"
-		     "  --uid-budget BYTES     most bytes one uid keeps (default: no limit but --budget)\n"
-		     "  --uid-max-segments N   most segments one uid keeps (default: --max-segments)\n"
+		     "  --uid-budget BYTES     most bytes one uid keeps (default: three quarters of\n"
+		     "                         --budget, or of the node's memory; 0: no limit)\n"
+		     "  --uid-max-segments N   most segments one uid keeps (default: a quarter of\n"
+		     "                         --max-segments, at least 1)\n"
 		     "  --max-connections N    most clients at once (default 256)\n"
 		     "  --max-connections-per-uid N\n"
 		     "                         most clients of one uid at once (default: a quarter\n"
@@ -111,6 +113,25 @@ static int bad_option(const char *option, const char *value, const char *expecte
 	return 2;
 }
 
+/* Fair defaults: one uid alone cannot take every connection, every table
+ * entry or every byte and lock the others out (doc/keeper.md "Tenants").
+ * Connections and entries are cheap and one engine needs few: a quarter
+ * each.  Bytes are what a node's main tenant keeps its KV cache in: three
+ * quarters of the budget, or of the node's memory without one, so another
+ * user still finds a quarter. */
+static void share_between_uids(struct keeper_config *config)
+{
+	uint64_t node = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t total = config->budget_bytes ? config->budget_bytes : node;
+
+	if (!config->max_per_uid)
+		config->max_per_uid = config->max_connections >= 4 ? config->max_connections / 4 : 1;
+	if (!config->uid_max_segments)
+		config->uid_max_segments = config->max_segments >= 4 ? config->max_segments / 4 : 1;
+	if (!config->uid_budget_set)
+		config->uid_budget_bytes = total / 4 * 3;
+}
+
 /* 0: go on; else the exit status. */
 static int parse_options(int argc, char **argv, struct keeper_config *config, bool *done)
 {
@@ -173,6 +194,7 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 				return bad_option("--max-segments", optarg, "a number from 1 to 1048576");
 			break;
 		case OPT_UID_BUDGET:
+			config->uid_budget_set = true;
 			if (!parse_bytes(optarg, &config->uid_budget_bytes))
 				return bad_option("--uid-budget", optarg,
 						  "a size in bytes (like 16G, 512M or 1048576)");
@@ -237,9 +259,7 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		keeper_log("unexpected argument '%s'; see mooncake-segmentd --help", argv[optind]);
 		return 2;
 	}
-	/* One uid alone cannot take every slot and lock the others out. */
-	if (!config->max_per_uid)
-		config->max_per_uid = config->max_connections >= 4 ? config->max_connections / 4 : 1;
+	share_between_uids(config);
 	return 0;
 }
 
@@ -288,7 +308,7 @@ int main(int argc, char **argv)
 		.uid_max_commits = 1,
 	};
 	struct stat bound = { 0 };
-	char budget[32] = "none";
+	char budget[32] = "none", uid_budget[32] = "none";
 	bool done, bound_here;
 	sigset_t stop;
 	int status, listen_fd, signal_fd, err;
@@ -323,9 +343,12 @@ int main(int argc, char **argv)
 		lstat(config.socket_path, &bound);
 	if (config.budget_bytes)
 		snprintf(budget, sizeof(budget), "%" PRIu64 " bytes", config.budget_bytes);
-	keeper_log("listening on %s (pid %d, budget %s, at most %u segments)",
+	if (config.uid_budget_bytes)
+		snprintf(uid_budget, sizeof(uid_budget), "%" PRIu64 " bytes", config.uid_budget_bytes);
+	keeper_log("listening on %s (pid %d, budget %s, at most %u segments; each uid: budget %s, at most %u "
+		   "segments, %u connections)",
 		   bound_here ? config.socket_path : "the socket the service manager passed", (int)getpid(),
-		   budget, config.max_segments);
+		   budget, config.max_segments, uid_budget, config.uid_max_segments, config.max_per_uid);
 	service_ready("listening");
 	err = server_run(&config, listen_fd, signal_fd);
 	service_stopping();

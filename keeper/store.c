@@ -588,6 +588,27 @@ static struct usage usage_of(uint32_t owner)
 	return u;
 }
 
+/* The uid holding the most entries (@by_bytes false) or bytes, for a
+ * refusal of a node-wide limit to name: quadratic, but only on a refusal. */
+static uint32_t largest_holder(bool by_bytes, struct usage *its)
+{
+	uint32_t most = 0;
+	uint64_t most_held = 0;
+	size_t i;
+
+	for (i = 0; i < table_count; i++) {
+		struct usage u = usage_of(table[i]->record.owner_uid);
+		uint64_t held = by_bytes ? u.owner_bytes : u.owner_segments;
+
+		if (held > most_held) {
+			most_held = held;
+			most = table[i]->record.owner_uid;
+			*its = u;
+		}
+	}
+	return most;
+}
+
 static bool any_released(void)
 {
 	size_t i;
@@ -753,10 +774,10 @@ uint64_t store_commit_done(struct commit_job *job, struct mc_keeper_reply *rep, 
 static bool room_refused(const struct mc_keeper_request *req, uint32_t owner, size_t index, uint64_t need,
 			 struct mc_keeper_reply *rep)
 {
-	uint32_t uid_max = conf->uid_max_segments ? conf->uid_max_segments : conf->max_segments;
-	struct usage u = usage_of(owner);
+	struct usage u = usage_of(owner), held = { 0 };
 	uint64_t kept = u.bytes;
 	size_t i, released_here = 0;
+	uint32_t holder;
 
 	for (i = bound(req->name, owner, false); i < index; i++)
 		released_here += released(table[i]);
@@ -768,38 +789,44 @@ static bool room_refused(const struct mc_keeper_request *req, uint32_t owner, si
 		       (unsigned)owner, req->name, released_here);
 		return true;
 	}
+	if (u.owner_segments >= conf->uid_max_segments) {
+		refuse(rep, EMFILE, 0,
+		       "uid %u holds %zu segments (released ones still mapped included); the per-uid limit is "
+		       "%u (--uid-max-segments): release one (mooncake-segment keep release NAME) or ask "
+		       "the node's operator to raise --uid-max-segments",
+		       (unsigned)owner, u.owner_segments, conf->uid_max_segments);
+		return true;
+	}
 	if (table_count >= conf->max_segments) {
+		holder = largest_holder(false, &held);
 		refuse(rep, EMFILE, 0,
-		       "the keeper holds %zu segments, its --max-segments; release one (mooncake-segment keep "
-		       "release NAME) or raise --max-segments",
-		       table_count);
-		return true;
-	}
-	if (u.owner_segments >= uid_max) {
-		refuse(rep, EMFILE, 0,
-		       "uid %u keeps %zu segments (released ones still mapped included), its --uid-max-segments; "
-		       "release one (mooncake-segment keep release NAME) or raise --uid-max-segments",
-		       (unsigned)owner, u.owner_segments);
-		return true;
-	}
-	if (conf->budget_bytes && (need > conf->budget_bytes - kept || kept > conf->budget_bytes)) {
-		refuse(rep, ENOSPC, 0,
-		       "keeping '%s' (%" PRIu64
-		       " bytes) would hold more than the keeper's --budget of %" PRIu64 " bytes (%" PRIu64
-		       " kept now); release a kept segment (mooncake-segment keep release NAME) "
-		       "or raise --budget",
-		       req->name, need, conf->budget_bytes, kept);
+		       "the keeper holds %zu segments, its --max-segments; uid %u holds the most (%zu), uid %u "
+		       "%zu; the per-uid limit is %u (--uid-max-segments): ask the node's operator to raise "
+		       "--max-segments or lower --uid-max-segments",
+		       table_count, (unsigned)holder, held.owner_segments, (unsigned)owner, u.owner_segments,
+		       conf->uid_max_segments);
 		return true;
 	}
 	if (conf->uid_budget_bytes &&
 	    (need > conf->uid_budget_bytes - u.owner_bytes || u.owner_bytes > conf->uid_budget_bytes)) {
 		refuse(rep, ENOSPC, 0,
-		       "keeping '%s' (%" PRIu64
-		       " bytes) would hold more than the keeper's --uid-budget of %" PRIu64
-		       " bytes for uid %u (%" PRIu64
-		       " kept now, released ones still mapped included); release "
-		       "a kept segment (mooncake-segment keep release NAME) or raise --uid-budget",
+		       "keeping '%s' (%" PRIu64 " bytes) would hold more than the per-uid limit of %" PRIu64
+		       " bytes (--uid-budget): uid %u holds %" PRIu64
+		       " bytes (released ones still mapped included); release a kept segment "
+		       "(mooncake-segment keep release NAME) or ask the node's operator to raise --uid-budget",
 		       req->name, need, conf->uid_budget_bytes, (unsigned)owner, u.owner_bytes);
+		return true;
+	}
+	if (conf->budget_bytes && (need > conf->budget_bytes - kept || kept > conf->budget_bytes)) {
+		holder = largest_holder(true, &held);
+		refuse(rep, ENOSPC, 0,
+		       "keeping '%s' (%" PRIu64
+		       " bytes) would hold more than the keeper's --budget of %" PRIu64 " bytes (%" PRIu64
+		       " kept now); uid %u holds the most (%" PRIu64 " bytes), uid %u %" PRIu64
+		       " bytes: release a kept segment (mooncake-segment keep release NAME) or ask the node's "
+		       "operator to raise --budget or lower --uid-budget",
+		       req->name, need, conf->budget_bytes, kept, (unsigned)holder, held.owner_bytes,
+		       (unsigned)owner, u.owner_bytes);
 		return true;
 	}
 	return false;

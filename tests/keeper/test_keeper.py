@@ -659,7 +659,7 @@ def test_group_sharing_follows_the_peers_groups(keeper):
 
 
 def test_the_budget_refuses_with_enospc_naming_it(make_keeper):
-    k = make_keeper("--budget", "8M")
+    k = make_keeper("--budget", "8M", "--uid-budget", "0")
     first = k.ask(create_request("b1", size=6 * MIB))
     assert first.status == 0
     first.close_fds()
@@ -676,7 +676,8 @@ def test_the_budget_refuses_with_enospc_naming_it(make_keeper):
     assert len(said) == 10, said
 
 
-def test_sizes_past_the_hosts_room_are_refused_not_killed(keeper):
+def test_sizes_past_the_hosts_room_are_refused_not_killed(make_keeper):
+    keeper = make_keeper("--uid-budget", "0")
     huge = keeper.ask(create_request("huge", size=1 << 50))
     assert huge.status == errno.ENOMEM, huge.text
     control = keeper.ask(create_request("huge-control", control=1 << 40))
@@ -690,13 +691,14 @@ def test_the_socket_mode_is_set(make_keeper):
 
 
 def test_the_segment_limit_refuses_with_emfile(make_keeper):
-    k = make_keeper("--max-segments", "2")
+    k = make_keeper("--max-segments", "2", "--uid-max-segments", "3")
     for name in ("m1", "m2"):
         r = k.ask(create_request(name, size=4096))
         assert r.status == 0
         r.close_fds()
     over = k.ask(create_request("m3", size=4096))
     assert over.status == errno.EMFILE and "--max-segments" in over.text
+    assert f"uid {os.getuid()} holds the most (2)" in over.text, over.text
     assert "refused a create of uid" in k.text() and "--max-segments" in k.text()
 
 
@@ -711,7 +713,7 @@ def listed(keeper):
 
 
 def test_a_released_segment_still_mapped_counts_in_the_budget_until_unmapped(make_keeper):
-    k = make_keeper("--budget", "12M")
+    k = make_keeper("--budget", "12M", "--uid-budget", "0")
     made = k.ask(create_request("b1", size=6 * MIB))
     view = mapping(made)
     made.close_fds()
@@ -854,7 +856,7 @@ def test_per_uid_limits_refuse_naming_them(make_keeper):
     assert first.status == 0, first.text
     first.close_fds()
     over = k.ask(create_request("u2", size=4 * MIB))
-    assert over.status == errno.ENOSPC and "--uid-budget of 8388608 bytes for uid" in over.text, over.text
+    assert over.status == errno.ENOSPC and "per-uid limit of 8388608 bytes (--uid-budget)" in over.text, over.text
     second = k.ask(create_request("u2", size=MIB))
     assert second.status == 0, second.text
     second.close_fds()

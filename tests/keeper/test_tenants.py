@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_keeper import (  # noqa: E402
+    as_other_uid,
     F_REPLACE,
     LIST,
     MIB,
@@ -142,3 +143,60 @@ def test_another_uids_scan_flood_does_not_stall_a_users_requests(make_keeper):  
     # A LIST needs the counts: it waits for at most the scan under way and the next.
     assert max(listing) < 2.0 + 4 * scan_alone, figures
     k.alive()
+
+
+def needs_root():
+    if os.getuid() != 0:
+        pytest.skip("needs root to run the other tenant as uid 65534")
+
+
+def test_by_default_one_uid_cannot_take_every_segment(make_keeper):  # noqa: F811 - the fixture
+    """The keeper as the unit starts it, with no options: one user making
+    segments as fast as it can is stopped at its share (a quarter of
+    --max-segments' 1024), and another user still creates."""
+    needs_root()
+    k = make_keeper()
+    results = as_other_uid(k, [create_request("s%d" % i, size=4096) for i in range(257)])
+    assert [status for status, _ in results[:256]] == [0] * 256, results[:3]
+    status, text = results[256]
+    assert status == errno.EMFILE, text
+    assert "uid 65534 holds 256 segments" in text and "the per-uid limit is 256 (--uid-max-segments)" in text, text
+    mine = k.ask(create_request("mine", size=4096))
+    assert mine.status == 0, mine.text
+    mine.close_fds()
+
+
+def test_by_default_one_uid_cannot_take_every_byte_and_a_full_keeper_names_the_holder(make_keeper):  # noqa: F811
+    """With --budget and no --uid-budget, one user keeps three quarters of
+    the budget at most; when another fills the rest, its refusal names the
+    largest holder and what it holds."""
+    needs_root()
+    k = make_keeper("--budget", "64M")
+    results = as_other_uid(k, [create_request("b%d" % i, size=16 * MIB) for i in range(4)])
+    assert [status for status, _ in results[:3]] == [0, 0, 0], results
+    status, text = results[3]
+    assert status == errno.ENOSPC, text
+    assert "per-uid limit of 50331648 bytes (--uid-budget): uid 65534 holds 50331648 bytes" in text, text
+    mine = k.ask(create_request("mine", size=8 * MIB))
+    assert mine.status == 0, mine.text
+    mine.close_fds()
+    full = k.ask(create_request("more", size=16 * MIB))
+    assert full.status == errno.ENOSPC, full.text
+    assert "--budget of 67108864 bytes" in full.text, full.text
+    assert "uid 65534 holds the most (50331648 bytes), uid 0 8388608 bytes" in full.text, full.text
+
+
+def test_without_a_budget_the_share_is_sized_from_the_node(make_keeper):  # noqa: F811 - the fixture
+    """No --budget: one uid's share is three quarters of the node's memory,
+    refused before any page is committed; --uid-budget 0 lifts it."""
+    node = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGESIZE")
+    share = node // 4 * 3
+    k = make_keeper()
+    over = k.ask(create_request("big", size=share + MIB))
+    assert over.status == errno.ENOSPC, over.text
+    assert "per-uid limit of %d bytes (--uid-budget)" % share in over.text, over.text
+    assert "each uid: budget %d bytes, at most 256 segments, 64 connections" % share in k.text(), k.text()
+    # Without the share, only the node's room refuses (before committing).
+    unlimited = make_keeper("--uid-budget", "0")
+    past = unlimited.ask(create_request("big", size=1 << 50))
+    assert past.status == errno.ENOMEM and "--uid-budget" not in past.text, past.text
