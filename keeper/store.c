@@ -1071,18 +1071,41 @@ static void handle_join(const struct mc_keeper_request *req, const struct keeper
 	reply_pages(seg, 0, group, rep, fds);
 }
 
-/* @owner's @name, or NULL with ENOENT in @rep. */
-static struct kept_segment *lookup(const char *name, uint32_t owner, size_t *index,
-				   struct mc_keeper_reply *rep)
+/* Another uid's live @name that @peer may see, for a refusal to point at:
+ * root releasing "kv" means uid 1002's "kv" more often than its own. */
+static const struct kept_segment *same_name_elsewhere(const char *name, uint32_t owner,
+						      const struct keeper_peer *peer)
 {
+	size_t i;
+
+	for (i = bound(name, 0, false); i < table_count && !strcmp(table[i]->record.name, name); i++)
+		if (table[i]->record.owner_uid != owner && !released(table[i]) &&
+		    may_attach(table[i], peer, NULL))
+			return table[i];
+	return NULL;
+}
+
+/* @owner's @name, or NULL with ENOENT in @rep (naming another owner's
+ * segment of that name that @peer may see, with the option that reaches it). */
+static struct kept_segment *lookup(const char *name, uint32_t owner, const struct keeper_peer *peer,
+				   size_t *index, struct mc_keeper_reply *rep)
+{
+	const struct kept_segment *other;
 	bool found;
 
 	*index = find(name, owner, &found);
 	if (found)
 		return table[*index];
-	refuse(rep, ENOENT, 0,
-	       "uid %u keeps no segment '%s'; mooncake-segment keep list shows what you may see",
-	       (unsigned)owner, name);
+	other = same_name_elsewhere(name, owner, peer);
+	if (other)
+		refuse(rep, ENOENT, 0,
+		       "uid %u keeps no segment '%s', uid %u does: name its owner (--owner %u)",
+		       (unsigned)owner, name, (unsigned)other->record.owner_uid,
+		       (unsigned)other->record.owner_uid);
+	else
+		refuse(rep, ENOENT, 0,
+		       "uid %u keeps no segment '%s'; mooncake-segment keep list shows what you may see",
+		       (unsigned)owner, name);
 	return NULL;
 }
 
@@ -1092,7 +1115,7 @@ static struct store_wait handle_stat(const struct mc_keeper_request *req, const 
 	const struct store_wait answered = { 0, false, 0 };
 	size_t index;
 
-	if (!lookup(req->name, owner_of(req, peer), &index, rep))
+	if (!lookup(req->name, owner_of(req, peer), peer, &index, rep))
 		return answered;
 	if (!may_attach(table[index], peer, rep))
 		return answered;
@@ -1151,7 +1174,7 @@ static struct store_wait handle_release(const struct mc_keeper_request *req, con
 	const struct store_wait answered = { 0, false, 0 };
 	bool in_use;
 	size_t index;
-	struct kept_segment *seg = lookup(req->name, owner_of(req, peer), &index, rep);
+	struct kept_segment *seg = lookup(req->name, owner_of(req, peer), peer, &index, rep);
 
 	if (!seg)
 		return answered;

@@ -20,6 +20,8 @@ from test_keeper import (  # noqa: E402
     as_other_uid,
     F_REPLACE,
     LIST,
+    SHARE_ANY,
+    STAT,
     MIB,
     Client,
     create_request,
@@ -200,3 +202,21 @@ def test_without_a_budget_the_share_is_sized_from_the_node(make_keeper):  # noqa
     unlimited = make_keeper("--uid-budget", "0")
     past = unlimited.ask(create_request("big", size=1 << 50))
     assert past.status == errno.ENOMEM and "--uid-budget" not in past.text, past.text
+
+
+def test_a_missing_name_points_at_another_owners_only_where_the_caller_may_see_it(make_keeper):  # noqa: F811
+    """Root's `keep release kv` means uid 1002's kv more often than its own:
+    the refusal names that owner and the option.  Another user's private
+    segment is never revealed that way."""
+    needs_root()
+    k = make_keeper()
+    for name, sharing in (("private", 0), ("public", SHARE_ANY)):
+        made = k.ask(create_request(name, size=4096, sharing=sharing))
+        assert made.status == 0, made.text
+        made.close_fds()
+    root_asks = k.ask(named_request(STAT, "private", owner=1002))
+    assert root_asks.status == errno.ENOENT, root_asks.text
+    assert "uid 1002 keeps no segment 'private', uid 0 does: name its owner (--owner 0)" in root_asks.text
+    (private, public) = as_other_uid(k, [named_request(STAT, "private"), named_request(STAT, "public")])
+    assert private[0] == errno.ENOENT and "uid 0" not in private[1], private
+    assert public[0] == errno.ENOENT and "uid 0 does: name its owner (--owner 0)" in public[1], public
