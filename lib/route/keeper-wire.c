@@ -161,6 +161,11 @@ MC_PRIVATE bool mc_keeper_name_valid(const char *name, size_t len, char *why, si
 
 		if (c == '/')
 			snprintf(detail, sizeof(detail), "has '/' at byte %zu", i), problem = detail;
+		/* A kept memfd is named "NAME|owner=PID" (doc/list-json.md): a
+		 * '|' in NAME would make list read a forged owner. */
+		else if (c == '|')
+			snprintf(detail, sizeof(detail), "has a '|' at byte %zu: use another character", i),
+				problem = detail;
 		else if (c < 0x21 || c > 0x7e)
 			snprintf(detail, sizeof(detail),
 				 "has byte 0x%02x at %zu: names are printable ASCII without spaces", c, i),

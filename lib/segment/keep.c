@@ -101,11 +101,6 @@ int mc_keep_check_options(const struct mooncake_segment_options *opt)
 			"Shared segment keep_owner_uid %u is read only with MOONCAKE_SEGMENT_KEEP_OWNER in "
 			"keep_flags: add the flag to attach to that user's segment, or leave it at 0",
 			opt->keep_owner_uid);
-	/* The keeper refuses names with '|' too late for list: its memfds are
-	 * named "LABEL|owner=PID", and a '|' in the label would forge the pid. */
-	if (strchr(opt->keep_name, '|'))
-		return mc_error(EINVAL, "Shared segment keep_name '%s' has a '|': use another character",
-				opt->keep_name);
 	return 0;
 }
 

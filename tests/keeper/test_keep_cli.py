@@ -115,6 +115,8 @@ def test_owner_names_whose_segment(keeper):
 def test_bad_names_and_no_keeper_are_clear_errors(keeper, tmp_path):
     bad = keep("stat", "a/b", "--socket", str(keeper.path))
     assert bad.returncode == 2 and "segment name has '/' at byte 1" in bad.stderr, bad.stderr
+    forged = keep("release", "kv|owner=1", "--socket", str(keeper.path))
+    assert forged.returncode == 2 and "segment name has a '|' at byte 2" in forged.stderr, forged.stderr
     missing = keep("list", env=dict(os.environ, MOONCAKE_SEGMENT_KEEPER=str(tmp_path / "none.sock")))
     assert missing.returncode == 1
     assert f"No node keeper answers at {tmp_path / 'none.sock'}" in missing.stderr, missing.stderr

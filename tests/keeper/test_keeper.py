@@ -896,8 +896,19 @@ def test_the_idle_timeout_frees_only_what_nobody_maps(make_keeper):
         HEADER.pack(MAGIC, 1, HELLO, MESSAGE_MAX + 8, 3) + bytes(MESSAGE_MAX - 8),
         HEADER.pack(MAGIC, 1, HELLO, 24, 3) + bytes(MESSAGE_MAX * 3),
         named_request(STAT, "bad\nname"),
+        # list reads a kept memfd's "NAME|owner=PID": a '|' would forge the owner.
+        create_request("forged|owner=1"),
     ],
-    ids=["garbage", "truncated-header", "truncated", "short-create", "over-long", "far-over-long", "bad-name"],
+    ids=[
+        "garbage",
+        "truncated-header",
+        "truncated",
+        "short-create",
+        "over-long",
+        "far-over-long",
+        "bad-name",
+        "forged-owner",
+    ],
 )
 def test_an_undecodable_request_gets_eproto_and_a_closed_connection(keeper, packet):
     with keeper.client() as c:
