@@ -273,6 +273,19 @@ def _install_pickle_guard() -> None:
     _pickle_guard_installed = True
 
 
+def _check_viewable(block: str, spec: _BlockSpec) -> None:
+    """Refuse a view torch would make broken: quantized dtypes have no quantizer over raw bytes."""
+    if spec.dtype_name.startswith(("qint", "quint")):
+        # Refused here, not at create (as upstream): buffers() read such a block, and torch
+        # would crash (1.13: SIGSEGV in frombuffer) or give a tensor without scale and zero point.
+        plain = {"qint8": "int8", "qint32": "int32"}.get(spec.dtype_name, "uint8")
+        raise SharedSegmentError(
+            f"Block {block!r} has the quantized dtype torch.{spec.dtype_name}: a view of raw pages cannot "
+            f"carry its quantizer (scale, zero point); read its bytes with buffers({block!r}), or declare the "
+            f"block as {plain} and quantize a copy (torch.quantize_per_tensor)"
+        )
+
+
 class SharedSegment:
     """One rank's view of a shared segment, made by :func:`create_shared_segment`.
 
@@ -402,6 +415,7 @@ class SharedSegment:
                 f"PyTorch is required to create shared-segment tensor views; {_TORCH_PACKAGE_HINT}"
             )
         dtype = spec.torch_dtype if spec.torch_dtype is not None else getattr(torch, spec.dtype_name)
+        _check_viewable(block, spec)
         # As upstream: the views of a segment registered with Ascend are NPU tensors.
         if (device is None and self._accelerator == "ascend") or (device is not None and str(device).startswith("npu")):
             return self._npu_tensors(spec, dtype, self._entry_offsets(block))
@@ -414,7 +428,13 @@ class SharedSegment:
         for offset in self._entry_offsets(block):
             # frombuffer over a memoryview: the tensor's storage holds the
             # memoryview, which holds an export of the native segment.
-            tensor = torch.frombuffer(self._native.view(offset, spec.nbytes), dtype=dtype).view(spec.shape)
+            try:
+                tensor = torch.frombuffer(self._native.view(offset, spec.nbytes), dtype=dtype).view(spec.shape)
+            except (TypeError, RuntimeError) as exc:  # a dtype object this torch cannot make tensors of
+                raise SharedSegmentError(
+                    f"Block {block!r} has dtype {dtype}, of which the installed torch cannot make a tensor "
+                    f"({exc}): read its bytes with buffers({block!r}), or upgrade torch"
+                ) from exc
             setattr(tensor, "_mooncake_segment", self)  # upstream's attribute, kept for its callers
             views.append(tensor)
         return views
