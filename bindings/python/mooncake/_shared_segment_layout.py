@@ -76,6 +76,8 @@ _NAME_SEPARATORS = (":", ";", "|")
 # The C library's MOONCAKE_SEGMENT_MAX_SIZE; a native module that does not say
 # (a test's stand-in, as upstream's harness has) gets the same value.
 _MAX_SIZE: int = getattr(_segment, "MAX_SIZE", 1 << 46)
+# Upstream's text for a size out of range (its native create's, code included), which ours leads with.
+_SIZE_BOUNDS = f"InvalidArgument: Shared segment size must be in (0, {_MAX_SIZE}]"
 
 
 @dataclass(frozen=True)
@@ -215,8 +217,8 @@ def _parse_block(name: Any, spec: Mapping[str, Any]) -> _BlockSpec:
     nbytes = element_size * math.prod(shape)
     if nbytes > _MAX_SIZE:
         raise SharedSegmentError(
-            f"Block {name!r} entries are {nbytes} bytes each, above the largest segment "
-            f"({_MAX_SIZE} bytes): lower its shape"
+            f"{_SIZE_BOUNDS}, got at least {nbytes}: block {name!r} entries are {nbytes} bytes each, "
+            "above the largest segment: lower its shape"
         )
     return _BlockSpec(count, shape, dtype, nbytes, dtype_name, torch_dtype)
 
@@ -245,8 +247,8 @@ def _build_layout(
     total = stride * specs[largest].count
     if total > _MAX_SIZE:
         raise SharedSegmentError(
-            f"Block {largest!r} has count {specs[largest].count}, which makes the segment {total} bytes "
-            f"({stride} bytes per entry), above the largest segment ({_MAX_SIZE} bytes): lower its count"
+            f"{_SIZE_BOUNDS}, got {total}: block {largest!r} has count {specs[largest].count} "
+            f"({stride} bytes per entry), above the largest segment: lower its count"
         )
     # The keeper reads this tag back (keeper/declaration.c, doc/keeper-protocol.md) to name the block
     # and field a kept segment's re-create changes: keep its fields and separators in step with it.

@@ -165,12 +165,14 @@ def shared_segment_room(comm_group: Any = None, mmap: bool = True, hugetlb: bool
     return min(int(entry[1]) for entry in entries)
 
 
-def _check_world_size(world_size: Any) -> None:
+def _check_world_size(world_size: Any, group_given: bool) -> None:
     if _an_int(world_size) is None:
         raise SharedSegmentError(f"world_size must be an int (the number of ranks), got {world_size!r}")
     if world_size < 1:
+        # Without a group, upstream's text for world_size 0 (its consensus finds no group) leads.
+        lead = "" if group_given else "comm_group is required when world_size > 1; "
         raise SharedSegmentError(
-            f"world_size must be at least 1 (the number of ranks sharing the segment, comm_group's size), "
+            f"{lead}world_size must be at least 1 (the number of ranks sharing the segment, comm_group's size), "
             f"got {world_size}"
         )
 
@@ -446,8 +448,11 @@ class SharedSegment:
             )
         try:
             import torch_npu
-        except ModuleNotFoundError:
-            raise SharedSegmentError("torch_npu is required to expose device-mapped shared-segment tensors") from None
+        except ImportError as exc:  # absent, or installed but broken (a missing CANN library): as upstream
+            raise SharedSegmentError(
+                "torch_npu is required to expose device-mapped shared-segment tensors"
+                + ("" if isinstance(exc, ModuleNotFoundError) and exc.name == "torch_npu" else f" ({exc})")
+            ) from exc
         device = torch.device(f"npu:{self._device_id}")
         element = torch.empty(0, dtype=dtype).element_size()
         strides: List[int] = []
@@ -722,7 +727,7 @@ def create_shared_segment(
     group_obj, alias_error = _select_comm_group(comm_group, tp_group)
     if group_obj is None:
         # No group to share an error with: this rank raises alone.
-        _check_world_size(world_size)
+        _check_world_size(world_size, group_given=False)
         if world_size != 1:
             raise SharedSegmentError("comm_group is required when world_size > 1")
 
@@ -745,7 +750,7 @@ def create_shared_segment(
             raise SharedSegmentError(alias_error)
         if collective is not None:
             # Local checks, before the first collective: every rank then joins the consensus.
-            _check_world_size(world_size)
+            _check_world_size(world_size, group_given=True)
             _check_group(collective, world_size, rank_id)
         _check_arguments(
             name,
