@@ -189,3 +189,20 @@ def test_host_register_capability_error_keeps_upstreams_text_and_adds_the_c_libr
     message = refused(host_register=True)
     assert message.startswith("This mooncake build cannot HostRegister shared-segment pages: ")
     assert "use host_register=false" in message
+
+
+def test_hugetlb_by_position_is_hugetlb_by_name(no_leaks):
+    # The tenth argument, as upstream's #4152 places it (test_upstream_compat.py has the signature).
+    outcomes = []
+    for call in (
+        lambda: create_shared_segment("kv", {"k": ONE}, 1, 0, 0, None, None, True, False, True),
+        lambda: create_shared_segment("kv", {"k": ONE}, 1, 0, hugetlb=True),
+    ):
+        try:
+            with call() as seg:
+                outcomes.append(("created", seg.info()["hugetlb"]))
+        except SharedSegmentError as exc:
+            outcomes.append(("refused", str(exc)))
+    assert outcomes[0] == outcomes[1]
+    # HugeTLB either way: on its pages, or refused naming them (an empty pool).
+    assert outcomes[0] == ("created", True) or "HugeTLB" in outcomes[0][1], outcomes

@@ -650,9 +650,9 @@ def create_shared_segment(
     comm_group: Any = None,
     mmap: bool = True,
     host_register: bool = False,
+    hugetlb: bool = False,
     *,
     tp_group: Any = None,
-    hugetlb: bool = False,
     numa_node: int = -1,
     background: bool = False,
     commit_threads: Optional[int] = None,
@@ -684,9 +684,13 @@ def create_shared_segment(
     or from the CUDA driver's (pinned once by the owner, mapped by every
     rank's GPU ``device_id`` and its CPU, with no per-rank registration).
 
-    Our additions, keyword only: ``hugetlb``, ``numa_node``, and the
-    readiness front.  ``background=True`` makes create return once the
-    first 2 MiB (or huge page) are committed, the owner's threads committing
+    ``hugetlb=True`` backs the segment with HugeTLB pages (the free pool;
+    fails closed without one); it is the tenth argument, where upstream's
+    #4152 puts it, so it may be passed by position or by name.
+
+    Our additions, keyword only: ``numa_node``, and the readiness front.
+    ``background=True`` makes create return once the first 2 MiB (or huge
+    page) are committed, the owner's threads committing
     the rest in order behind a front every rank sees; wait for it with
     :meth:`SharedSegment.wait_ready` or :meth:`SharedSegment.ready_future`.
     The room check still covers the whole segment before create returns.
