@@ -109,6 +109,28 @@ def same_size_dtypes(rank, world, group, params):
     return expect_error(rank, world, group, blocks=blocks)
 
 
+def engine_native(rank, world, group, params):
+    """Upstream's native two-phase API, imported as upstream's code does, blobs gathered by the caller."""
+    import ctypes
+
+    from mooncake.engine import SharedSegment
+
+    size = 1 << 20
+    seg, blob = SharedSegment.create("engine", size, world, rank, params["owner"])
+    blobs = [None] * world
+    dist.all_gather_object(blobs, blob, group=group)
+    seg.complete(blobs)
+    pages = (ctypes.c_uint8 * size).from_address(seg.base_addr())  # as upstream's callers reach the pages
+    pages[rank * 4096] = 100 + rank
+    dist.barrier(group)
+    seen = [pages[r * 4096] for r in range(world)]
+    dist.barrier(group)
+    result = {"error": None, "ready": seg.ready(), "size": seg.size(), "seen": seen, "module": SharedSegment.__module__}
+    del pages
+    seg.close()
+    return result
+
+
 def world_size_one(rank, world, group, params):
     """The ranks in params["ranks"] pass world_size=params["value"] (default 1) with the whole group."""
     world_size = params.get("value", 1) if rank in params["ranks"] else world
@@ -222,6 +244,7 @@ SCENARIOS = {
         mismatch,
         declaration,
         same_size_dtypes,
+        engine_native,
         world_size_one,
         local_raise,
         bad_int,
