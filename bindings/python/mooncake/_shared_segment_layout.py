@@ -95,16 +95,27 @@ def _accepted_dtypes() -> str:
 
 
 def _is_torch_dtype(dtype: Any) -> bool:
-    """Whether @dtype is a torch.dtype, told by its type: so is one this module has never heard of."""
+    """Whether @dtype is a torch.dtype, also one of a torch other than the one imported here."""
+    if torch is not None and isinstance(dtype, torch.dtype):
+        return True
     kind = type(dtype)
     return kind.__name__ == "dtype" and kind.__module__ == "torch"
 
 
 def _torch_dtype_size(dtype: Any, text: str) -> Optional[int]:
-    """The element size of torch dtype @dtype (named @text): its itemsize (torch >= 2.1), else the table's."""
+    """The element size of torch dtype @dtype (named @text), None if it has no fixed one.
+
+    Its itemsize (torch >= 2.1), else the table's, else what torch says of
+    an empty tensor of it, as upstream asks (torch < 2.1, a stand-in torch).
+    """
     size = _an_int(getattr(dtype, "itemsize", None))
     if size is None:
         size = _DTYPE_SIZES.get(text)
+    if size is None and torch is not None:
+        try:
+            size = _an_int(torch.empty(0, dtype=dtype).element_size())
+        except (TypeError, RuntimeError):  # not a dtype torch can make a tensor of: no size to lay out
+            size = None
     return size if size is not None and size > 0 else None
 
 
