@@ -85,6 +85,7 @@ def wheel(python_sources, installed_library, tmp_path_factory):
 def test_wheel_holds_the_package_and_the_project_version(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "mooncake/shared_segment.py" in names and "mooncake_segment/__init__.py" in names
+    assert "mooncake/engine.py" in names  # never hides Mooncake's engine (tests/python/test_engine.py)
     assert [n for n in names if re.fullmatch(r"mooncake/_segment\..*\.so", n)], names
     # mooncake_segment's own copy, for a site-packages shared with Mooncake's wheel
     assert [n for n in names if re.fullmatch(r"mooncake_segment/_segment\..*\.so", n)], names

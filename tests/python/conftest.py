@@ -17,6 +17,24 @@ import pytest
 HERE = Path(__file__).resolve().parent
 
 
+class NewTorchDtype:
+    """A torch.dtype of a torch newer than the installed one: a new name and an element size.
+
+    Its type looks like torch.dtype (named dtype, of module torch), as a real
+    dtype's does, but torch itself cannot make a tensor of it.
+    """
+
+    def __init__(self, name: str, itemsize):
+        self.name, self.itemsize = name, itemsize
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+NewTorchDtype.__name__ = NewTorchDtype.__qualname__ = "dtype"
+NewTorchDtype.__module__ = "torch"
+
+
 def count_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 

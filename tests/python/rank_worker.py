@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from mooncake.shared_segment import SharedSegmentError, create_shared_segment
+from conftest import NewTorchDtype  # beside this script: a dtype of a newer torch
 from smaps import mapping_pss  # beside this script: the kernel's figures, read independently
 
 BLOCKS = {
@@ -93,6 +94,41 @@ def declaration(rank, world, group, params):
         elif field == "name":
             name = "kv2"
     return expect_error(rank, world, group, blocks=blocks, name=name)
+
+
+def same_size_dtypes(rank, world, group, params):
+    """Rank params["odd_rank"] declares block v with a dtype of v's element size under another name.
+
+    params["dtype"]: a torch dtype's name, or a name and size of a torch newer than this one.
+    """
+    blocks = {k: dict(v) for k, v in BLOCKS.items()}
+    blocks["v"]["dtype"] = torch.uint8
+    if rank == params["odd_rank"]:
+        name, size = params["dtype"]
+        blocks["v"]["dtype"] = getattr(torch, name) if size is None else NewTorchDtype(name, size)
+    return expect_error(rank, world, group, blocks=blocks)
+
+
+def engine_native(rank, world, group, params):
+    """Upstream's native two-phase API, imported as upstream's code does, blobs gathered by the caller."""
+    import ctypes
+
+    from mooncake.engine import SharedSegment
+
+    size = 1 << 20
+    seg, blob = SharedSegment.create("engine", size, world, rank, params["owner"])
+    blobs = [None] * world
+    dist.all_gather_object(blobs, blob, group=group)
+    seg.complete(blobs)
+    pages = (ctypes.c_uint8 * size).from_address(seg.base_addr())  # as upstream's callers reach the pages
+    pages[rank * 4096] = 100 + rank
+    dist.barrier(group)
+    seen = [pages[r * 4096] for r in range(world)]
+    dist.barrier(group)
+    result = {"error": None, "ready": seg.ready(), "size": seg.size(), "seen": seen, "module": SharedSegment.__module__}
+    del pages
+    seg.close()
+    return result
 
 
 def world_size_one(rank, world, group, params):
@@ -207,6 +243,8 @@ SCENARIOS = {
         share,
         mismatch,
         declaration,
+        same_size_dtypes,
+        engine_native,
         world_size_one,
         local_raise,
         bad_int,

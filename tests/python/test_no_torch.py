@@ -78,3 +78,20 @@ def test_other_import_errors_are_not_swallowed():
         """
     )
     assert "RAISED: libtorch_cpu.so" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_dtypes_of_newer_torches_work_by_name_without_torch():
+    result = run_without_torch(
+        """
+        import mooncake.shared_segment as s
+        names = {"float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1, "bits8": 1, "bits16": 2, "bits1x8": 1,
+                 "uint1": 1, "int7": 1, "qint32": 4}
+        blocks = {f"b{i}": {"count": 2, "shape": (8,), "dtype": n} for i, n in enumerate(names)}
+        with s.create_shared_segment("names", blocks, 1, 0) as seg:
+            for i, (n, size) in enumerate(names.items()):
+                assert [len(b) for b in seg.buffers(f"b{i}")] == [8 * size] * 2, n
+        print("OK")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout

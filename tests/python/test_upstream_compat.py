@@ -8,6 +8,7 @@ completion.
 """
 
 import gc
+import inspect
 import types
 
 import pytest
@@ -110,6 +111,21 @@ def test_our_own_arguments_reach_the_native_only_when_asked_for(fake):
     args, kwargs = fake.create_calls[0]
     assert args[6:] == (True, False, True) and kwargs == {"numa_node": 0}
     assert fake.supported_calls == [(True, False, True)]
+
+
+def test_hugetlb_is_the_tenth_argument_and_every_later_option_keyword_only(fake):
+    # Upstream's #4152 adds hugetlb after host_register: both call styles reach the native create alike.
+    create_shared_segment("cache", BLOCKS, 1, 0, 0, 7, None, True, False, True)
+    create_shared_segment("cache", BLOCKS, 1, 0, 0, 7, None, True, False, hugetlb=True)
+    assert fake.create_calls[0] == fake.create_calls[1]
+    assert fake.create_calls[0][0][6:] == (True, False, True)
+    assert fake.supported_calls == [(True, False, True)] * 2
+    with pytest.raises(TypeError):
+        create_shared_segment("cache", BLOCKS, 1, 0, 0, 7, None, True, False, False, None)
+    parameters = list(inspect.signature(create_shared_segment).parameters.values())
+    assert [p.name for p in parameters[:10]][-2:] == ["host_register", "hugetlb"]
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters[:10])
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters[10:])
 
 
 def test_tag_is_the_same_for_torch_numpy_and_string_dtypes(fake):

@@ -144,6 +144,26 @@ def test_comm_group_is_required_when_world_size_above_one():
     assert_leads(exc, SharedSegmentError, "comm_group is required when world_size > 1")
 
 
+def test_world_size_zero_without_a_group():
+    # Upstream's native create refuses 0, then its consensus finds no group.
+    exc = raised(lambda: create_shared_segment("c", BLOCKS, 0, 0))
+    assert_leads(exc, SharedSegmentError, "comm_group is required when world_size > 1")
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"count": 2**35, "shape": (4096,), "dtype": "uint8"},
+        {"count": 1, "shape": (2**24, 2**23), "dtype": "uint8"},
+    ],
+    ids=["count", "shape"],
+)
+def test_a_layout_above_the_largest_segment(block):
+    # Upstream's native size check, reached with the layout's total.
+    exc = raised(lambda: create_shared_segment("c", {"k": block}, 1, 0))
+    assert_leads(exc, SharedSegmentError, "InvalidArgument: Shared segment size must be in (0, 70368744177664]")
+
+
 def test_create_returned_no_segment(monkeypatch):
     # Defensive in upstream too: the real native create returns a segment or raises, so it is stubbed.
     class NoSegment:
@@ -224,6 +244,34 @@ def test_torch_npu_is_required_for_device_views(tmp_path):
         **ascend_env(tmp_path),
     )
     assert_reported(report, SharedSegmentError, "torch_npu is required to expose device-mapped shared-segment tensors")
+
+
+@needs_fake_ascend
+def test_a_broken_torch_npu_is_required_for_device_views(tmp_path):
+    # Installed but failing to load (its CANN libraries missing): any ImportError, as upstream.
+    pytest.importorskip("torch", reason="python3-torch is not installed; NPU views are torch tensors")
+    report = run_python(
+        REPORT
+        + """
+        import importlib.abc, sys
+
+        class BrokenTorchNpu(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch_npu":
+                    raise ImportError("libascend_hal.so: cannot open shared object file")
+                return None
+
+        sys.modules.pop("torch_npu", None)
+        sys.meta_path.insert(0, BrokenTorchNpu())
+        import mooncake.shared_segment as s
+        seg = s.create_shared_segment("c", {"k": {"count": 1, "shape": (8,), "dtype": "uint8"}}, 1, 0,
+                                      device_id=0, host_register=True)
+        report(lambda: seg.tensors("k"))
+        """,
+        **ascend_env(tmp_path),
+    )
+    assert_reported(report, SharedSegmentError, "torch_npu is required to expose device-mapped shared-segment tensors")
+    assert "libascend_hal.so" in report["text"]
 
 
 # ---- The consensus over a real gloo group (UPSTREAM.md 1.5, 1.6) ----

@@ -20,7 +20,9 @@ from ._shared_segment_base import SharedSegmentError, _an_int, torch
 #: Every block starts on this boundary (relative to the segment's base).
 alignment = 4096
 
-# Element sizes by torch's dtype name, so that layouts need no torch.
+# Element sizes by torch's dtype name, so that layouts need no torch.  A torch
+# dtype is sized by itself (its itemsize, torch >= 2.1), so a dtype torch adds
+# later needs no entry here; names need one to work without torch.
 _DTYPE_SIZES: Dict[str, int] = {
     "bool": 1,
     "uint8": 1,
@@ -29,6 +31,18 @@ _DTYPE_SIZES: Dict[str, int] = {
     "float8_e4m3fnuz": 1,
     "float8_e5m2": 1,
     "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1,  # torch >= 2.7: MX scales
+    "float4_e2m1fn_x2": 1,  # torch >= 2.8: two FP4 values a byte
+    "bits1x8": 1,
+    "bits2x4": 1,
+    "bits4x2": 1,
+    "bits8": 1,
+    "bits16": 2,
+    "qint8": 1,  # quantized: bytes only, tensors() cannot view them
+    "quint8": 1,
+    "quint4x2": 1,
+    "quint2x4": 1,
+    "qint32": 4,
     "int16": 2,
     "uint16": 2,
     "float16": 2,
@@ -43,6 +57,8 @@ _DTYPE_SIZES: Dict[str, int] = {
     "complex64": 8,
     "complex128": 16,
 }
+# Sub-byte integers (torch >= 2.3 and 2.6) are stored a byte each.
+_DTYPE_SIZES.update({f"{kind}{bits}": 1 for kind in ("uint", "int") for bits in range(1, 8)})
 _DTYPE_ALIASES: Dict[str, str] = {
     "half": "float16",
     "float": "float32",
@@ -60,6 +76,8 @@ _NAME_SEPARATORS = (":", ";", "|")
 # The C library's MOONCAKE_SEGMENT_MAX_SIZE; a native module that does not say
 # (a test's stand-in, as upstream's harness has) gets the same value.
 _MAX_SIZE: int = getattr(_segment, "MAX_SIZE", 1 << 46)
+# Upstream's text for a size out of range (its native create's, code included), which ours leads with.
+_SIZE_BOUNDS = f"InvalidArgument: Shared segment size must be in (0, {_MAX_SIZE}]"
 
 
 @dataclass(frozen=True)
@@ -76,14 +94,37 @@ def _accepted_dtypes() -> str:
     return ", ".join(sorted(_DTYPE_SIZES))
 
 
+def _is_torch_dtype(dtype: Any) -> bool:
+    """Whether @dtype is a torch.dtype, also one of a torch other than the one imported here."""
+    if torch is not None and isinstance(dtype, torch.dtype):
+        return True
+    kind = type(dtype)
+    return kind.__name__ == "dtype" and kind.__module__ == "torch"
+
+
+def _torch_dtype_size(dtype: Any, text: str) -> Optional[int]:
+    """The element size of torch dtype @dtype (named @text), None if it has no fixed one.
+
+    Its itemsize (torch >= 2.1), else the table's, else what torch says of
+    an empty tensor of it, as upstream asks (torch < 2.1, a stand-in torch).
+    """
+    size = _an_int(getattr(dtype, "itemsize", None))
+    if size is None:
+        size = _DTYPE_SIZES.get(text)
+    if size is None and torch is not None:
+        try:
+            size = _an_int(torch.empty(0, dtype=dtype).element_size())
+        except (TypeError, RuntimeError):  # not a dtype torch can make a tensor of: no size to lay out
+            size = None
+    return size if size is not None and size > 0 else None
+
+
 def _dtype_name(name: str, dtype: Any) -> str:
-    """Torch's name of @dtype: a torch dtype, a native-endian numpy dtype or a name."""
+    """Torch's name of @dtype: a native-endian numpy dtype or a name."""
     if dtype is None:
         raise SharedSegmentError(
             f"Block {name!r} has dtype None: name one (a torch dtype, a numpy dtype or one of " f"{_accepted_dtypes()})"
         )
-    if torch is not None and isinstance(dtype, torch.dtype):
-        return str(dtype)[len("torch.") :]
     if isinstance(dtype, str):
         return dtype[len("torch.") :] if dtype.startswith("torch.") else dtype
     try:
@@ -104,30 +145,47 @@ def _dtype_name(name: str, dtype: Any) -> str:
 
 
 def _resolve_dtype(name: str, dtype: Any) -> Tuple[str, int, Any]:
-    """@dtype's name in the layout table, its element size and the installed torch's dtype."""
+    """@dtype's torch name, its element size and the installed torch's dtype (None without torch).
+
+    Every torch dtype is taken by its element size, whatever torch made it;
+    what has no fixed size is refused.  The name, not only the size, goes
+    into the declaration and the layout tag, so bits8 and uint8 differ.
+    """
+    if _is_torch_dtype(dtype):
+        text = str(dtype)
+        text = text[len("torch.") :] if text.startswith("torch.") else text
+        size = _torch_dtype_size(dtype, text)
+        if size is None:
+            raise SharedSegmentError(
+                f"Block {name!r} has an unsupported dtype {dtype!r}: it has no fixed element size, so no "
+                "layout can hold it; declare the block as uint8 with a shape in bytes"
+            )
+        return text, size, dtype
     text = _dtype_name(name, dtype)
     text = _DTYPE_ALIASES.get(text, text)
-    if text not in _DTYPE_SIZES:
-        why = ""
-        if text.startswith("qu") or text.startswith("qint"):
-            why = " (a quantized tensor needs a quantizer that a view of raw pages cannot carry)"
+    torch_dtype = getattr(torch, text, None) if torch is not None else None
+    if not _is_torch_dtype(torch_dtype):
+        torch_dtype = None
+    elif str(torch_dtype).startswith("torch."):
+        text = str(torch_dtype)[len("torch.") :]  # torch's own aliases (torch.int is int32)
+    size = _DTYPE_SIZES.get(text)
+    if size is None and torch_dtype is not None:
+        size = _torch_dtype_size(torch_dtype, text)  # a name this torch has and the table does not
+    if size is None:
         raise SharedSegmentError(
-            f"Block {name!r} has an unsupported dtype {dtype!r}{why}: use a torch dtype, a numpy dtype "
+            f"Block {name!r} has an unsupported dtype {dtype!r}: use a torch dtype, a numpy dtype "
             f"or a name, one of {_accepted_dtypes()}"
         )
-    torch_dtype = None
-    if torch is not None:
-        # A torch dtype given is its own torch dtype; a name is looked up.
-        torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, text, None)
-        if not isinstance(torch_dtype, torch.dtype):
-            version = getattr(torch, "__version__", "")
-            raise SharedSegmentError(
-                f"Block {name!r} has dtype {text}, which the installed torch {version} does not "
-                f"have, so tensors() could not view it: upgrade torch, or declare the block as uint8"
-                + (f" with a last dimension {_DTYPE_SIZES[text]} times longer" if _DTYPE_SIZES[text] > 1 else "")
-                + " and reinterpret the bytes"
-            )
-    return text, _DTYPE_SIZES[text], torch_dtype
+    if torch is not None and torch_dtype is None:
+        # A name the table sizes but this torch lacks: tensors() could never view it.
+        version = getattr(torch, "__version__", "")
+        raise SharedSegmentError(
+            f"Block {name!r} has dtype {text}, which the installed torch {version} does not "
+            f"have, so tensors() could not view it: upgrade torch, or declare the block as uint8"
+            + (f" with a last dimension {size} times longer" if size > 1 else "")
+            + " and reinterpret the bytes"
+        )
+    return text, size, torch_dtype
 
 
 _BLOCK_KEYS = ("count", "shape", "dtype")
@@ -170,8 +228,8 @@ def _parse_block(name: Any, spec: Mapping[str, Any]) -> _BlockSpec:
     nbytes = element_size * math.prod(shape)
     if nbytes > _MAX_SIZE:
         raise SharedSegmentError(
-            f"Block {name!r} entries are {nbytes} bytes each, above the largest segment "
-            f"({_MAX_SIZE} bytes): lower its shape"
+            f"{_SIZE_BOUNDS}, got at least {nbytes}: block {name!r} entries are {nbytes} bytes each, "
+            "above the largest segment: lower its shape"
         )
     return _BlockSpec(count, shape, dtype, nbytes, dtype_name, torch_dtype)
 
@@ -200,8 +258,8 @@ def _build_layout(
     total = stride * specs[largest].count
     if total > _MAX_SIZE:
         raise SharedSegmentError(
-            f"Block {largest!r} has count {specs[largest].count}, which makes the segment {total} bytes "
-            f"({stride} bytes per entry), above the largest segment ({_MAX_SIZE} bytes): lower its count"
+            f"{_SIZE_BOUNDS}, got {total}: block {largest!r} has count {specs[largest].count} "
+            f"({stride} bytes per entry), above the largest segment: lower its count"
         )
     # The keeper reads this tag back (keeper/declaration.c, doc/keeper-protocol.md) to name the block
     # and field a kept segment's re-create changes: keep its fields and separators in step with it.

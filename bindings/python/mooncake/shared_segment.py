@@ -165,12 +165,14 @@ def shared_segment_room(comm_group: Any = None, mmap: bool = True, hugetlb: bool
     return min(int(entry[1]) for entry in entries)
 
 
-def _check_world_size(world_size: Any) -> None:
+def _check_world_size(world_size: Any, group_given: bool) -> None:
     if _an_int(world_size) is None:
         raise SharedSegmentError(f"world_size must be an int (the number of ranks), got {world_size!r}")
     if world_size < 1:
+        # Without a group, upstream's text for world_size 0 (its consensus finds no group) leads.
+        lead = "" if group_given else "comm_group is required when world_size > 1; "
         raise SharedSegmentError(
-            f"world_size must be at least 1 (the number of ranks sharing the segment, comm_group's size), "
+            f"{lead}world_size must be at least 1 (the number of ranks sharing the segment, comm_group's size), "
             f"got {world_size}"
         )
 
@@ -271,6 +273,19 @@ def _install_pickle_guard() -> None:
 
     ForkingPickler.register(torch.Tensor, reduce)
     _pickle_guard_installed = True
+
+
+def _check_viewable(block: str, spec: _BlockSpec) -> None:
+    """Refuse a view torch would make broken: quantized dtypes have no quantizer over raw bytes."""
+    if spec.dtype_name.startswith(("qint", "quint")):
+        # Refused here, not at create (as upstream): buffers() read such a block, and torch
+        # would crash (1.13: SIGSEGV in frombuffer) or give a tensor without scale and zero point.
+        plain = {"qint8": "int8", "qint32": "int32"}.get(spec.dtype_name, "uint8")
+        raise SharedSegmentError(
+            f"Block {block!r} has the quantized dtype torch.{spec.dtype_name}: a view of raw pages cannot "
+            f"carry its quantizer (scale, zero point); read its bytes with buffers({block!r}), or declare the "
+            f"block as {plain} and quantize a copy (torch.quantize_per_tensor)"
+        )
 
 
 class SharedSegment:
@@ -402,6 +417,7 @@ class SharedSegment:
                 f"PyTorch is required to create shared-segment tensor views; {_TORCH_PACKAGE_HINT}"
             )
         dtype = spec.torch_dtype if spec.torch_dtype is not None else getattr(torch, spec.dtype_name)
+        _check_viewable(block, spec)
         # As upstream: the views of a segment registered with Ascend are NPU tensors.
         if (device is None and self._accelerator == "ascend") or (device is not None and str(device).startswith("npu")):
             return self._npu_tensors(spec, dtype, self._entry_offsets(block))
@@ -414,7 +430,13 @@ class SharedSegment:
         for offset in self._entry_offsets(block):
             # frombuffer over a memoryview: the tensor's storage holds the
             # memoryview, which holds an export of the native segment.
-            tensor = torch.frombuffer(self._native.view(offset, spec.nbytes), dtype=dtype).view(spec.shape)
+            try:
+                tensor = torch.frombuffer(self._native.view(offset, spec.nbytes), dtype=dtype).view(spec.shape)
+            except (TypeError, RuntimeError) as exc:  # a dtype object this torch cannot make tensors of
+                raise SharedSegmentError(
+                    f"Block {block!r} has dtype {dtype}, of which the installed torch cannot make a tensor "
+                    f"({exc}): read its bytes with buffers({block!r}), or upgrade torch"
+                ) from exc
             setattr(tensor, "_mooncake_segment", self)  # upstream's attribute, kept for its callers
             views.append(tensor)
         return views
@@ -426,8 +448,11 @@ class SharedSegment:
             )
         try:
             import torch_npu
-        except ModuleNotFoundError:
-            raise SharedSegmentError("torch_npu is required to expose device-mapped shared-segment tensors") from None
+        except ImportError as exc:  # absent, or installed but broken (a missing CANN library): as upstream
+            raise SharedSegmentError(
+                "torch_npu is required to expose device-mapped shared-segment tensors"
+                + ("" if isinstance(exc, ModuleNotFoundError) and exc.name == "torch_npu" else f" ({exc})")
+            ) from exc
         device = torch.device(f"npu:{self._device_id}")
         element = torch.empty(0, dtype=dtype).element_size()
         strides: List[int] = []
@@ -625,9 +650,9 @@ def create_shared_segment(
     comm_group: Any = None,
     mmap: bool = True,
     host_register: bool = False,
+    hugetlb: bool = False,
     *,
     tp_group: Any = None,
-    hugetlb: bool = False,
     numa_node: int = -1,
     background: bool = False,
     commit_threads: Optional[int] = None,
@@ -659,9 +684,13 @@ def create_shared_segment(
     or from the CUDA driver's (pinned once by the owner, mapped by every
     rank's GPU ``device_id`` and its CPU, with no per-rank registration).
 
-    Our additions, keyword only: ``hugetlb``, ``numa_node``, and the
-    readiness front.  ``background=True`` makes create return once the
-    first 2 MiB (or huge page) are committed, the owner's threads committing
+    ``hugetlb=True`` backs the segment with HugeTLB pages (the free pool;
+    fails closed without one); it is the tenth argument, where upstream's
+    #4152 puts it, so it may be passed by position or by name.
+
+    Our additions, keyword only: ``numa_node``, and the readiness front.
+    ``background=True`` makes create return once the first 2 MiB (or huge
+    page) are committed, the owner's threads committing
     the rest in order behind a front every rank sees; wait for it with
     :meth:`SharedSegment.wait_ready` or :meth:`SharedSegment.ready_future`.
     The room check still covers the whole segment before create returns.
@@ -702,7 +731,7 @@ def create_shared_segment(
     group_obj, alias_error = _select_comm_group(comm_group, tp_group)
     if group_obj is None:
         # No group to share an error with: this rank raises alone.
-        _check_world_size(world_size)
+        _check_world_size(world_size, group_given=False)
         if world_size != 1:
             raise SharedSegmentError("comm_group is required when world_size > 1")
 
@@ -725,7 +754,7 @@ def create_shared_segment(
             raise SharedSegmentError(alias_error)
         if collective is not None:
             # Local checks, before the first collective: every rank then joins the consensus.
-            _check_world_size(world_size)
+            _check_world_size(world_size, group_given=True)
             _check_group(collective, world_size, rank_id)
         _check_arguments(
             name,
