@@ -98,7 +98,8 @@ struct kept_segment {
 	struct group_area {
 		uint64_t token;
 		int fd;
-		uint64_t bytes;
+		uint64_t bytes;	    /* counted by the budgets and LIST's control_bytes while held */
+		uint64_t handed_ns; /* CLOCK_MONOTONIC of its last CREATE or JOIN reply */
 	} groups[MC_KEEPER_GROUPS_PER_SEGMENT];
 	unsigned int groups_next; /* the slot the next group takes (the oldest) */
 };
@@ -280,6 +281,7 @@ struct scan_key {
 	unsigned int major, minor;
 	uint64_t ino;
 	uint64_t generation; /* whose key: the segment may be gone when the scan is done */
+	unsigned int group;  /* 0: the segment's pages; else its group control area in slot group - 1 */
 	uint32_t mappers;    /* processes that map it */
 	pid_t last_pid;	     /* count each process once, however many VMAs it has */
 };

@@ -52,6 +52,9 @@ static uint64_t next_generation = 1;
 static size_t committing_count; /* reserved segments whose pages a committer thread commits */
 
 #define CONTROL_MAX (UINT64_C(1) << 30)
+/* A group area is not freed unmapped sooner: its ranks JOIN within 10 s. */
+#define GROUP_FORMING_NS (UINT64_C(10) * 1000000000u)
+#define GROUP_SWEEP_NS	 (UINT64_C(60) * 1000000000u)
 
 static uint64_t monotonic_ns(void)
 {
@@ -255,6 +258,22 @@ static void count_blind(uint64_t serial)
 	scan_done_ns = monotonic_ns();
 }
 
+/* A key for the memfd @fd: @generation's pages (@group 0) or group area. */
+static void add_scan_key(struct scan_job *job, int fd, uint64_t generation, unsigned int group)
+{
+	struct scan_key *key = &job->keys[job->count++];
+	struct stat st;
+
+	/* Never failing on an open memfd; if it did, inode 0 matches no mapping. */
+	if (fstat(fd, &st) == 0) {
+		key->major = major(st.st_dev);
+		key->minor = minor(st.st_dev);
+		key->ino = (uint64_t)st.st_ino;
+	}
+	key->generation = generation;
+	key->group = group;
+}
+
 static void start_scan(const char *why)
 {
 	struct scan_job *job = calloc(1, sizeof(*job));
@@ -264,23 +283,18 @@ static void start_scan(const char *why)
 
 	keeper_debug("mapper scan %" PRIu64 " for %s: /proc read for %zu segments", serial, why, table_count);
 	if (job)
-		job->keys = calloc(table_count ? table_count : 1, sizeof(*job->keys));
+		job->keys = calloc(table_count ? table_count * (1 + MC_KEEPER_GROUPS_PER_SEGMENT) : 1,
+				   sizeof(*job->keys));
 	if (job && job->keys) {
 		for (i = 0; i < table_count; i++) {
-			struct scan_key *key = &job->keys[job->count];
-			struct stat st;
-
 			/* A committing one has no pages yet: the scan after its commit counts it. */
 			if (table[i]->committing)
 				continue;
-			/* Never failing on an open memfd; if it did, inode 0 matches no mapping. */
-			if (fstat(table[i]->pages_fd, &st) == 0) {
-				key->major = major(st.st_dev);
-				key->minor = minor(st.st_dev);
-				key->ino = (uint64_t)st.st_ino;
-			}
-			key->generation = table[i]->record.generation;
-			job->count++;
+			add_scan_key(job, table[i]->pages_fd, table[i]->record.generation, 0);
+			for (unsigned int g = 0; g < MC_KEEPER_GROUPS_PER_SEGMENT; g++)
+				if (table[i]->groups[g].token)
+					add_scan_key(job, table[i]->groups[g].fd, table[i]->record.generation,
+						     g + 1);
 		}
 		job->serial = serial;
 		job->started_ns = monotonic_ns();
@@ -336,7 +350,38 @@ static int generation_order(const void *a, const void *b)
 {
 	const struct scan_key *x = a, *y = b;
 
-	return x->generation < y->generation ? -1 : x->generation > y->generation;
+	if (x->generation != y->generation)
+		return x->generation < y->generation ? -1 : 1;
+	return x->group < y->group ? -1 : x->group > y->group;
+}
+
+/* Close @seg's group areas that @job saw nobody map, handed out before the
+ * scan began and longer ago than a group takes to form (its owner maps its
+ * area as soon as it has it, its ranks JOIN within their 10 s limit): a
+ * group that exited gives its memory back.  By the rule that frees released
+ * pages (unmapped_at()): not when the segment went to a peer the keeper
+ * cannot see, which may map the area too. */
+static void free_unmapped_groups(struct kept_segment *seg, const struct scan_job *job, uint64_t now)
+{
+	unsigned int g;
+
+	if (job->blind || seg->handed_unseen)
+		return;
+	for (g = 0; g < MC_KEEPER_GROUPS_PER_SEGMENT; g++) {
+		struct group_area *area = &seg->groups[g];
+		struct scan_key probe = { .generation = seg->record.generation, .group = g + 1 }, *key;
+
+		if (!area->token || area->handed_ns >= job->started_ns ||
+		    now - area->handed_ns < GROUP_FORMING_NS)
+			continue;
+		key = bsearch(&probe, job->keys, job->count, sizeof(*job->keys), generation_order);
+		if (!key || key->mappers)
+			continue;
+		keeper_log("freed a group control area of '%s' (%" PRIu64 " bytes): no process maps it",
+			   seg->record.name, area->bytes);
+		close(area->fd);
+		*area = (struct group_area){ 0, -1, 0, 0 };
+	}
 }
 
 /* @job's counts into the records of the segments it counted (those made
@@ -361,6 +406,7 @@ static void take_counts(struct scan_job *job)
 		seg->counted_by = job->serial;
 		if (seg->mappers_seen || seg->handed_unseen)
 			seg->last_mapped_ns = now;
+		free_unmapped_groups(seg, job, now);
 	}
 	scans_done = job->serial;
 	scan_done_ns = now;
@@ -496,15 +542,118 @@ static bool may_free(const struct kept_segment *seg, const struct keeper_peer *p
 	return false;
 }
 
+/* @seg's control areas: its own and its groups' it still holds. */
+static uint64_t control_bytes_held(const struct kept_segment *seg)
+{
+	uint64_t bytes = seg->record.control_bytes;
+	unsigned int g;
+
+	for (g = 0; g < MC_KEEPER_GROUPS_PER_SEGMENT; g++)
+		if (seg->groups[g].token)
+			bytes += seg->groups[g].bytes;
+	return bytes;
+}
+
+/* @seg as STAT and LIST report it: its control bytes are every area held. */
+static struct mc_keeper_segment reported(const struct kept_segment *seg)
+{
+	struct mc_keeper_segment r = seg->record;
+
+	r.control_bytes = control_bytes_held(seg);
+	return r;
+}
+
+/* Bytes and segments kept, released-but-mapped ones included: in all, and
+ * of @owner. */
+struct usage {
+	uint64_t bytes, owner_bytes;
+	size_t owner_segments;
+};
+
+static struct usage usage_of(uint32_t owner)
+{
+	struct usage u = { 0 };
+	size_t i;
+
+	for (i = 0; i < table_count; i++) {
+		uint64_t bytes = table[i]->record.size + control_bytes_held(table[i]);
+
+		u.bytes += bytes;
+		if (table[i]->record.owner_uid == owner) {
+			u.owner_bytes += bytes;
+			u.owner_segments++;
+		}
+	}
+	return u;
+}
+
+/* The uid holding the most entries (@by_bytes false) or bytes, for a
+ * refusal of a node-wide limit to name: quadratic, but only on a refusal. */
+static uint32_t largest_holder(bool by_bytes, struct usage *its)
+{
+	uint32_t most = 0;
+	uint64_t most_held = 0;
+	size_t i;
+
+	for (i = 0; i < table_count; i++) {
+		struct usage u = usage_of(table[i]->record.owner_uid);
+		uint64_t held = by_bytes ? u.owner_bytes : u.owner_segments;
+
+		if (held > most_held) {
+			most_held = held;
+			most = table[i]->record.owner_uid;
+			*its = u;
+		}
+	}
+	return most;
+}
+
+/* Whether @owner (using @u) keeping @need more bytes for @what (its name)
+ * passes the per-uid or the node's budget: the refusal in @rep when it does. */
+static bool bytes_refused(const char *what, uint32_t owner, const struct usage *u, uint64_t need,
+			  struct mc_keeper_reply *rep)
+{
+	struct usage held = { 0 };
+	uint32_t holder;
+
+	if (conf->uid_budget_bytes &&
+	    (need > conf->uid_budget_bytes - u->owner_bytes || u->owner_bytes > conf->uid_budget_bytes)) {
+		refuse(rep, ENOSPC, 0,
+		       "keeping '%s' (%" PRIu64 " bytes) would hold more than the per-uid limit of %" PRIu64
+		       " bytes (--uid-budget): uid %u holds %" PRIu64
+		       " bytes (released ones still mapped included); release a kept segment "
+		       "(mooncake-segment keep release NAME) or ask the node's operator to raise --uid-budget",
+		       what, need, conf->uid_budget_bytes, (unsigned)owner, u->owner_bytes);
+		return true;
+	}
+	if (conf->budget_bytes && (need > conf->budget_bytes - u->bytes || u->bytes > conf->budget_bytes)) {
+		holder = largest_holder(true, &held);
+		refuse(rep, ENOSPC, 0,
+		       "keeping '%s' (%" PRIu64
+		       " bytes) would hold more than the keeper's --budget of %" PRIu64 " bytes (%" PRIu64
+		       " kept now); uid %u holds the most (%" PRIu64 " bytes), uid %u %" PRIu64
+		       " bytes: release a kept segment (mooncake-segment keep release NAME) or ask the node's "
+		       "operator to raise --budget or lower --uid-budget",
+		       what, need, conf->budget_bytes, u->bytes, (unsigned)holder, held.owner_bytes,
+		       (unsigned)owner, u->owner_bytes);
+		return true;
+	}
+	return false;
+}
+
 /* A fresh control area of @bytes for a new group of @seg, in its oldest
  * group's slot: the group's token, or 0 with the refusal in @rep. */
 static uint64_t new_group(struct kept_segment *seg, uint64_t bytes, struct mc_keeper_reply *rep)
 {
 	struct group_area *g = &seg->groups[seg->groups_next];
 	char why[MC_KEEPER_TEXT_MAX + 1];
-	uint64_t token = 0;
+	struct usage u = usage_of(seg->record.owner_uid);
+	uint64_t token = 0, freed = g->token ? g->bytes : 0;
 	int fd, err;
 
+	/* The oldest group's area goes: what it held is not counted any more. */
+	if (bytes > freed && bytes_refused(seg->record.name, seg->record.owner_uid, &u, bytes - freed, rep))
+		return 0;
 	err = commit_group_area(seg->record.name, bytes, &fd, why, sizeof(why));
 	while (!err && !token)
 		if (getrandom(&token, sizeof(token), 0) != (ssize_t)sizeof(token)) {
@@ -520,7 +669,7 @@ static uint64_t new_group(struct kept_segment *seg, uint64_t bytes, struct mc_ke
 	/* The oldest group's ranks keep what they mapped; only a JOIN to it fails now. */
 	if (g->token)
 		close(g->fd);
-	*g = (struct group_area){ token, fd, bytes };
+	*g = (struct group_area){ token, fd, bytes, monotonic_ns() };
 	seg->groups_next = (seg->groups_next + 1) % MC_KEEPER_GROUPS_PER_SEGMENT;
 	return token;
 }
@@ -564,49 +713,18 @@ static void reply_create(struct kept_segment *seg, uint32_t flags, uint64_t grou
 		reply_pages(seg, flags, &seg->groups[slot], rep, fds);
 }
 
-/* Bytes and segments kept, released-but-mapped ones included: in all, and
- * of @owner. */
-struct usage {
-	uint64_t bytes, owner_bytes;
-	size_t owner_segments;
-};
-
-static struct usage usage_of(uint32_t owner)
+/* Whether a group area is held past its forming time: a scan may free it. */
+static bool any_group_area_formed(uint64_t now)
 {
-	struct usage u = { 0 };
 	size_t i;
+	unsigned int g;
 
-	for (i = 0; i < table_count; i++) {
-		uint64_t bytes = table[i]->record.size + table[i]->record.control_bytes;
-
-		u.bytes += bytes;
-		if (table[i]->record.owner_uid == owner) {
-			u.owner_bytes += bytes;
-			u.owner_segments++;
-		}
-	}
-	return u;
-}
-
-/* The uid holding the most entries (@by_bytes false) or bytes, for a
- * refusal of a node-wide limit to name: quadratic, but only on a refusal. */
-static uint32_t largest_holder(bool by_bytes, struct usage *its)
-{
-	uint32_t most = 0;
-	uint64_t most_held = 0;
-	size_t i;
-
-	for (i = 0; i < table_count; i++) {
-		struct usage u = usage_of(table[i]->record.owner_uid);
-		uint64_t held = by_bytes ? u.owner_bytes : u.owner_segments;
-
-		if (held > most_held) {
-			most_held = held;
-			most = table[i]->record.owner_uid;
-			*its = u;
-		}
-	}
-	return most;
+	for (i = 0; i < table_count; i++)
+		for (g = 0; g < MC_KEEPER_GROUPS_PER_SEGMENT; g++)
+			if (table[i]->groups[g].token &&
+			    now - table[i]->groups[g].handed_ns >= GROUP_FORMING_NS)
+				return true;
+	return false;
 }
 
 static bool any_released(void)
@@ -775,7 +893,6 @@ static bool room_refused(const struct mc_keeper_request *req, uint32_t owner, si
 			 struct mc_keeper_reply *rep)
 {
 	struct usage u = usage_of(owner), held = { 0 };
-	uint64_t kept = u.bytes;
 	size_t i, released_here = 0;
 	uint32_t holder;
 
@@ -807,29 +924,7 @@ static bool room_refused(const struct mc_keeper_request *req, uint32_t owner, si
 		       conf->uid_max_segments);
 		return true;
 	}
-	if (conf->uid_budget_bytes &&
-	    (need > conf->uid_budget_bytes - u.owner_bytes || u.owner_bytes > conf->uid_budget_bytes)) {
-		refuse(rep, ENOSPC, 0,
-		       "keeping '%s' (%" PRIu64 " bytes) would hold more than the per-uid limit of %" PRIu64
-		       " bytes (--uid-budget): uid %u holds %" PRIu64
-		       " bytes (released ones still mapped included); release a kept segment "
-		       "(mooncake-segment keep release NAME) or ask the node's operator to raise --uid-budget",
-		       req->name, need, conf->uid_budget_bytes, (unsigned)owner, u.owner_bytes);
-		return true;
-	}
-	if (conf->budget_bytes && (need > conf->budget_bytes - kept || kept > conf->budget_bytes)) {
-		holder = largest_holder(true, &held);
-		refuse(rep, ENOSPC, 0,
-		       "keeping '%s' (%" PRIu64
-		       " bytes) would hold more than the keeper's --budget of %" PRIu64 " bytes (%" PRIu64
-		       " kept now); uid %u holds the most (%" PRIu64 " bytes), uid %u %" PRIu64
-		       " bytes: release a kept segment (mooncake-segment keep release NAME) or ask the node's "
-		       "operator to raise --budget or lower --uid-budget",
-		       req->name, need, conf->budget_bytes, kept, (unsigned)holder, held.owner_bytes,
-		       (unsigned)owner, u.owner_bytes);
-		return true;
-	}
-	return false;
+	return bytes_refused(req->name, owner, &u, need, rep);
 }
 
 /* A new kept segment for @req, owned by the uid it names: the caller's, or
@@ -862,7 +957,8 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 		return answered;
 	}
 	alloc_size = (req->size + page_size - 1) / page_size * page_size;
-	need = alloc_size + kept_control_bytes(req);
+	/* Its control area, its own or (made once committed) its group's. */
+	need = alloc_size + kept_control_bytes(req) + group_control_bytes(req);
 	if (need < alloc_size) {
 		refuse(rep, EINVAL, 0, "size %" PRIu64 " is too large", req->size);
 		return answered;
@@ -870,7 +966,7 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	if (room_refused(req, owner, index, need, rep)) {
 		/* Released segments whose last mapper went are freed before any
 		 * refusal: a scan since this request came frees them. */
-		if (any_released() && scans_done < ticket)
+		if ((any_released() || any_group_area_formed(monotonic_ns())) && scans_done < ticket)
 			return wait_for_scan("a create's room check");
 		return answered;
 	}
@@ -1026,7 +1122,7 @@ static void handle_join(const struct mc_keeper_request *req, const struct keeper
 {
 	size_t first = bound(req->name, req->owner_uid, false), end = bound(req->name, req->owner_uid, true);
 	struct kept_segment *seg = NULL;
-	const struct group_area *group = NULL;
+	struct group_area *group = NULL;
 
 	if (first == end) {
 		refuse(rep, ENOENT, 0, "uid %u keeps no segment '%s'", (unsigned)req->owner_uid, req->name);
@@ -1064,7 +1160,7 @@ static void handle_join(const struct mc_keeper_request *req, const struct keeper
 		       req->name, req->generation, req->token, MC_KEEPER_GROUPS_PER_SEGMENT);
 		return;
 	}
-	seg->last_mapped_ns = monotonic_ns();
+	seg->last_mapped_ns = group->handed_ns = monotonic_ns();
 	note_peer(seg, peer);
 	keeper_log("joined uid %u to '%s' (generation %" PRIu64 ") for a rank that cannot reach its owner",
 		   (unsigned)peer->uid, req->name, req->generation);
@@ -1128,7 +1224,7 @@ static struct store_wait handle_stat(const struct mc_keeper_request *req, const 
 	}
 	if (!counted_recently(table[index]))
 		return wait_for_scan("STAT");
-	rep->segments[0] = table[index]->record;
+	rep->segments[0] = reported(table[index]);
 	rep->count = 1;
 	return answered;
 }
@@ -1163,7 +1259,7 @@ static struct store_wait handle_list(const struct mc_keeper_request *req, const 
 		if (!counted_recently(page[i]))
 			return wait_for_scan("LIST");
 	for (i = 0; i < taken; i++)
-		rep->segments[i] = page[i]->record;
+		rep->segments[i] = reported(page[i]);
 	rep->count = (uint16_t)taken;
 	return answered;
 }
@@ -1274,14 +1370,29 @@ struct store_wait store_handle_after_scan(const struct mc_keeper_request *req, c
  * last mapper goes; with --idle-timeout, live ones due.  Frees nothing
  * itself: the scan's end does (free_unmapped).  How long the loop may
  * sleep before the next look, -1 forever. */
+/* The sooner of two poll timeouts in ms, -1 being never. */
+static int sooner(int a, int b)
+{
+	return a < 0 || (b >= 0 && b < a) ? b : a;
+}
+
 int store_tick(void)
 {
 	uint64_t now = monotonic_ns(), idle_ns = (uint64_t)conf->idle_timeout_s * 1000000000u;
-	int released_ms = -1, idle_ms;
-	static uint64_t swept_ns;
+	int released_ms = -1, groups_ms = -1, idle_ms;
+	static uint64_t swept_ns, groups_swept_ns;
 	bool due = false;
 	size_t i;
 
+	/* Groups that exited leave areas nobody maps: a scan a minute finds
+	 * them (a create refused for room scans at once). */
+	if (any_group_area_formed(now)) {
+		if (now - groups_swept_ns >= GROUP_SWEEP_NS && !scanning) {
+			groups_swept_ns = now;
+			want_scan("the group area sweep");
+		}
+		groups_ms = (int)((GROUP_SWEEP_NS - (now - groups_swept_ns) % GROUP_SWEEP_NS) / 1000000u) + 1;
+	}
 	if (any_released()) {
 		/* The loop ticks after every request: once a second, not each time. */
 		if (now - swept_ns >= 1000000000u && !scanning) {
@@ -1290,6 +1401,7 @@ int store_tick(void)
 		}
 		released_ms = (int)((1000000000u - (now - swept_ns) % 1000000000u) / 1000000u) + 1;
 	}
+	released_ms = sooner(released_ms, groups_ms);
 	if (!conf->idle_timeout_s)
 		return released_ms;
 	for (i = 0; i < table_count && !due; i++)
@@ -1299,7 +1411,7 @@ int store_tick(void)
 		want_scan("the idle timeout");
 	/* Look again within a quarter of the timeout, at most every 30 s. */
 	idle_ms = conf->idle_timeout_s >= 120 ? 30000 : (int)(conf->idle_timeout_s * 250u);
-	return released_ms >= 0 && released_ms < idle_ms ? released_ms : idle_ms;
+	return sooner(released_ms, idle_ms);
 }
 
 int store_start(const struct keeper_config *config)

@@ -12,6 +12,7 @@ import fcntl
 import mmap
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from test_keeper import (  # noqa: E402
     keeper,
     named_request,
 )
+from test_hostile_clients import make_keeper  # noqa: E402,F401 - a fixture
 
 F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_WRITE = 1, 2, 4, 8
 F_GET_SEALS = 1034
@@ -64,9 +66,9 @@ def test_a_group_create_gets_a_fresh_sealed_area_and_a_token(keeper):
     assert second.token not in (0, first.token)
     assert inode(second.fds[1]) != inode(area) and inode(second.fds[0]) == inode(pages)
     assert os.pread(second.fds[1], AREA, 0) == bytes(AREA), "each group gets a fresh one"
-    # The segment itself keeps no control area.
+    # The segment keeps no control area of its own: what it holds is its groups'.
     stat = keeper.ask(named_request(STAT, "kv-group"))
-    assert stat.status == 0 and stat.segments[0]["control"] == 0
+    assert stat.status == 0 and stat.segments[0]["control"] == 2 * AREA
     first.close_fds()
     second.close_fds()
 
@@ -152,3 +154,34 @@ def test_a_group_area_of_a_bad_size_is_refused(keeper, size):
     reply = keeper.ask(create_request("kv-bad", control=size, flags=F_GROUP_CONTROL))
     assert reply.type == REPLY and reply.status == errno.EPROTO
     assert "CREATE with a group control area of" in reply.text, reply.text
+
+
+def test_group_areas_count_in_the_budget_and_go_when_nobody_maps_them(make_keeper):  # noqa: F811
+    """Each group's control area is memory the keeper holds: counted by the
+    budget and in STAT's control bytes, and closed once no process maps it
+    (after the 10 s a group takes to form), so groups that exited give it
+    back.  With them uncounted, eight groups of a 4 KiB segment held 128 MiB
+    that nothing saw."""
+    k = make_keeper("--budget", "40M", "--uid-budget", "0", "--scan-cache-ms", "0")
+    area = 8 * 1024 * 1024
+    made = [k.ask(create_request("kv-areas", size=4096, control=area, flags=F_GROUP_CONTROL)) for _ in range(4)]
+    assert [r.status for r in made] == [0, 0, 0, 0], [r.text for r in made]
+    assert k.ask(named_request(STAT, "kv-areas")).segments[0]["control"] == 4 * area
+    over = k.ask(create_request("kv-areas", size=4096, control=area, flags=F_GROUP_CONTROL))
+    assert over.status == errno.ENOSPC and "--budget of 41943040 bytes" in over.text, over.text
+    # One group still runs (its area mapped); the other three exited.
+    alive = mmap.mmap(made[0].fds[1], area)
+    for r in made:
+        r.close_fds()
+    time.sleep(10.5)
+    stat = k.ask(named_request(STAT, "kv-areas")).segments[0]  # a fresh scan
+    assert stat["control"] == area, stat
+    assert k.text().count("freed a group control area of 'kv-areas' (8388608 bytes)") == 3, k.text()
+    again = k.ask(create_request("kv-areas", size=4096, control=area, flags=F_GROUP_CONTROL))
+    assert again.status == 0, again.text
+    again.close_fds()
+    # The running group's area stays: its JOIN still works.
+    joined = k.ask(join_request("kv-areas", os.getuid(), made[0].generation, made[0].token))
+    assert joined.status == 0, joined.text
+    joined.close_fds()
+    alive.close()
