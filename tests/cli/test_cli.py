@@ -550,6 +550,38 @@ def test_list_shows_the_slots_each_live_segment_declares():
             proc.wait()
 
 
+def test_list_shows_the_alignment_a_segment_declares():
+    """One segment declaring a 64 KiB alignment, one the default: the JSON's "alignment" and the
+    table's per-segment line give what each declared (the control area's word)."""
+    if not LIBRARY.exists():
+        pytest.skip("needs the shared library build (lib/.libs)")
+    holders = {}
+    try:
+        for alignment in (64 << 10, 0):
+            label = f"aligned-{os.getpid()}-{alignment}"
+            proc = subprocess.Popen(
+                ["/usr/bin/python3", str(SLOTS_HOLDER), str(LIBRARY), label, "0", str(alignment)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            holders[alignment] = (label, proc)
+            line = proc.stdout.readline().split()
+            assert len(line) == 1 and int(line[0]) == proc.pid, line
+        for alignment, (label, proc) in holders.items():
+            assert list_front(label)["alignment"] == alignment
+        table = run("list", timeout=60).stdout
+        titles = {
+            alignment: [line for line in table.splitlines() if line.startswith(f"{label} (")]
+            for alignment, (label, proc) in holders.items()
+        }
+        assert len(titles[64 << 10]) == 1 and titles[64 << 10][0].endswith("; aligned to 64.0 KiB"), table
+        assert len(titles[0]) == 1 and "aligned to" not in titles[0][0], table
+    finally:
+        for label, proc in holders.values():
+            proc.kill()
+            proc.wait()
+
+
 def test_demo_background_uses_the_first_chunk_at_once_then_checks_every_byte():
     result = run("demo", "--background", "--ranks", "4", "--size", "256M", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
