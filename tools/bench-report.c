@@ -112,8 +112,9 @@ static int ratios(const struct size_report *r, unsigned int threads, struct rati
 					"report" };
 	if (find_result(r, "ours-aligned", threads))
 		/* The same bytes on a 1 GiB-aligned base: the C library pads nothing. */
-		out[n++] = (struct ratio_line){ "ours-aligned 1G / ours (the same bytes)",
-						ratio(find(r, "ours-aligned", threads), ours), "~1: no cost" };
+		out[n++] =
+			(struct ratio_line){ "ours-aligned 1G / ours (the same bytes)",
+					     ratio(find(r, "ours-aligned", threads), ours), "~1: no cost" };
 	if (find_result(r, "background-ready", threads)) {
 		/* Throughput of the background commit to fully ready, against the blocking one. */
 		out[n++] = (struct ratio_line){ "background-ready / ours (blocking, same threads)",

@@ -50,7 +50,7 @@ struct demo_config {
 	uint32_t ranks;
 	uint32_t owner;
 	uint64_t size;
-	uint64_t requested;  /* --size as given; size is it with each block padded (--alignment) */
+	uint64_t requested; /* --size as given; size is it with each block padded (--alignment) */
 	uint64_t alignment; /* --alignment: options.alignment, 0 for the default */
 	bool hugetlb;
 	bool background;
@@ -397,7 +397,8 @@ static void print_totals(const struct group_rank *self, const struct demo_config
 static bool print_alignment(const struct group_rank *self, const struct demo_config *cfg,
 			    const struct rank_report *all)
 {
-	uint64_t block = cfg->size / self->world_size, data = cfg->requested / self->world_size / STRIDE * STRIDE;
+	uint64_t block = cfg->size / self->world_size,
+		 data = cfg->requested / self->world_size / STRIDE * STRIDE;
 	uint32_t aligned = 0;
 	char a[32], b[32], c[32], d[32], e[32];
 
@@ -405,7 +406,8 @@ static bool print_alignment(const struct group_rank *self, const struct demo_con
 		aligned += all[r].base % cfg->alignment == 0;
 	printf("alignment %s: %u blocks of %s padded to %s each; padding %s, %.2f%% of the segment's %s\n",
 	       format_size(cfg->alignment, a, sizeof(a)), self->world_size, format_size(data, b, sizeof(b)),
-	       format_size(block, c, sizeof(c)), format_size(cfg->size - data * self->world_size, d, sizeof(d)),
+	       format_size(block, c, sizeof(c)),
+	       format_size(cfg->size - data * self->world_size, d, sizeof(d)),
 	       100.0 * (double)(cfg->size - data * self->world_size) / (double)cfg->size,
 	       format_size(cfg->size, e, sizeof(e)));
 	printf("%s\n", aligned == self->world_size ? "every rank's base and every block are aligned to it"
@@ -588,10 +590,14 @@ static int demo_kill(struct demo_config *cfg)
 int cmd_demo(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{ "ranks", required_argument, NULL, 'n' }, { "size", required_argument, NULL, 's' },
-		{ "owner", required_argument, NULL, 'o' }, { "hugetlb", no_argument, NULL, 'H' },
-		{ "background", no_argument, NULL, 'B' },  { "kill-owner-at-half", no_argument, NULL, 'K' },
-		{ "alignment", required_argument, NULL, 'A' }, { "help", no_argument, NULL, 'h' },
+		{ "ranks", required_argument, NULL, 'n' },
+		{ "size", required_argument, NULL, 's' },
+		{ "owner", required_argument, NULL, 'o' },
+		{ "hugetlb", no_argument, NULL, 'H' },
+		{ "background", no_argument, NULL, 'B' },
+		{ "kill-owner-at-half", no_argument, NULL, 'K' },
+		{ "alignment", required_argument, NULL, 'A' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct demo_config cfg = { 4, 0, UINT64_C(256) << 20, 0, 0, false, false, false, NULL, NULL };
