@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Registration ranges of a shared segment for an RDMA transfer engine (private).
 
-Engines register the pool with a transfer engine (Mooncake TE, NIXL) in
+Engines register the pool with a transfer engine (Mooncake Transfer Engine, NIXL) in
 ranges that respect its limits: a memory region at most so large, starting
 and ending on block or layer boundaries (vllm-ascend registers layer-aligned
 ranges under 64 GiB).  This module cuts the segment into such ranges from

@@ -557,7 +557,7 @@ class SharedSegment:
     def register_ranges(
         self, max_bytes: int, align: Any = "block", *, ready_only: bool = False, timeout: Optional[float] = None
     ) -> Iterator[Tuple[int, int]]:
-        """(address, length) pairs to register with an RDMA transfer engine (Mooncake TE, NIXL).
+        """(address, length) pairs to register with an RDMA transfer engine (Mooncake Transfer Engine, NIXL).
 
         The ranges cover the whole mapping in order, at this rank's
         addresses, each at most ``max_bytes`` (the engine's largest memory
