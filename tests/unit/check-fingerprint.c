@@ -81,6 +81,13 @@ START_TEST(test_is_fnv1a_64_over_name_then_le_values)
 		for (int i = 0; i < 8; i++)
 			h = (h ^ (uint8_t)(values[v] >> (8 * i))) * UINT64_C(1099511628211);
 	ck_assert_uint_eq(mc_fingerprint("kv", 1234, &opt), h);
+	/* A declared alignment follows as doc/wire-format.md says: "alignment", then 8 bytes. */
+	opt.alignment = UINT64_C(2) << 20;
+	for (const char *p = "alignment"; *p; p++)
+		h = (h ^ (uint8_t)*p) * UINT64_C(1099511628211);
+	for (int i = 0; i < 8; i++)
+		h = (h ^ (uint8_t)(opt.alignment >> (8 * i))) * UINT64_C(1099511628211);
+	ck_assert_uint_eq(mc_fingerprint("kv", 1234, &opt), h);
 }
 END_TEST
 
