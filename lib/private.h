@@ -156,6 +156,7 @@ struct mc_front_view {
 	uint32_t owner_pid;  /* in the owner's PID namespace */
 	uint32_t world_size;
 	uint32_t slot_count;	    /* publish slots declared */
+	uint32_t alignment;	    /* options.alignment declared, 0: the default (the page size in use) */
 	bool owner_died;	    /* committing, but the owner's commit thread died (no rank noticed yet) */
 	uint64_t commit_ns;	    /* the whole commit, once committed */
 	uint64_t commit_started_ns; /* the owner's CLOCK_MONOTONIC when it created the area */

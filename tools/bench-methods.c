@@ -7,6 +7,8 @@
  *   raw-memfd  the best raw method on our backing: memfd + fallocate +
  *              parallel MADV_POPULATE_WRITE, written here without the library
  *   ours       mooncake_segment_create() of the owner (commit included)
+ *   ours-aligned  the same with options.alignment 1 GiB (the largest): what an
+ *              aligned base costs; the same bytes, so nothing but noise is expected
  *   import     a peer's complete() (map), and with populate_on_import
  *   register   the owner's create with host_register (--register)
  *   baseline   what a Python user does without us: a /dev/shm file touched
@@ -178,8 +180,8 @@ static struct mooncake_segment_options bench_options(uint32_t rank, unsigned int
 }
 
 /* Our owner's create, then a peer's complete without and with populate. */
-static void bench_ours(size_t size, unsigned int threads, bool hugetlb, double *create_s, double *import_s,
-		       double *import_populate_s)
+static void bench_ours(size_t size, unsigned int threads, bool hugetlb, uint64_t alignment, double *create_s,
+		       double *import_s, double *import_populate_s)
 {
 	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
 	struct mooncake_segment_options o = bench_options(0, threads, hugetlb);
@@ -187,6 +189,7 @@ static void bench_ours(size_t size, unsigned int threads, bool hugetlb, double *
 	uint64_t t0 = mc_now_ns();
 
 	*create_s = *import_s = *import_populate_s = -1;
+	o.alignment = alignment;
 	if (mooncake_segment_create("bench", size, &o, &owner, blobs) != 0) {
 		fprintf(stderr, "%s bench: create: %s\n", PROGRAM, mooncake_segment_last_error());
 		return;
@@ -196,6 +199,7 @@ static void bench_ours(size_t size, unsigned int threads, bool hugetlb, double *
 		struct mooncake_segment_options p = bench_options(1, threads, hugetlb);
 
 		p.populate_on_import = populate;
+		p.alignment = alignment;
 		if (mooncake_segment_create("bench", size, &p, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE) !=
 		    0)
 			break;
@@ -347,6 +351,7 @@ enum step {
 	STEP_ANON_MEMSET,
 	STEP_RAW,
 	STEP_OURS,
+	STEP_ALIGNED,
 	STEP_BASELINE,
 	STEP_HUGE_RAW,
 	STEP_HUGE_OURS,
@@ -355,7 +360,7 @@ enum step {
 };
 
 struct size_samples {
-	struct samples anon, memset, raw, ours, import, import_pop, baseline;
+	struct samples anon, memset, raw, ours, aligned, import, import_pop, baseline;
 	struct samples huge_raw, huge_ours, huge_import, huge_import_pop;
 	struct samples first_byte, ready;
 	struct background_report *background; /* the curve of the fastest background run */
@@ -388,10 +393,14 @@ static void run_step(enum step step, size_t size, unsigned int threads, struct s
 		add_sample(&m->raw, t0, bench_raw_memfd(size, 4096, threads, false));
 		break;
 	case STEP_OURS:
-		bench_ours(size, threads, false, &a, &b, &c);
+		bench_ours(size, threads, false, 0, &a, &b, &c);
 		add_sample(&m->ours, t0, a);
 		add_sample(&m->import, t0, b);
 		add_sample(&m->import_pop, t0, c);
+		break;
+	case STEP_ALIGNED:
+		bench_ours(size, threads, false, MOONCAKE_SEGMENT_MAX_ALIGNMENT, &a, &b, &c);
+		add_sample(&m->aligned, t0, a);
 		break;
 	case STEP_BASELINE:
 		add_sample(&m->baseline, t0, bench_baseline(size));
@@ -400,7 +409,7 @@ static void run_step(enum step step, size_t size, unsigned int threads, struct s
 		add_sample(&m->huge_raw, t0, bench_raw_memfd(align_2m(size), 2 << 20, threads, true));
 		break;
 	case STEP_HUGE_OURS:
-		bench_ours(size, threads, true, &a, &b, &c);
+		bench_ours(size, threads, true, 0, &a, &b, &c);
 		add_sample(&m->huge_ours, t0, a);
 		add_sample(&m->huge_import, t0, b);
 		add_sample(&m->huge_import_pop, t0, c);
@@ -467,6 +476,8 @@ void bench_size(const struct bench_config *cfg, struct size_report *r)
 		if (!cfg->background)
 			bench_record(r, "raw-memfd", threads, &m->raw);
 		bench_record(r, "ours", threads, &m->ours);
+		if (!cfg->background)
+			bench_record(r, "ours-aligned", threads, &m->aligned);
 		bench_record(r, "import", threads, &m->import);
 		bench_record(r, "import+populate", threads, &m->import_pop);
 		if (cfg->background) {

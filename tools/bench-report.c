@@ -110,6 +110,11 @@ static int ratios(const struct size_report *r, unsigned int threads, struct rati
 						">= 1.6 at all threads" };
 	out[n++] = (struct ratio_line){ "ours / memset limit", ratio(ours, find(r, "memset", threads)),
 					"report" };
+	if (find_result(r, "ours-aligned", threads))
+		/* The same bytes on a 1 GiB-aligned base: the C library pads nothing. */
+		out[n++] =
+			(struct ratio_line){ "ours-aligned 1G / ours (the same bytes)",
+					     ratio(find(r, "ours-aligned", threads), ours), "~1: no cost" };
 	if (find_result(r, "background-ready", threads)) {
 		/* Throughput of the background commit to fully ready, against the blocking one. */
 		out[n++] = (struct ratio_line){ "background-ready / ours (blocking, same threads)",
@@ -164,7 +169,7 @@ void bench_print_text(const struct bench_config *cfg, const struct size_report *
 	       PROGRAM, mooncake_segment_version(), cfg->repeat, cfg->threads);
 	for (int i = 0; i < cfg->nsizes; i++) {
 		const struct size_report *r = &reports[i];
-		struct ratio_line lines[10];
+		struct ratio_line lines[12];
 
 		printf("\n== %s ==\n%-26s %7s %10s %9s %10s %7s %4s\n", format_size(r->size, a, sizeof(a)),
 		       "method", "threads", "best ms", "GB/s", "median ms", "spread", "runs");
@@ -238,7 +243,7 @@ void bench_print_json(const struct bench_config *cfg, const struct size_report *
 	       mooncake_segment_version(), cfg->repeat, cfg->threads);
 	for (int i = 0; i < cfg->nsizes; i++) {
 		const struct size_report *r = &reports[i];
-		struct ratio_line lines[10];
+		struct ratio_line lines[12];
 
 		printf("%s\n {\"size\": %llu, \"results\": [", i ? "," : "", (unsigned long long)r->size);
 		for (int j = 0; j < r->nresults; j++) {

@@ -12,6 +12,11 @@
  * the segment: every peer's wait must fail, with the library's error, within
  * 2 s of the kill; the peers report through a shared page, since the group's
  * all-gathers end with the owner.
+ *
+ * --alignment A: each rank's block (the size over the ranks) is padded to A
+ * and the segment declares it (options.alignment), as an engine's pool of
+ * aligned blocks would; the summary shows the padding that costs and checks
+ * that every rank's base is a multiple of A.
  */
 #include "config.h"
 
@@ -45,6 +50,8 @@ struct demo_config {
 	uint32_t ranks;
 	uint32_t owner;
 	uint64_t size;
+	uint64_t requested; /* --size as given; size is it with each block padded (--alignment) */
+	uint64_t alignment; /* --alignment: options.alignment, 0 for the default */
 	bool hugetlb;
 	bool background;
 	bool kill_owner_at_half;
@@ -124,6 +131,7 @@ static int join_segment(struct group_rank *self, const struct demo_config *cfg, 
 	opt.owner_rank = cfg->owner;
 	opt.hugetlb = cfg->hugetlb;
 	opt.background_commit = cfg->background;
+	opt.alignment = cfg->alignment;
 	err = mooncake_segment_create("demo", cfg->size, &opt, seg, blob);
 	/* Every rank takes part in every round, so one failure fails all (and
 	 * when every rank failed, the round succeeds: each still reports its own). */
@@ -385,6 +393,28 @@ static void print_totals(const struct group_rank *self, const struct demo_config
 	       format_size(o->huge_bytes, a, sizeof(a)), o->numa_node);
 }
 
+/* --alignment: what the padding costs, and whether every rank's base has it. */
+static bool print_alignment(const struct group_rank *self, const struct demo_config *cfg,
+			    const struct rank_report *all)
+{
+	uint64_t block = cfg->size / self->world_size,
+		 data = cfg->requested / self->world_size / STRIDE * STRIDE;
+	uint32_t aligned = 0;
+	char a[32], b[32], c[32], d[32], e[32];
+
+	for (uint32_t r = 0; r < self->world_size; r++)
+		aligned += all[r].base % cfg->alignment == 0;
+	printf("alignment %s: %u blocks of %s padded to %s each; padding %s, %.2f%% of the segment's %s\n",
+	       format_size(cfg->alignment, a, sizeof(a)), self->world_size, format_size(data, b, sizeof(b)),
+	       format_size(block, c, sizeof(c)),
+	       format_size(cfg->size - data * self->world_size, d, sizeof(d)),
+	       100.0 * (double)(cfg->size - data * self->world_size) / (double)cfg->size,
+	       format_size(cfg->size, e, sizeof(e)));
+	printf("%s\n", aligned == self->world_size ? "every rank's base and every block are aligned to it"
+						   : "FAILED: a rank's base is not aligned");
+	return aligned == self->world_size;
+}
+
 /* --background's figures after the table: each rank's first block and whole. */
 static void print_background(const struct group_rank *self, const struct rank_report *all)
 {
@@ -445,6 +475,8 @@ static int demo_rank(struct group_rank *self, void *arg)
 		bool ok = print_ranks(self, cfg, all, &total);
 
 		print_totals(self, cfg, all, total, ok);
+		if (cfg->alignment)
+			ok = print_alignment(self, cfg, all) && ok;
 		if (cfg->background)
 			print_background(self, all);
 		if (!ok)
@@ -460,7 +492,7 @@ static int demo_rank(struct group_rank *self, void *arg)
 static void demo_usage(FILE *out)
 {
 	fprintf(out,
-		"Usage: %s demo [--ranks N] [--size SIZE] [--owner RANK] [--hugetlb]\n"
+		"Usage: %s demo [--ranks N] [--size SIZE] [--owner RANK] [--hugetlb] [--alignment A]\n"
 		"                        [--background [--kill-owner-at-half]]\n\n"
 		"Fork N ranks (default 4) that share one segment (default 256M) and show that the\n"
 		"group holds one physical copy: per rank its base address, RSS and PSS.\n\n"
@@ -469,7 +501,9 @@ static void demo_usage(FILE *out)
 		"                        (wait_ready) and checks every byte\n"
 		"  --kill-owner-at-half  with --background: SIGKILL the owner once half is committed;\n"
 		"                        every peer's wait must fail within 2 s (exit 1 if one hangs\n"
-		"                        or succeeds)\n",
+		"                        or succeeds)\n"
+		"  --alignment A         pad each rank's block to A (4K..1G, a power of two, e.g. 2M)\n"
+		"                        and declare it: the summary shows the padding it costs\n",
 		PROGRAM);
 }
 
@@ -556,12 +590,17 @@ static int demo_kill(struct demo_config *cfg)
 int cmd_demo(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{ "ranks", required_argument, NULL, 'n' }, { "size", required_argument, NULL, 's' },
-		{ "owner", required_argument, NULL, 'o' }, { "hugetlb", no_argument, NULL, 'H' },
-		{ "background", no_argument, NULL, 'B' },  { "kill-owner-at-half", no_argument, NULL, 'K' },
-		{ "help", no_argument, NULL, 'h' },	   { NULL, 0, NULL, 0 },
+		{ "ranks", required_argument, NULL, 'n' },
+		{ "size", required_argument, NULL, 's' },
+		{ "owner", required_argument, NULL, 'o' },
+		{ "hugetlb", no_argument, NULL, 'H' },
+		{ "background", no_argument, NULL, 'B' },
+		{ "kill-owner-at-half", no_argument, NULL, 'K' },
+		{ "alignment", required_argument, NULL, 'A' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
-	struct demo_config cfg = { 4, 0, UINT64_C(256) << 20, false, false, false, NULL, NULL };
+	struct demo_config cfg = { 4, 0, UINT64_C(256) << 20, 0, 0, false, false, false, NULL, NULL };
 	int codes[MAX_RANKS], c, ret = 0, err;
 	uint64_t v;
 
@@ -600,6 +639,17 @@ int cmd_demo(int argc, char **argv)
 		case 'K':
 			cfg.kill_owner_at_half = true;
 			break;
+		case 'A':
+			if (!parse_size(optarg, &cfg.alignment) || (cfg.alignment & (cfg.alignment - 1)) ||
+			    cfg.alignment < MOONCAKE_SEGMENT_MIN_ALIGNMENT ||
+			    cfg.alignment > MOONCAKE_SEGMENT_MAX_ALIGNMENT) {
+				fprintf(stderr,
+					"%s demo: --alignment must be a power of two of 4K..1G (e.g. 2M), got "
+					"'%s'\n",
+					PROGRAM, optarg);
+				return 2;
+			}
+			break;
 		case 'h':
 			demo_usage(stdout);
 			return 0;
@@ -617,6 +667,14 @@ int cmd_demo(int argc, char **argv)
 		fprintf(stderr, "%s demo: --kill-owner-at-half needs --background and at least 2 --ranks\n",
 			PROGRAM);
 		return 2;
+	}
+	/* Each rank's block padded to the alignment: the segment is that many blocks. */
+	cfg.requested = cfg.size;
+	if (cfg.alignment) {
+		uint64_t block = cfg.size / cfg.ranks / STRIDE * STRIDE;
+
+		block = (block + cfg.alignment - 1) / cfg.alignment * cfg.alignment;
+		cfg.size = (block ? block : cfg.alignment) * cfg.ranks;
 	}
 	if (cfg.kill_owner_at_half)
 		return demo_kill(&cfg);

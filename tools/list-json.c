@@ -118,9 +118,9 @@ void list_write_json(FILE *out, const struct segment_scan *scan)
 		write_json_kept(out, s);
 		write_json_front(out, s);
 		if (s->has_front)
-			fprintf(out, "\"slots\": %u, ", s->slot_count);
+			fprintf(out, "\"slots\": %u, \"alignment\": %u, ", s->slot_count, s->front.alignment);
 		else
-			fputs("\"slots\": null, ", out);
+			fputs("\"slots\": null, \"alignment\": null, ", out);
 		fprintf(out,
 			"\"mapped_processes\": %u, \"resident_bytes\": %llu, \"resident_bytes_by_node\": ",
 			s->mappers, (unsigned long long)s->resident_bytes);

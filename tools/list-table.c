@@ -138,6 +138,9 @@ void list_write_table(FILE *out, const struct segment_scan *scan)
 		write_kept(out, s);
 		if (s->has_front && s->slot_count)
 			fprintf(out, "; %u publish slot%s", s->slot_count, s->slot_count == 1 ? "" : "s");
+		/* Declared only: the default (0) is the page size, shown above. */
+		if (s->has_front && s->front.alignment)
+			fprintf(out, "; aligned to %s", size_text(s->front.alignment, b1));
 		/* A kept segment the keeper described is the keeper's, whose pid
 		 * may not be the one its name carries (a restart since), and whom
 		 * the scan may not see (another user's process). */

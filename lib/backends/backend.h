@@ -63,8 +63,9 @@ struct mc_memory {
 	struct mc_keeper_ref keeper;
 
 	/* Written by the backend. */
-	void *base;  /* this rank's mapping or reservation */
-	bool mapped; /* base holds the shared pages, not just a reservation */
+	void *base;	    /* this rank's mapping or reservation */
+	uint64_t alignment; /* base is a multiple of it: opt->alignment, or the backend's default */
+	bool mapped;	    /* base holds the shared pages, not just a reservation */
 	/* The backend's own, opaque to everything else: one malloc'd block (a
 	 * forked child's destroy frees it with free(), releasing nothing it names). */
 	void *state;

@@ -129,7 +129,25 @@ static int hugetlb_pool_error(const struct mc_memory *mem, int sys_errno)
 static uint64_t window_alignment(const struct mc_memory *mem)
 {
 	/* Align for huge pages even where THP is off today: address space is free. */
-	return mem->opt->hugetlb ? mem->page_size : mc_host_thp_pmd_size();
+	uint64_t huge = mem->opt->hugetlb ? mem->page_size : mc_host_thp_pmd_size();
+
+	return mem->opt->alignment > huge ? mem->opt->alignment : huge;
+}
+
+/* This rank's window, aligned as asked (an explicit alignment is a must). */
+static int reserve_window(struct mc_memory *mem)
+{
+	mem->alignment = window_alignment(mem);
+	mem->base = mc_window_reserve(mem->alloc_size, mem->alignment, mem->opt->alignment);
+	if (!mem->base)
+		return mc_address_space_error(mem->label, mem->alloc_size, errno);
+	/* Without room for the huge-page slack it is only as aligned as required. */
+	if ((uintptr_t)mem->base % mem->alignment) {
+		uint64_t least = mem->opt->hugetlb ? mem->page_size : mc_host_base_page_size();
+
+		mem->alignment = mem->opt->alignment > least ? mem->opt->alignment : least;
+	}
+	return 0;
 }
 
 static void advise_after_map(struct mc_memory *mem)
@@ -301,9 +319,9 @@ static int memfd_create_owner(struct mc_memory *mem)
 	if (err)
 		return err;
 
-	mem->base = mc_window_reserve(mem->alloc_size, window_alignment(mem));
-	if (!mem->base)
-		return mc_address_space_error(mem->label, mem->alloc_size, errno);
+	err = reserve_window(mem);
+	if (err)
+		return err;
 	err = map_over_window(mem, state->fd);
 	if (err) {
 		/* HugeTLB reserves the pool at mmap: ENOMEM means the pool is short. */
@@ -357,10 +375,7 @@ static int memfd_create_owner(struct mc_memory *mem)
 
 static int memfd_reserve(struct mc_memory *mem)
 {
-	mem->base = mc_window_reserve(mem->alloc_size, window_alignment(mem));
-	if (!mem->base)
-		return mc_address_space_error(mem->label, mem->alloc_size, errno);
-	return 0;
+	return reserve_window(mem);
 }
 
 /* The file we opened must be the sealed memfd the owner published. */

@@ -167,12 +167,25 @@ static int allocate_physical(struct mc_memory *mem)
 
 static int vmm_reserve_range(struct mc_memory *mem)
 {
-	aclError r = mc_acl.aclrtReserveMemAddress(&mem->base, mem->alloc_size, 0, NULL, RESERVE_HUGE_PAGES);
+	aclError r;
 
+	/* The runtime takes no alignment (the argument must be 0): its ranges
+	 * start on its granularity, and a larger one would need a reservation
+	 * the mapping does not start at, which it documents nothing about. */
+	if (mem->opt->alignment > mem->page_size)
+		return mc_segment_error(
+			ENOTSUP,
+			"the Ascend runtime aligns a VMM range to its granularity, %llu "
+			"bytes, not to the alignment %llu asked for; ask at most %llu, or use "
+			"mmap=true",
+			(unsigned long long)mem->page_size, (unsigned long long)mem->opt->alignment,
+			(unsigned long long)mem->page_size);
+	r = mc_acl.aclrtReserveMemAddress(&mem->base, mem->alloc_size, 0, NULL, RESERVE_HUGE_PAGES);
 	if (r != ACL_SUCCESS) {
 		mem->base = NULL;
 		return acl_failure(r, "aclrtReserveMemAddress", "cannot reserve its address range");
 	}
+	mem->alignment = mem->page_size;
 	return 0;
 }
 

@@ -281,11 +281,13 @@ static int allocate_pinned(struct mc_memory *mem, bool *fabric)
 static int reserve_range(struct mc_memory *mem)
 {
 	CUdeviceptr ptr = 0;
-	CUresult r = mc_cu.cuMemAddressReserve(&ptr, mem->alloc_size, mem->page_size, 0, 0);
+	uint64_t alignment = mem->opt->alignment > mem->page_size ? mem->opt->alignment : mem->page_size;
+	CUresult r = mc_cu.cuMemAddressReserve(&ptr, mem->alloc_size, alignment, 0, 0);
 
 	if (r != CUDA_SUCCESS)
 		return cu_failure(r, "cuMemAddressReserve", "its address range");
 	mem->base = (void *)(uintptr_t)ptr;
+	mem->alignment = alignment;
 	state_of(mem)->reserved = true;
 	return 0;
 }

@@ -41,7 +41,7 @@ static void *map_window(void *addr, uint64_t len, int extra_flags)
 	return p;
 }
 
-void *mc_window_reserve(uint64_t len, uint64_t align)
+void *mc_window_reserve(uint64_t len, uint64_t align, uint64_t required)
 {
 	uint64_t page = mc_host_base_page_size();
 	uintptr_t start, aligned;
@@ -57,8 +57,16 @@ void *mc_window_reserve(uint64_t len, uint64_t align)
 	/* Over-reserve by the alignment, then trim both ends. */
 	p = map_window(NULL, len + align - page, 0);
 	if (p == MAP_FAILED) {
+		/* No room for the slack: a window where one fits, if it is aligned enough. */
 		p = map_window(NULL, len, 0);
-		return p == MAP_FAILED ? NULL : p;
+		if (p == MAP_FAILED)
+			return NULL;
+		if (required > page && (uintptr_t)p % required) {
+			munmap(p, len);
+			errno = ENOMEM;
+			return NULL;
+		}
+		return p;
 	}
 	start = (uintptr_t)p;
 	aligned = (uintptr_t)mc_align_up(start, align);

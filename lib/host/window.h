@@ -8,8 +8,10 @@
 
 #include <stdint.h>
 
-/* Reserve @len bytes of address space aligned to @align (PROT_NONE); NULL on failure (errno set). */
-void *mc_window_reserve(uint64_t len, uint64_t align);
+/* Reserve @len bytes of address space aligned to @align (PROT_NONE) where
+ * the address space allows, and in any case to @required (0: a page); NULL
+ * on failure (errno set). */
+void *mc_window_reserve(uint64_t len, uint64_t align, uint64_t required);
 /* Put the reservation back over [addr, addr+len) after a failed import. */
 int mc_window_reset(void *addr, uint64_t len);
 void mc_window_release(void *addr, uint64_t len);

@@ -106,7 +106,21 @@ struct mooncake_segment_options {
 	uint32_t keep_gid;	      /* KEEP_SHARE_GROUP: the group */
 	uint32_t keep_owner_uid;      /* with MOONCAKE_SEGMENT_KEEP_OWNER: that uid's segment, shared with us;
 				  * the uid as the keeper's user namespace sees it */
+	/* The base's alignment (0.3): 0 for the default, the page size in use
+	 * (memfd: the HugeTLB page, else the THP size, 2 MiB on x86-64, whether
+	 * THP is on or not; VMM: the runtime's granularity); else a power of two from MOONCAKE_SEGMENT_MIN_ALIGNMENT to
+	 * MOONCAKE_SEGMENT_MAX_ALIGNMENT, which every rank's base then has (for
+	 * an engine or a runtime that wants aligned host addresses: Ascend SVM
+	 * 64 KiB, an RDMA engine's 2 MiB).  Part of the declaration: every rank
+	 * passes the same.  Choose the size and the offsets that matter as
+	 * multiples of it (the Python helper's alignment= aligns every block). */
+	uint64_t alignment;
 };
+
+/** alignment: the least explicit value (a base page); the default is the page size in use. */
+#define MOONCAKE_SEGMENT_MIN_ALIGNMENT (UINT64_C(1) << 12)
+/** alignment: the largest value (1 GiB, the largest huge page). */
+#define MOONCAKE_SEGMENT_MAX_ALIGNMENT (UINT64_C(1) << 30)
 
 /**
  * Fill @opt with the defaults: world_size 1, rank 0, owner 0, device -1,
@@ -141,7 +155,9 @@ void mooncake_segment_options_init(struct mooncake_segment_options *opt);
   *  -EINVAL  a NULL argument, world_size 0, rank_id or owner_rank >= world_size,
  *           size 0 or above MOONCAKE_SEGMENT_MAX_SIZE, host_register without
  *           mmap or with a device_id the runtime does not have, a NUMA node
- *           that does not exist, an unsupported hugetlb page size
+ *           that does not exist, an unsupported hugetlb page size, an
+ *           alignment that is not 0 or a power of two in
+ *           [MOONCAKE_SEGMENT_MIN_ALIGNMENT, MOONCAKE_SEGMENT_MAX_ALIGNMENT]
  *  -ENOTSUP a capability this build or host lacks (VMM, host registration,
  *           HugeTLB, an accelerator runtime)
  *  -ENOMEM  not enough memory, address space, memory cgroup room or HugeTLB pages
@@ -166,7 +182,8 @@ int mooncake_segment_create(const char *name, uint64_t size, const struct moonca
  *
  * Returns 0 or:
  *  -EINVAL   NULL arguments, a wrong @blobs_len, a rank whose declaration
- *            (name, size, world size, owner, flags, page size) differs, a
+ *            (name, size, world size, owner, flags, page size, alignment)
+ *            differs, a
  *            segment created by another process (this is a forked child)
  *  -EPROTO   a malformed blob (magic, version, checksum, fields), or an owner
  *            blob without a handle
@@ -578,6 +595,8 @@ struct mooncake_segment_info {
 	char accelerator[16];	     /* the runtime the pages are registered with ("cuda"), or "" */
 	uint64_t register_ns;	     /* time this rank spent registering its mapping */
 	uint64_t keep_generation;    /* a kept segment's generation in its keeper (0.3), else 0 */
+	uint64_t alignment;	     /* this rank's base is a multiple of it (0.3): options.alignment,
+				      * or by default the page size in use (HugeTLB page, THP size) */
 };
 
 /**

@@ -81,6 +81,10 @@ uint64_t mc_fingerprint(const char *name, uint64_t size, const struct mooncake_s
 	/* Only when declared, so that a declaration without slots keeps its fingerprint. */
 	if (opt->slot_count)
 		h = mc_fnv1a_u64(mc_fnv1a_bytes(h, "slots", 5), opt->slot_count);
+	/* Likewise an alignment above a base page: 4096 asks for what every
+	 * mapping has, so it declares the same segment as 0. */
+	if (opt->alignment > MOONCAKE_SEGMENT_MIN_ALIGNMENT)
+		h = mc_fnv1a_u64(mc_fnv1a_bytes(h, "alignment", 9), opt->alignment);
 	return h;
 }
 

@@ -392,6 +392,7 @@ static void read_front(const struct mc_control *c, struct mc_front_view *out)
 	out->owner_pid = c->owner_pid;
 	out->world_size = c->world_size;
 	out->slot_count = c->slot_count;
+	out->alignment = c->alignment;
 	out->commit_started_ns = c->commit_started_ns;
 	if (out->state == MC_FRONT_COMMITTED)
 		out->commit_ns = c->commit_ns;

@@ -72,15 +72,15 @@ struct mc_control {
 	uint32_t seq;	/* bumped at every change: the futex word */
 	uint32_t state; /* enum mc_front_state */
 	uint64_t alloc_size;
-	uint64_t committed;	    /* [0, committed) is committed */
-	uint32_t world_size;	    /* entries of ranks[] */
-	int32_t error;		    /* positive errno of MC_FRONT_FAILED */
-	uint32_t error_rank;	    /* the rank that reported it */
-	uint32_t owner_pid;	    /* in the owner's PID namespace, for messages */
-	uint64_t commit_started_ns; /* CLOCK_MONOTONIC of the owner, for progress */
-	uint64_t commit_ns;	    /* the whole commit, once committed */
-	uint32_t slot_count;	    /* publish slots, after ranks[] at a 64-byte boundary */
-	uint32_t reserved;
+	uint64_t committed;	     /* [0, committed) is committed */
+	uint32_t world_size;	     /* entries of ranks[] */
+	int32_t error;		     /* positive errno of MC_FRONT_FAILED */
+	uint32_t error_rank;	     /* the rank that reported it */
+	uint32_t owner_pid;	     /* in the owner's PID namespace, for messages */
+	uint64_t commit_started_ns;  /* CLOCK_MONOTONIC of the owner, for progress */
+	uint64_t commit_ns;	     /* the whole commit, once committed */
+	uint32_t slot_count;	     /* publish slots, after ranks[] at a 64-byte boundary */
+	uint32_t alignment;	     /* options.alignment as declared (0: the default), for list */
 	char message[256];	     /* the first error's sentence */
 	pthread_mutex_t owner_alive; /* robust, process-shared: held by the owner's commit thread */
 	struct mc_control_rank ranks[];

@@ -31,6 +31,7 @@ MC_EXPORT int mooncake_segment_get_info(const struct mooncake_segment *seg,
 	full.size = seg->size;
 	full.alloc_size = seg->memory.alloc_size;
 	full.page_size = seg->memory.page_size;
+	full.alignment = seg->memory.alignment;
 	if (seg->memory.mapped)
 		mc_mapping_usage(seg->memory.base, seg->memory.alloc_size, &usage);
 	full.resident_bytes = usage.rss;

@@ -101,6 +101,15 @@ static int validate(const char *name, uint64_t size, const struct mooncake_segme
 	if (opt->slot_count > MOONCAKE_SEGMENT_MAX_SLOTS)
 		return mc_error(EINVAL, "Shared segment slot_count must be at most %d, got %u",
 				MOONCAKE_SEGMENT_MAX_SLOTS, opt->slot_count);
+	if (opt->alignment &&
+	    (!mc_is_power_of_two(opt->alignment) || opt->alignment < MOONCAKE_SEGMENT_MIN_ALIGNMENT ||
+	     opt->alignment > MOONCAKE_SEGMENT_MAX_ALIGNMENT))
+		return mc_error(EINVAL,
+				"Shared segment alignment must be 0 (the page size in use) or a power of two "
+				"from %llu (4 KiB) to %llu (1 GiB), got %llu",
+				(unsigned long long)MOONCAKE_SEGMENT_MIN_ALIGNMENT,
+				(unsigned long long)MOONCAKE_SEGMENT_MAX_ALIGNMENT,
+				(unsigned long long)opt->alignment);
 	if (opt->numa_node < MOONCAKE_SEGMENT_NUMA_INTERLEAVE)
 		return mc_error(EINVAL,
 				"Shared segment numa_node must be a node, -1 (automatic) or -2 "
@@ -372,6 +381,9 @@ static int create_control(struct mooncake_segment *seg)
 					seg->memory.alloc_size, &seg->control);
 	}
 	seg->memory.companion_fd = seg->control.fd;
+	/* Declared (at most 1 GiB, so it fits the word): `list` shows it. */
+	if (!err)
+		seg->control.area->alignment = (uint32_t)seg->opt.alignment;
 	return err;
 }
 
@@ -526,7 +538,7 @@ static int check_agreement(const struct mooncake_segment *seg, uint32_t k, const
 	if (b->fingerprint != local->fingerprint)
 		return mc_error(EINVAL,
 				"Shared segment declaration of rank %u differs from the local one (name, "
-				"size, block layout or keep options)",
+				"size, block layout, alignment, slots or keep options)",
 				k);
 	if (b->page_size != local->page_size)
 		return mc_error(EINVAL,

@@ -40,6 +40,7 @@ class Options(ctypes.Structure):
         ("keep_sharing", ctypes.c_uint32),
         ("keep_gid", ctypes.c_uint32),
         ("keep_owner_uid", ctypes.c_uint32),
+        ("alignment", ctypes.c_uint64),
     ]
 
 

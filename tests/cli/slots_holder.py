@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """A live segment with publish slots for the CLI tests, through ctypes: create
-LABEL of 1 MiB, one rank, with SLOTS slots (0: none), print the pid, then
-sleep until killed, holding the segment and its control area's descriptor.
+LABEL of 1 MiB, one rank, with SLOTS slots (0: none) and ALIGNMENT (0: the
+default), print the pid, then sleep until killed, holding the segment and its
+control area's descriptor.
 
-Usage: slots_holder.py LIBRARY LABEL SLOTS"""
+Usage: slots_holder.py LIBRARY LABEL SLOTS [ALIGNMENT]"""
 
 import ctypes
 import os
@@ -21,6 +22,7 @@ def main():
     lib.mooncake_segment_options_init(ctypes.byref(opt))
     opt.commit_threads = 1
     opt.slot_count = slots
+    opt.alignment = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     seg = ctypes.c_void_p()
     blob = ctypes.create_string_buffer(256)
     if lib.mooncake_segment_create(label, ctypes.c_uint64(1 << 20), ctypes.byref(opt), ctypes.byref(seg), blob):

@@ -550,6 +550,38 @@ def test_list_shows_the_slots_each_live_segment_declares():
             proc.wait()
 
 
+def test_list_shows_the_alignment_a_segment_declares():
+    """One segment declaring a 64 KiB alignment, one the default: the JSON's "alignment" and the
+    table's per-segment line give what each declared (the control area's word)."""
+    if not LIBRARY.exists():
+        pytest.skip("needs the shared library build (lib/.libs)")
+    holders = {}
+    try:
+        for alignment in (64 << 10, 0):
+            label = f"aligned-{os.getpid()}-{alignment}"
+            proc = subprocess.Popen(
+                ["/usr/bin/python3", str(SLOTS_HOLDER), str(LIBRARY), label, "0", str(alignment)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            holders[alignment] = (label, proc)
+            line = proc.stdout.readline().split()
+            assert len(line) == 1 and int(line[0]) == proc.pid, line
+        for alignment, (label, proc) in holders.items():
+            assert list_front(label)["alignment"] == alignment
+        table = run("list", timeout=60).stdout
+        titles = {
+            alignment: [line for line in table.splitlines() if line.startswith(f"{label} (")]
+            for alignment, (label, proc) in holders.items()
+        }
+        assert len(titles[64 << 10]) == 1 and titles[64 << 10][0].endswith("; aligned to 64.0 KiB"), table
+        assert len(titles[0]) == 1 and "aligned to" not in titles[0][0], table
+    finally:
+        for label, proc in holders.values():
+            proc.kill()
+            proc.wait()
+
+
 def test_demo_background_uses_the_first_chunk_at_once_then_checks_every_byte():
     result = run("demo", "--background", "--ranks", "4", "--size", "256M", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -587,3 +619,32 @@ def test_demo_background_kill_owner_at_half_fails_every_peer_wait_within_2_s():
 def test_demo_kill_owner_needs_background():
     result = run("demo", "--kill-owner-at-half", timeout=20)
     assert result.returncode == 2 and "needs --background" in result.stderr, result
+
+
+def test_demo_alignment_shows_the_padding_and_aligned_bases():
+    result = run("demo", "--alignment", "64M", "--ranks", "2", "--size", "250M", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # 125 MiB a rank, padded to 128 MiB: 6 MiB of padding in a 256 MiB segment.
+    assert (
+        "alignment 64.0 MiB: 2 blocks of 125.0 MiB padded to 128.0 MiB each; padding 6.0 MiB, 2.34% of the "
+        "segment's 256.0 MiB" in result.stdout
+    ), result.stdout
+    assert "every rank's base and every block are aligned to it" in result.stdout, result.stdout
+    bases = re.findall(r"^\d+ +\d+ +0x([0-9a-f]{16}) ", result.stdout, re.M)
+    assert len(bases) == 2 and all(int(b, 16) % (64 << 20) == 0 for b in bases), result.stdout
+
+
+@pytest.mark.parametrize("value", ["3M", "2K", "2G", "x"])
+def test_demo_refuses_a_bad_alignment(value):
+    result = run("demo", "--alignment", value)
+    assert result.returncode == 2 and "--alignment must be a power of two of 4K..1G (e.g. 2M)" in result.stderr
+
+
+def test_bench_reports_what_an_aligned_base_costs():
+    result = run("bench", "--sizes", "1M", "--repeat", "2", "--threads", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    size = json.loads(result.stdout)["sizes"][0]
+    methods = {r["method"]: r for r in size["results"]}
+    assert methods["ours-aligned"]["seconds"] > 0 and len(methods["ours-aligned"]["runs"]) == 2
+    lines = [line for line in size["ratios"] if line["name"].startswith("ours-aligned 1G / ours")]
+    assert len(lines) == 1 and lines[0]["value"] > 0, size["ratios"]

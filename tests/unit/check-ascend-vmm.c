@@ -308,6 +308,26 @@ START_TEST(test_granularity_from_the_runtime)
 }
 END_TEST
 
+/* AscendCL takes no alignment: up to its granularity is met, beyond it is refused
+ * before anything is reserved. */
+START_TEST(test_an_alignment_beyond_the_granularity_is_refused)
+{
+	struct mooncake_segment_options opt = vmm_options(1, 0, 0, 0);
+	struct mooncake_segment *seg;
+	uint8_t blob[BLOB];
+
+	use_fake_runtime("1", "0");
+	opt.alignment = UINT64_C(64) << 10;
+	ck_assert_int_eq(mooncake_segment_create("vmm", SIZE, &opt, &seg, blob), 0);
+	mooncake_segment_destroy(seg);
+	opt.alignment = UINT64_C(4) << 20;
+	ck_assert_error(mooncake_segment_create("vmm", SIZE, &opt, &seg, blob), ENOTSUP,
+			"aligns a VMM range to its granularity, 2097152 bytes, not to the alignment 4194304");
+	ck_assert_int_eq(calls("reserve "), 1);
+	assert_runtime_balanced();
+}
+END_TEST
+
 START_TEST(test_a_host_memory_rank_cannot_join)
 {
 	struct mooncake_segment_options o = vmm_options(2, 0, 0, 0), p = test_options(2, 1, 0);
@@ -366,6 +386,7 @@ int main(void)
 			    (int)MC_ARRAY_SIZE(peer_failures));
 	tcase_add_loop_test(tc, test_placement_on_a_node_and_its_fallback, 0, 2);
 	tcase_add_loop_test(tc, test_granularity_from_the_runtime, 0, 2);
+	tcase_add_test(tc, test_an_alignment_beyond_the_granularity_is_refused);
 	tcase_add_test(tc, test_a_host_memory_rank_cannot_join);
 	tcase_add_test(tc, test_a_handle_of_another_size_is_refused_before_the_runtime);
 	suite_add_tcase(s, tc);

@@ -533,6 +533,26 @@ START_TEST(test_granularity_from_the_driver)
 }
 END_TEST
 
+/* options.alignment reaches cuMemAddressReserve: the base has it, info says so. */
+START_TEST(test_the_reservation_has_the_declared_alignment)
+{
+	struct mooncake_segment_options opt = vmm_options(1, 0, 0, 0);
+	struct mooncake_segment_info info;
+	struct mooncake_segment *seg;
+	uint8_t blob[BLOB];
+	const uint64_t gib = UINT64_C(1) << 30;
+
+	use_fake_driver("1");
+	opt.alignment = gib;
+	ck_assert_int_eq(mooncake_segment_create("vmm", SIZE, &opt, &seg, blob), 0);
+	ck_assert_uint_eq((uintptr_t)mooncake_segment_base(seg) % gib, 0);
+	ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
+	ck_assert_uint_eq(info.alignment, gib);
+	mooncake_segment_destroy(seg);
+	assert_driver_balanced();
+}
+END_TEST
+
 START_TEST(test_a_handle_of_another_size_is_refused_before_the_driver)
 {
 	struct mooncake_segment *owner, *peer;
@@ -608,6 +628,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_placement_on_a_node_and_its_fallback, 0, 2);
 	tcase_add_loop_test(tc, test_automatic_placement_and_interleave_on_two_nodes, 0, 2);
 	tcase_add_test(tc, test_granularity_from_the_driver);
+	tcase_add_test(tc, test_the_reservation_has_the_declared_alignment);
 	tcase_add_test(tc, test_a_handle_of_another_size_is_refused_before_the_driver);
 	tcase_add_test(tc, test_a_forked_child_frees_only_its_memory);
 	suite_add_tcase(s, tc);

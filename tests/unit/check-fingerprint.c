@@ -35,6 +35,23 @@ START_TEST(test_changes_with_every_declared_field)
 	opt = test_options(4, 0, 1);
 	opt.hugetlb = true;
 	ck_assert_uint_ne(mc_fingerprint(name, TEST_SIZE, &opt), base);
+	opt = test_options(4, 0, 1);
+	opt.alignment = UINT64_C(2) << 20;
+	ck_assert_uint_ne(mc_fingerprint(name, TEST_SIZE, &opt), base);
+	opt.alignment = UINT64_C(64) << 10;
+	ck_assert_uint_ne(mc_fingerprint(name, TEST_SIZE, &opt), base);
+}
+END_TEST
+
+/* A declaration made before alignment existed keeps its fingerprint, and
+ * 4096 (what every mapping has) declares the same segment as the default. */
+START_TEST(test_default_alignment_keeps_the_fingerprint)
+{
+	struct mooncake_segment_options opt = test_options(4, 0, 1);
+
+	opt.alignment = 4096;
+	ck_assert_uint_eq(mc_fingerprint("cache|a:2:2x3:torch.float16:12", TEST_SIZE, &opt),
+			  base_fingerprint());
 }
 END_TEST
 
@@ -64,6 +81,13 @@ START_TEST(test_is_fnv1a_64_over_name_then_le_values)
 		for (int i = 0; i < 8; i++)
 			h = (h ^ (uint8_t)(values[v] >> (8 * i))) * UINT64_C(1099511628211);
 	ck_assert_uint_eq(mc_fingerprint("kv", 1234, &opt), h);
+	/* A declared alignment follows as doc/wire-format.md says: "alignment", then 8 bytes. */
+	opt.alignment = UINT64_C(2) << 20;
+	for (const char *p = "alignment"; *p; p++)
+		h = (h ^ (uint8_t)*p) * UINT64_C(1099511628211);
+	for (int i = 0; i < 8; i++)
+		h = (h ^ (uint8_t)(opt.alignment >> (8 * i))) * UINT64_C(1099511628211);
+	ck_assert_uint_eq(mc_fingerprint("kv", 1234, &opt), h);
 }
 END_TEST
 
@@ -74,6 +98,7 @@ Suite *suite_fingerprint(void)
 
 	tcase_add_test(tc, test_changes_with_every_declared_field);
 	tcase_add_test(tc, test_ignores_rank_device_and_local_tuning);
+	tcase_add_test(tc, test_default_alignment_keeps_the_fingerprint);
 	tcase_add_test(tc, test_is_fnv1a_64_over_name_then_le_values);
 	suite_add_tcase(s, tc);
 	return s;

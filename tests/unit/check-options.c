@@ -94,6 +94,21 @@ static void keep_options_without_name(struct mooncake_segment_options *opt)
 	opt->keep_flags = MOONCAKE_SEGMENT_KEEP_REPLACE;
 }
 
+static void alignment_not_power_of_two(struct mooncake_segment_options *opt)
+{
+	opt->alignment = 3 * 4096;
+}
+
+static void alignment_below_a_page(struct mooncake_segment_options *opt)
+{
+	opt->alignment = 2048;
+}
+
+static void alignment_above_1g(struct mooncake_segment_options *opt)
+{
+	opt->alignment = UINT64_C(2) << 30;
+}
+
 static void keep_mmap_off(struct mooncake_segment_options *opt)
 {
 	opt->keep_name = "kv";
@@ -211,6 +226,27 @@ static const struct rejection {
 	  .edit = keep_mmap_off,
 	  .err = EINVAL,
 	  .needle = "a kept segment is host memory" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = alignment_not_power_of_two,
+	  .err = EINVAL,
+	  .needle = "alignment must be 0 (the page size in use) or a power of two" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = alignment_below_a_page,
+	  .err = EINVAL,
+	  .needle = "from 4096 (4 KiB) to 1073741824 (1 GiB), got 2048" },
+	{ .world = 1,
+	  .rank = 0,
+	  .owner = 0,
+	  .size = TEST_SIZE,
+	  .edit = alignment_above_1g,
+	  .err = EINVAL,
+	  .needle = "got 2147483648" },
 };
 
 START_TEST(test_rejects_invalid_options)

@@ -117,6 +117,74 @@ START_TEST(test_two_ranks_share_pages_in_one_process)
 }
 END_TEST
 
+/* An explicit alignment holds for every rank's base (1 GiB: far above what
+ * an unaligned window would give by chance), and info() reports it. */
+START_TEST(test_every_rank_base_has_the_declared_alignment)
+{
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+	struct mooncake_segment_info info;
+	const uint64_t gib = UINT64_C(1) << 30;
+	int fds = count_fds(), maps = count_mappings();
+
+	o.alignment = p.alignment = gib;
+	ck_assert_int_eq(mooncake_segment_create("aligned", TEST_SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(
+		mooncake_segment_create("aligned", TEST_SIZE, &p, &peer, blobs + MOONCAKE_SEGMENT_BLOB_SIZE),
+		0);
+	ck_assert_uint_eq((uintptr_t)mooncake_segment_base(peer) % gib, 0); /* reserved at create */
+	ck_assert_int_eq(mooncake_segment_complete(owner, blobs, sizeof(blobs)), 0);
+	ck_assert_int_eq(mooncake_segment_complete(peer, blobs, sizeof(blobs)), 0);
+	ck_assert_uint_eq((uintptr_t)mooncake_segment_base(owner) % gib, 0);
+	ck_assert_uint_eq((uintptr_t)mooncake_segment_base(peer) % gib, 0);
+	fill_pattern(mooncake_segment_base(owner), TEST_SIZE, 7);
+	ck_assert(check_pattern(mooncake_segment_base(peer), TEST_SIZE, 7));
+	ck_assert_int_eq(mooncake_segment_get_info(peer, &info, sizeof(info)), 0);
+	ck_assert_uint_eq(info.alignment, gib);
+	/* Alignment moves the base; it adds no pages: the size is rounded to a page only. */
+	ck_assert_uint_lt(info.alloc_size, TEST_SIZE + info.page_size);
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_mappings(), maps);
+}
+END_TEST
+
+/* The default is the alignment a memfd segment always had: its huge page. */
+START_TEST(test_default_alignment_is_the_huge_page_size)
+{
+	struct mooncake_segment_options o = test_options(1, 0, 0);
+	struct mooncake_segment_info info;
+	struct mooncake_segment *seg;
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
+
+	ck_assert_int_eq(mooncake_segment_create("default-aligned", TEST_SIZE, &o, &seg, blob), 0);
+	ck_assert_int_eq(mooncake_segment_get_info(seg, &info, sizeof(info)), 0);
+	ck_assert_uint_eq(info.alignment, UINT64_C(2) << 20);
+	ck_assert_uint_eq((uintptr_t)mooncake_segment_base(seg) % info.alignment, 0);
+	mooncake_segment_destroy(seg);
+}
+END_TEST
+
+/* Ranks that declare different alignments never form a group. */
+START_TEST(test_ranks_with_other_alignments_fail_complete)
+{
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment_options o = test_options(2, 0, 0), p = test_options(2, 1, 0);
+	struct mooncake_segment *owner, *peer;
+
+	o.alignment = UINT64_C(64) << 10;
+	ck_assert_int_eq(mooncake_segment_create("misaligned", TEST_SIZE, &o, &owner, blobs), 0);
+	ck_assert_int_eq(mooncake_segment_create("misaligned", TEST_SIZE, &p, &peer,
+						 blobs + MOONCAKE_SEGMENT_BLOB_SIZE),
+			 0);
+	ck_assert_error(mooncake_segment_complete(peer, blobs, sizeof(blobs)), EINVAL, "alignment");
+	mooncake_segment_destroy(peer);
+	mooncake_segment_destroy(owner);
+}
+END_TEST
+
 START_TEST(test_complete_twice_is_ealready)
 {
 	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
@@ -487,6 +555,9 @@ Suite *suite_sharing(void)
 	tcase_add_test(one, test_log_callback_is_silent_by_default_and_routes_lines);
 	tcase_add_test(one, test_mapping_usage_counts_every_vma_of_a_split_mapping);
 	tcase_add_test(one, test_a_long_label_is_never_cut_inside_a_character);
+	tcase_add_test(one, test_every_rank_base_has_the_declared_alignment);
+	tcase_add_test(one, test_default_alignment_is_the_huge_page_size);
+	tcase_add_test(one, test_ranks_with_other_alignments_fail_complete);
 	tcase_add_test(many, test_four_processes_share_one_copy_owner_0);
 	tcase_add_test(many, test_four_processes_share_one_copy_owner_2);
 	tcase_add_test(many, test_owner_gone_before_import_is_esrch);

@@ -49,6 +49,7 @@ class SharedSegment:
         keep_sharing: int = ...,
         keep_gid: int = ...,
         keep_owner_uid: Optional[int] = ...,
+        alignment: int = ...,
     ) -> Tuple["SharedSegment", bytes]: ...
     @staticmethod
     def supported(mmap: bool = ..., host_register: bool = ..., hugetlb: bool = ...) -> bool: ...

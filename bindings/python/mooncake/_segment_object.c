@@ -197,13 +197,15 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 						"keep_sharing",
 						"keep_gid",
 						"keep_owner_uid",
+						"alignment",
 						NULL };
 	const char *name;
 	PyObject *size_obj, *world_obj, *rank_obj,
 		*owner_obj = NULL, *device_obj = NULL, *numa_obj = NULL, *threads_obj = NULL,
 		*huge_size_obj = NULL, *mmap_obj = NULL, *host_register_obj = NULL, *hugetlb_obj = NULL,
 		*populate_obj = NULL, *background_obj = NULL, *register_offset_obj = NULL,
-		*register_length_obj = NULL, *register_pause_obj = NULL, *slot_count_obj = NULL;
+		*register_length_obj = NULL, *register_pause_obj = NULL, *slot_count_obj = NULL,
+		*alignment_obj = NULL;
 	struct keep_arguments keep = { 0 };
 	int use_mmap = 1, host_register = 0, hugetlb = 0, populate = 0, background = 0;
 	struct mooncake_segment_options opt;
@@ -217,11 +219,12 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 
 	(void)cls;
 	if (!PyArg_ParseTupleAndKeywords(
-		    args, kwargs, "sOOO|OOOOO$OOOOOOOOOOOOOOO:create", (char **)keywords, &name, &size_obj,
+		    args, kwargs, "sOOO|OOOOO$OOOOOOOOOOOOOOOO:create", (char **)keywords, &name, &size_obj,
 		    &world_obj, &rank_obj, &owner_obj, &device_obj, &mmap_obj, &host_register_obj,
 		    &hugetlb_obj, &numa_obj, &threads_obj, &populate_obj, &huge_size_obj, &background_obj,
 		    &register_offset_obj, &register_length_obj, &register_pause_obj, &slot_count_obj,
-		    &keep.name, &keep.identity, &keep.flags, &keep.sharing, &keep.gid, &keep.owner_uid) ||
+		    &keep.name, &keep.identity, &keep.flags, &keep.sharing, &keep.gid, &keep.owner_uid,
+		    &alignment_obj) ||
 	    bool_argument(mmap_obj, "mmap", &use_mmap) < 0 ||
 	    bool_argument(host_register_obj, "host_register", &host_register) < 0 ||
 	    bool_argument(hugetlb_obj, "hugetlb", &hugetlb) < 0 ||
@@ -284,6 +287,12 @@ static PyObject *segment_create(PyObject *cls, PyObject *args, PyObject *kwargs)
 		if (int_argument(slot_count_obj, "slot_count", 0, MOONCAKE_SEGMENT_MAX_SLOTS, &u, NULL) < 0)
 			return NULL;
 		opt.slot_count = (uint32_t)u;
+	}
+	/* Its values are the library's to check (and name). */
+	if (alignment_obj) {
+		if (int_argument(alignment_obj, "alignment", 0, UINT64_MAX, &u, NULL) < 0)
+			return NULL;
+		opt.alignment = u;
 	}
 	if (keep_options(&keep, &opt) < 0)
 		return NULL;
@@ -798,15 +807,16 @@ static PyObject *segment_info(SegmentObject *self, PyObject *unused)
 	if (ret < 0)
 		return raise_library_error(ret);
 	return Py_BuildValue(
-		"{s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:I,s:s,s:s,s:s,s:i,s:i,s:K,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:K}",
+		"{s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:I,s:s,s:s,s:s,s:i,s:i,s:K,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:K}",
 		"size", (unsigned long long)info.size, "alloc_size", (unsigned long long)info.alloc_size,
-		"page_size", (unsigned long long)info.page_size, "resident_bytes",
-		(unsigned long long)info.resident_bytes, "huge_bytes", (unsigned long long)info.huge_bytes,
-		"commit_seconds", (double)info.commit_ns / 1e9, "register_seconds",
-		(double)info.register_ns / 1e9, "commit_threads", info.commit_threads, "backend",
-		info.backend, "commit_method", info.commit_method, "accelerator", info.accelerator,
-		"numa_node_requested", info.numa_node_requested, "numa_node", info.numa_node,
-		"numa_node_mask", (unsigned long long)info.numa_node_mask, "owner",
+		"alignment", (unsigned long long)info.alignment, "page_size",
+		(unsigned long long)info.page_size, "resident_bytes", (unsigned long long)info.resident_bytes,
+		"huge_bytes", (unsigned long long)info.huge_bytes, "commit_seconds",
+		(double)info.commit_ns / 1e9, "register_seconds", (double)info.register_ns / 1e9,
+		"commit_threads", info.commit_threads, "backend", info.backend, "commit_method",
+		info.commit_method, "accelerator", info.accelerator, "numa_node_requested",
+		info.numa_node_requested, "numa_node", info.numa_node, "numa_node_mask",
+		(unsigned long long)info.numa_node_mask, "owner",
 		(info.flags & MOONCAKE_SEGMENT_INFO_OWNER) ? Py_True : Py_False, "thp_advised",
 		(info.flags & MOONCAKE_SEGMENT_INFO_THP_ADVISED) ? Py_True : Py_False, "thp_fallback",
 		(info.flags & MOONCAKE_SEGMENT_INFO_THP_FALLBACK) ? Py_True : Py_False, "hugetlb",
@@ -831,9 +841,10 @@ static PyObject *segment_facts(SegmentObject *self, PyObject *unused)
 				"facts(): the segment is not complete yet: call complete() first");
 		return NULL;
 	}
-	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:s,s:s,s:O,s:O,s:O,s:O,s:O,s:K}", "size",
+	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:s,s:s,s:O,s:O,s:O,s:O,s:O,s:K}", "size",
 			     (unsigned long long)f->size, "alloc_size", (unsigned long long)f->alloc_size,
-			     "page_size", (unsigned long long)f->page_size, "device_addr",
+			     "alignment", (unsigned long long)f->alignment, "page_size",
+			     (unsigned long long)f->page_size, "device_addr",
 			     (unsigned long long)self->facts_device_addr, "backend", f->backend,
 			     "accelerator", f->accelerator, "owner",
 			     (f->flags & MOONCAKE_SEGMENT_INFO_OWNER) ? Py_True : Py_False, "hugetlb",
@@ -890,10 +901,11 @@ static PyMethodDef segment_methods[] = {
 	  "       hugetlb=False, *, numa_node=-1, commit_threads=0, populate_on_import=False,\n"
 	  "       hugetlb_page_size=0, background_commit=False, register_offset=0, register_length=0,\n"
 	  "       register_pause_us=0, slot_count=0, keep_name=None, keep_identity=None, keep_flags=0,\n"
-	  "       keep_sharing=0, keep_gid=0, keep_owner_uid=None) -> (SharedSegment, bytes)\n\n"
+	  "       keep_sharing=0, keep_gid=0, keep_owner_uid=None, alignment=0) -> (SharedSegment, bytes)\n\n"
 	  "Phase one; returns (segment, blob).  background_commit: the owner returns after the first\n"
 	  "chunk and commits the rest behind the readiness front (see wait_ready()).  keep_name: the\n"
-	  "owner takes the pages from the node keeper (mooncake-segmentd) under that name." },
+	  "owner takes the pages from the node keeper (mooncake-segmentd) under that name.  alignment:\n"
+	  "every rank's base is a multiple of it (0: the page size in use)." },
 	{ "supported", (PyCFunction)(void (*)(void))segment_supported,
 	  METH_VARARGS | METH_KEYWORDS | METH_STATIC,
 	  "supported(mmap=True, host_register=False, hugetlb=False) -> bool" },

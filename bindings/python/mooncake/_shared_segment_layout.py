@@ -17,8 +17,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from . import _segment
 from ._shared_segment_base import SharedSegmentError, _an_int, torch
 
-#: Every block starts on this boundary (relative to the segment's base).
+#: Every block starts on this boundary (relative to the segment's base) unless
+#: create_shared_segment(..., alignment=N) asks for more.
 alignment = 4096
+# alignment=N: a power of two in [4 KiB, 1 GiB], the C library's bounds.
+_MAX_ALIGNMENT = 1 << 30
 
 # Element sizes by torch's dtype name, so that layouts need no torch.  A torch
 # dtype is sized by itself (its itemsize, torch >= 2.1), so a dtype torch adds
@@ -238,10 +241,28 @@ def _align_up(value: int, align: int) -> int:
     return (value + align - 1) // align * align
 
 
+def _block_alignment(value: Any) -> int:
+    """The block alignment create's ``alignment=`` asks for: None is the module's 4096."""
+    if value is None:
+        return alignment
+    number = _an_int(value)
+    if number is None or number < alignment or number > _MAX_ALIGNMENT or number & (number - 1):
+        raise SharedSegmentError(
+            f"alignment must be a power of two from {alignment} (4 KiB) to {_MAX_ALIGNMENT} (1 GiB), got "
+            f"{value!r}: pass an int such as 2 << 20 (2 MiB), or None for the default {alignment}"
+        )
+    return int(number)
+
+
 def _build_layout(
     blocks: Mapping[str, Mapping[str, Any]],
+    block_alignment: int = alignment,
 ) -> Tuple[Dict[str, _BlockSpec], Dict[str, int], int, int, str]:
-    """Specs, offsets, stride, total and the layout tag, in sorted-name order."""
+    """Specs, offsets, stride, total and the layout tag, in sorted-name order.
+
+    Every block starts on a multiple of @block_alignment, so the stride and
+    the total are multiples of it too.
+    """
     if not isinstance(blocks, Mapping):
         raise SharedSegmentError("blocks must be a mapping of block name to {count, shape, dtype}")
     specs = {}
@@ -252,7 +273,7 @@ def _build_layout(
     offsets, offset = {}, 0
     for name, spec in specs.items():
         offsets[name] = offset
-        offset += _align_up(spec.nbytes, alignment)
+        offset += _align_up(spec.nbytes, block_alignment)
     stride = offset
     largest = max(specs, key=lambda name: specs[name].count)
     total = stride * specs[largest].count
@@ -270,13 +291,13 @@ def _build_layout(
     return specs, offsets, stride, total, tag
 
 
-# A declaration as ranks compare it: the name and, per block, (count, shape, dtype name).
-_Declaration = Tuple[str, Tuple[Tuple[str, int, Tuple[int, ...], str], ...]]
+# A declaration as ranks compare it: the name, per block (count, shape, dtype name), the block alignment.
+_Declaration = Tuple[str, Tuple[Tuple[str, int, Tuple[int, ...], str], ...], int]
 _MAX_LISTED_DIFFERENCES = 10
 
 
-def _declaration(name: str, specs: Mapping[str, _BlockSpec]) -> _Declaration:
-    return name, tuple((block, s.count, s.shape, s.dtype_name) for block, s in specs.items())
+def _declaration(name: str, specs: Mapping[str, _BlockSpec], block_alignment: int = alignment) -> _Declaration:
+    return name, tuple((block, s.count, s.shape, s.dtype_name) for block, s in specs.items()), block_alignment
 
 
 def _differences(mine: _Declaration, rank: int, theirs: _Declaration, their_rank: int) -> List[str]:
@@ -284,6 +305,8 @@ def _differences(mine: _Declaration, rank: int, theirs: _Declaration, their_rank
     found = []
     if mine[0] != theirs[0]:
         found.append(f"name {mine[0]!r} on rank {rank}, {theirs[0]!r} on rank {their_rank}")
+    if mine[2] != theirs[2]:
+        found.append(f"alignment {mine[2]} on rank {rank}, {theirs[2]} on rank {their_rank}")
     my_blocks = {block: fields for block, *fields in mine[1]}
     their_blocks = {block: fields for block, *fields in theirs[1]}
     for block in sorted(set(my_blocks) | set(their_blocks)):

@@ -47,7 +47,7 @@ import os
 import threading
 import weakref
 from concurrent.futures import Future
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 try:
     from . import _segment as _native  # relative: mooncake_segment may load this file under its own name
@@ -79,9 +79,11 @@ from ._shared_segment_group import (
     _select_comm_group,
 )
 from ._shared_segment_layout import _DTYPE_SIZES  # noqa: F401  # element sizes by torch's dtype name
-from ._shared_segment_layout import _BlockSpec, _build_layout, _Declaration, _declaration
+from ._shared_segment_layout import _block_alignment, _BlockSpec, _build_layout, _Declaration, _declaration
 from ._shared_segment_layout import alignment  # noqa: F401  # public, as upstream's module constant
 from ._shared_segment_keep import keep_options as _keep_options
+from ._shared_segment_ranges import hand_out as _hand_out
+from ._shared_segment_ranges import plan_ranges as _plan_ranges
 from ._shared_segment_slots import SegmentSlots, SlotClaim, _slot_count
 
 SlotClaim.__module__ = SegmentSlots.__module__ = __name__  # ours, not upstream's: outside __all__
@@ -322,8 +324,10 @@ class SharedSegment:
         device_id: int,
         host_group: Optional[_HostGroup] = None,
         slot_count: int = 0,
+        block_alignment: int = alignment,
     ) -> None:
         self._native = native
+        self._block_alignment = block_alignment
         self._slots = SegmentSlots(native, slot_count, device_id) if slot_count else None
         self._host_group = host_group
         self._specs = dict(specs)
@@ -531,8 +535,13 @@ class SharedSegment:
         the segment (tens of ms per GiB), without holding the GIL.  The host
         group: ``local_ranks`` (the comm_group ranks sharing this host's
         copy), ``local_owner`` (the one that owns it) and ``host_count``.
+        The alignment: ``alignment``, what this rank's base is a multiple of
+        (``alignment=`` at create, or by default the page size in use: the
+        HugeTLB page, or the THP size), and ``block_alignment``, what every
+        block's offset is a multiple of (``alignment=``, or 4096).
         """
         info = dict(self._native.info())
+        info["block_alignment"] = self._block_alignment
         if self._host_group is not None:
             info.update(self._host_group.info())
         return info
@@ -569,6 +578,44 @@ class SharedSegment:
             return bool(wait(offset, length, timeout))
         except RuntimeError as exc:
             raise _public_error(exc) from exc
+
+    def register_ranges(
+        self, max_bytes: int, align: Any = "block", *, ready_only: bool = False, timeout: Optional[float] = None
+    ) -> Iterator[Tuple[int, int]]:
+        """(address, length) pairs to register with an RDMA transfer engine (Mooncake Transfer Engine, NIXL).
+
+        The ranges cover the whole mapping in order, at this rank's
+        addresses, each at most ``max_bytes`` (the engine's largest memory
+        region) and made of whole pieces of ``align``: ``"block"`` (every
+        entry of every block, with its padding), ``"layer"`` (entry i of
+        every block: one stride) or a byte count (a multiple of 4096).  They
+        are packed greedily, so they are as few as the limit allows.  The
+        last range also holds the mapping's tail past the blocks (the rest of
+        the last page or huge page, so that a transfer touching it works),
+        or, where that does not fit, a range of its own.  A piece larger
+        than ``max_bytes`` is a SharedSegmentError naming it.
+
+        An iterator: each range is handed out once the readiness front has
+        passed it (:meth:`wait_ready`, ``timeout`` in seconds for each), so
+        with ``background=True`` an engine registers the first layers while
+        the rest commits; without it every range is ready at once.  With
+        ``ready_only=True`` it hands out only the ranges ready now and stops
+        at the first that is not, without waiting.
+        """
+        _check_flags({"ready_only": ready_only})
+        size = self.total_size()
+        alloc_size = getattr(self._native, "alloc_size", None)  # a native module of upstream's shape has none
+        ranges = _plan_ranges(
+            self._offsets,
+            self._stride,
+            size,
+            int(alloc_size()) if alloc_size is not None else size,
+            max_bytes,
+            align,
+        )
+        return _hand_out(
+            ranges, self.base_addr(), size, lambda: self.ready_bytes, self.wait_ready, bool(ready_only), timeout
+        )
 
     @property
     def slots(self) -> SegmentSlots:
@@ -667,6 +714,7 @@ def create_shared_segment(
     keep_sharing: str = "uid",
     keep_gid: Optional[int] = None,
     keep_owner: Optional[int] = None,
+    alignment: Optional[int] = None,
 ) -> SharedSegment:
     """Create one segment shared by ``world_size`` ranks; collective over ``comm_group``.
 
@@ -724,6 +772,16 @@ def create_shared_segment(
     uid's segment shared with this user.  Every rank passes the same
     ``keep*`` arguments.  Release it with ``mooncake-segment keep release``.
 
+    ``alignment`` (None: 4096, upstream's): every block's offset, hence
+    the stride and the size, and every rank's base address are multiples
+    of it, a power of two from 4096 to 1 GiB (2 MiB for an engine's
+    huge-page pool, 64 KiB for Ascend SVM registration).  Part of the
+    declaration: every rank passes the same, or every rank raises naming
+    it.  What it costs is padding only: the blocks' bytes rounded up to
+    it.  Without it the base still has the page size in use (the HugeTLB
+    page, or the THP size) and the blocks 4096.  For an RDMA transfer
+    engine, :meth:`SharedSegment.register_ranges` cuts the segment.
+
     Raises SharedSegmentError on every rank when any rank fails.  A failure
     of a background commit after create returned is every rank's too, at
     :meth:`SharedSegment.wait_ready`.
@@ -748,6 +806,7 @@ def create_shared_segment(
     stride = 0
     device = 0
     slot_count = 0
+    block_alignment = 4096
     error: Optional[BaseException] = None
     try:
         if alias_error:
@@ -770,12 +829,13 @@ def create_shared_segment(
         capability = _capability_error(mmap, host_register, hugetlb, device_id)
         if capability:
             raise SharedSegmentError(capability)
-        specs, offsets, stride, total, tag = _build_layout(blocks)
+        block_alignment = _block_alignment(alignment)
+        specs, offsets, stride, total, tag = _build_layout(blocks, block_alignment)
         front = _front_options(
             background, host_register, commit_threads, register_offset, register_length, register_pause_us, total
         )
         slot_count = _slot_count(slots, int(getattr(_native, "MAX_SLOTS", 0)) or 65536)
-        declaration = _declaration(name, specs)
+        declaration = _declaration(name, specs, block_alignment)
         device = _default_device_id() if device_id is None else device_id
     except Exception as exc:  # every local failure joins the consensus
         error = exc
@@ -801,6 +861,9 @@ def create_shared_segment(
             extra.update(front)
             if slot_count:
                 extra["slot_count"] = slot_count
+            # The default is not passed: a declaration without alignment keeps its fingerprint.
+            if block_alignment != 4096:
+                extra["alignment"] = block_alignment
             extra.update(keep_args)
             if hugetlb:
                 args.append(hugetlb)
@@ -824,4 +887,4 @@ def create_shared_segment(
     finish = getattr(native, "finish", None)  # a native module of upstream's shape has none
     if finish is not None:
         finish()
-    return SharedSegment(native, specs, offsets, stride, device, hosts, slot_count)
+    return SharedSegment(native, specs, offsets, stride, device, hosts, slot_count, block_alignment)

@@ -34,6 +34,7 @@ PRIVATE_PARTS = (
     "_shared_segment_front",
     "_shared_segment_slots",
     "_shared_segment_keep",
+    "_shared_segment_ranges",
 )
 
 
