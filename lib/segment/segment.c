@@ -557,13 +557,19 @@ static int attach_control(struct mooncake_segment *seg)
 }
 
 /* Peer: with background_commit, register behind the owner's front; without,
- * return as before only once every page is committed and registered. */
-static int follow_front(struct mooncake_segment *seg)
+ * return as before only once every page is committed and registered, or
+ * give up on an owner silent for the peer timeout since @heard_ms (the
+ * budget its socket left, guarantees.md): a stopped owner dies no death. */
+static int follow_front(struct mooncake_segment *seg, int64_t heard_ms)
 {
-	int err = 0;
+	char why[320];
+	int err = 0, silence_ms;
 
-	if (!seg->opt.background_commit)
-		err = mc_background_wait(seg, 0, seg->memory.alloc_size, -1);
+	if (!seg->opt.background_commit) {
+		silence_ms = mc_peer_timeout_ms(why, sizeof(why));
+		err = silence_ms < 0 ? mc_error(EINVAL, "%s", why)
+				     : mc_background_follow(seg, heard_ms, silence_ms);
+	}
 	if (!err && seg->opt.host_register)
 		err = register_mapping(seg);
 	return err;
@@ -613,6 +619,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 				seg->opt.owner_rank);
 
 	if (!seg->memory.is_owner) {
+		int64_t heard_ms = mc_now_ms(); /* since when the owner is silent: one budget */
 		struct mc_owner_ref ref = {
 			.pid = owner.pid,
 			.uid = owner.uid,
@@ -620,6 +627,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			.net_namespace = owner.net_namespace,
 			.handle = owner.handle,
 			.handle_bytes = owner.handle_bytes,
+			.heard_ms = &heard_ms,
 		};
 
 		seg->keep.warm = (owner.flags & MC_BLOB_FLAG_WARM) != 0;
@@ -633,7 +641,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 		if (!err)
 			err = attach_control(seg);
 		if (!err)
-			err = follow_front(seg);
+			err = follow_front(seg, heard_ms);
 		if (!err)
 			err = mc_slots_start(seg);
 		if (err) {
@@ -745,6 +753,8 @@ MC_EXPORT int mooncake_segment_wait_ready(struct mooncake_segment *seg, uint64_t
 			(unsigned long long)offset, (unsigned long long)length,
 			(unsigned long long)seg->size);
 	end = length ? offset + length : seg->size;
+	if (end <= offset)
+		return 0; /* [size, size): an empty range is ready, as in Python */
 	return mc_background_wait(seg, offset, end, timeout_ms < 0 ? -1 : timeout_ms);
 }
 
