@@ -26,8 +26,12 @@
 #include "base/tracked-fd.h"
 #include "mooncake/segment.h"
 
-#define MC_CONTROL_MAGIC   UINT32_C(0x5443434D) /* bytes "MCCT" */
-#define MC_CONTROL_VERSION 1
+#define MC_CONTROL_MAGIC UINT32_C(0x5443434D) /* bytes "MCCT" */
+/* 2: the error's sentence grew from 256 to 1024 bytes (a cgroup ENOMEM with its
+ * path and fix did not fit). */
+#define MC_CONTROL_VERSION 2
+/* The bytes of the first error's sentence, NUL included. */
+#define MC_CONTROL_MESSAGE_BYTES 1024
 
 /* How long a waiter sleeps on the word before it checks that the owner still
  * lives (its death changes no word): a dead owner is noticed within this. */
@@ -81,7 +85,7 @@ struct mc_control {
 	uint64_t commit_ns;	    /* the whole commit, once committed */
 	uint32_t slot_count;	    /* publish slots, after ranks[] at a 64-byte boundary */
 	uint32_t reserved;
-	char message[256];	     /* the first error's sentence */
+	char message[MC_CONTROL_MESSAGE_BYTES]; /* the first error's sentence */
 	pthread_mutex_t owner_alive; /* robust, process-shared: held by the owner's commit thread */
 	struct mc_control_rank ranks[];
 };
