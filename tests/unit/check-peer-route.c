@@ -1248,7 +1248,7 @@ static int stopped_peer_rank(struct group_rank *self, void *arg)
 	RANK_CHECK(mooncake_segment_create("stopped-peer", SIZE, &opt, &seg, blob) == 0);
 	RANK_CHECK(group_allgather(self, blob, BLOB, blobs) == 0);
 	if (self->rank == 1) {
-		raise(SIGSTOP); /* rank 2 continues it once the others are done */
+		kill(getpid(), SIGSTOP); /* rank 2 continues it once the others are done */
 		clock_gettime(CLOCK_MONOTONIC, &start);
 		ret = mooncake_segment_complete(seg, blobs, sizeof(blobs));
 		results->waited_ms[1] = elapsed_ms(&start);
