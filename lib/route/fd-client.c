@@ -185,7 +185,7 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 	return -1;
 }
 
-int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, int64_t *heard_ms,
+int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, int64_t *silent_since_ms,
 			 struct mc_fd_client_result *r)
 {
 	struct mc_tracked_fd tracking;
@@ -203,7 +203,9 @@ int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, int64_t
 	}
 	/* One budget for complete()'s waits on a silent owner: a second request
 	 * after a first that got no answer waits only for what is left of it. */
-	deadline = (heard_ms ? *heard_ms : mc_now_ms()) + ms;
+	if (silent_since_ms && !*silent_since_ms)
+		*silent_since_ms = mc_now_ms();
+	deadline = (silent_since_ms ? *silent_since_ms : mc_now_ms()) + ms;
 	/* The owner may take its time: let fork() in meanwhile; the connection
 	 * is tracked (a child closes its copy), and the descriptor itself
 	 * arrives only once the registry is ours again. */
@@ -223,8 +225,8 @@ int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, int64_t
 		mc_fd_untrack_held(&tracking);
 	if (r->failure == MC_FD_CLIENT_OK) {
 		fd = take_reply(s, h, r);
-		if (heard_ms && r->status >= 0)
-			*heard_ms = mc_now_ms(); /* it answered: it runs */
+		if (silent_since_ms && r->status >= 0)
+			*silent_since_ms = 0; /* it answered: it runs */
 	}
 	if (s >= 0)
 		close(s);

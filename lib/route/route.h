@@ -24,9 +24,11 @@ struct mc_owner_ref {
 	const uint8_t *handle;	/* what the owner's backend exported */
 	uint16_t handle_bytes;
 	/* complete(): since when the owner has been silent (mc_now_ms()), one
-	 * budget for every wait on it; an answer on its socket sets it to now.
-	 * NULL: each socket wait has the whole peer timeout. */
-	int64_t *heard_ms;
+	 * budget for the waits on it in a row; 0: it answered last, and the next
+	 * wait starts the clock (this rank's own work never counts).  An answer
+	 * on its socket sets it to 0.  NULL: each socket wait has the whole
+	 * peer timeout. */
+	int64_t *silent_since_ms;
 };
 
 /* One descriptor of the owner's: where it is, which file it must be, and

@@ -316,7 +316,7 @@ int mc_background_wait(struct mooncake_segment *seg, uint64_t offset, uint64_t e
 	}
 }
 
-int mc_background_follow(struct mooncake_segment *seg, int64_t heard_ms, int silence_ms)
+int mc_background_follow(struct mooncake_segment *seg, int64_t silent_since_ms, int silence_ms)
 {
 	struct mc_control *c = seg->control.area;
 	uint64_t seen;
@@ -325,6 +325,8 @@ int mc_background_follow(struct mooncake_segment *seg, int64_t heard_ms, int sil
 		return 0;
 	/* The first look is no progress: the owner may have stopped before it. */
 	seen = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
+	if (!silent_since_ms)
+		silent_since_ms = mc_now_ms();
 	for (;;) {
 		uint32_t seq = mc_control_seq(c);
 		int state = front_state(seg, c->alloc_size);
@@ -337,9 +339,9 @@ int mc_background_follow(struct mooncake_segment *seg, int64_t heard_ms, int sil
 			continue; /* the front failed: say so */
 		if (committed != seen) {
 			seen = committed;
-			heard_ms = now; /* it moved: the owner runs */
+			silent_since_ms = now; /* it moved: the owner runs */
 		}
-		left = heard_ms + silence_ms - now;
+		left = silent_since_ms + silence_ms - now;
 		if (left <= 0)
 			return mc_error(
 				ETIMEDOUT,

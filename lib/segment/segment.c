@@ -558,9 +558,10 @@ static int attach_control(struct mooncake_segment *seg)
 
 /* Peer: with background_commit, register behind the owner's front; without,
  * return as before only once every page is committed and registered, or
- * give up on an owner silent for the peer timeout since @heard_ms (the
- * budget its socket left, guarantees.md): a stopped owner dies no death. */
-static int follow_front(struct mooncake_segment *seg, int64_t heard_ms)
+ * give up on an owner silent for the peer timeout, counted from
+ * @silent_since_ms (what its socket left of the budget; 0: from now),
+ * guarantees.md: a stopped owner dies no death. */
+static int follow_front(struct mooncake_segment *seg, int64_t silent_since_ms)
 {
 	char why[320];
 	int err = 0, silence_ms;
@@ -568,7 +569,7 @@ static int follow_front(struct mooncake_segment *seg, int64_t heard_ms)
 	if (!seg->opt.background_commit) {
 		silence_ms = mc_peer_timeout_ms(why, sizeof(why));
 		err = silence_ms < 0 ? mc_error(EINVAL, "%s", why)
-				     : mc_background_follow(seg, heard_ms, silence_ms);
+				     : mc_background_follow(seg, silent_since_ms, silence_ms);
 	}
 	if (!err && seg->opt.host_register)
 		err = register_mapping(seg);
@@ -619,7 +620,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 				seg->opt.owner_rank);
 
 	if (!seg->memory.is_owner) {
-		int64_t heard_ms = mc_now_ms(); /* since when the owner is silent: one budget */
+		int64_t silent_since_ms = 0; /* the owner's silence, one budget (route.h) */
 		struct mc_owner_ref ref = {
 			.pid = owner.pid,
 			.uid = owner.uid,
@@ -627,7 +628,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			.net_namespace = owner.net_namespace,
 			.handle = owner.handle,
 			.handle_bytes = owner.handle_bytes,
-			.heard_ms = &heard_ms,
+			.silent_since_ms = &silent_since_ms,
 		};
 
 		seg->keep.warm = (owner.flags & MC_BLOB_FLAG_WARM) != 0;
@@ -641,7 +642,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 		if (!err)
 			err = attach_control(seg);
 		if (!err)
-			err = follow_front(seg, heard_ms);
+			err = follow_front(seg, silent_since_ms);
 		if (!err)
 			err = mc_slots_start(seg);
 		if (err) {
