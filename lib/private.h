@@ -160,7 +160,7 @@ struct mc_front_view {
 	bool owner_died;	    /* committing, but the owner's commit thread died (no rank noticed yet) */
 	uint64_t commit_ns;	    /* the whole commit, once committed */
 	uint64_t commit_started_ns; /* the owner's CLOCK_MONOTONIC when it created the area */
-	char message[256];	    /* failed: the error's sentence */
+	char message[1024];	    /* failed: the error's sentence (the control area's, whole) */
 };
 
 /* Read the control area open at @fd (a segment's companion memfd, named

@@ -11,7 +11,12 @@
  * --kill-owner-at-half the owner SIGKILLs itself once the front passes half
  * the segment: every peer's wait must fail, with the library's error, within
  * 2 s of the kill; the peers report through a shared page, since the group's
- * all-gathers end with the owner.
+ * all-gathers end with the owner.  With --stop-owner-at-half the owner
+ * SIGSTOPs itself there instead (a debugger, docker pause, a cgroup
+ * freezer): every peer's wait_ready with a 2 s timeout must end with
+ * -ETIMEDOUT within its timeout, the front standing still; the last peer
+ * to report continues the owner (SIGCONT), and every rank then sees the
+ * whole segment ready.
  *
  * --alignment A: each rank's block (the size over the ranks) is padded to A
  * and the segment declares it (options.alignment), as an engine's pool of
@@ -44,6 +49,11 @@ struct kill_report {
 	int32_t err;	   /* wait_ready's return */
 	int64_t after_ns;  /* from the owner's kill to the wait's return */
 	char message[512]; /* mooncake_segment_last_error() */
+	/* --stop-owner-at-half: the front before and after the wait, how long it
+	 * waited, and the wait for the whole once the owner was continued. */
+	uint64_t front_before, front_after;
+	int64_t waited_ns;
+	int32_t resumed_err;
 };
 
 struct demo_config {
@@ -55,14 +65,21 @@ struct demo_config {
 	bool hugetlb;
 	bool background;
 	bool kill_owner_at_half;
+	bool stop_owner_at_half;
 	struct kill_report *kills; /* shared with the ranks: one per rank, and the kill's time */
-	volatile int64_t *kill_ns; /* CLOCK_MONOTONIC of the owner's SIGKILL; 0: none */
+	volatile int64_t *kill_ns; /* CLOCK_MONOTONIC of the owner's SIGKILL (SIGSTOP); 0: none */
+	int32_t *owner_pid;	   /* --stop-owner-at-half: whom the last peer continues */
+	int32_t *reported;	   /* ... and how many peers have reported */
 };
 
 /* A peer's wait may take this long after the owner's death (issue 24's acceptance). */
 #define KILL_NOTICE_MS 2000
 /* ... and is given this long before it counts as a hang. */
 #define KILL_WAIT_MS 10000
+/* A peer's timeout on a stopped owner (--stop-owner-at-half), and the slack
+ * past it before the wait counts as one that ignored its timeout. */
+#define STOP_WAIT_MS  2000
+#define STOP_SLACK_MS 1000
 
 /* What each rank reports to rank 0 for the table. */
 struct rank_report {
@@ -279,6 +296,68 @@ static int kill_owner_at_half(const struct demo_config *cfg, struct mooncake_seg
 	return 1; /* not reached */
 }
 
+/* --stop-owner-at-half, the owner: SIGSTOP itself once the front passes
+ * half the segment; continued by the last peer, wait for the whole. */
+static int stop_owner_at_half(const struct demo_config *cfg, struct mooncake_segment *seg)
+{
+	uint64_t half = mooncake_segment_alloc_size(seg) / 2;
+
+	if (mooncake_segment_wait_ready(seg, 0, half, KILL_WAIT_MS) != 0) {
+		fprintf(stderr, "%s demo: the owner's commit did not reach half the segment: %s\n", PROGRAM,
+			mooncake_segment_last_error());
+		return 1;
+	}
+	if (mooncake_segment_ready_bytes(seg) >= mooncake_segment_alloc_size(seg)) {
+		fprintf(stderr,
+			"%s demo: the owner's commit finished before it could be stopped half way; "
+			"use a larger --size\n",
+			PROGRAM);
+		return 1;
+	}
+	fflush(NULL);
+	__atomic_store_n(cfg->owner_pid, (int32_t)getpid(), __ATOMIC_RELEASE);
+	__atomic_store_n(cfg->kill_ns, (int64_t)mc_now_ns(), __ATOMIC_RELEASE);
+	kill(getpid(), SIGSTOP);
+	if (mooncake_segment_wait_ready(seg, 0, 0, KILL_WAIT_MS) != 0) {
+		fprintf(stderr, "%s demo: the owner, continued: %s\n", PROGRAM,
+			mooncake_segment_last_error());
+		return 1;
+	}
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+/* --stop-owner-at-half, a peer: a wait with a timeout on the stopped owner
+ * ends with -ETIMEDOUT in time, the front still; the last peer to report
+ * continues the owner, and every peer then waits for the whole. */
+static int wait_for_stopped_owner(struct group_rank *self, const struct demo_config *cfg,
+				  struct mooncake_segment *seg)
+{
+	struct kill_report *k = &cfg->kills[self->rank];
+	uint64_t start;
+	int32_t owner;
+
+	/* The owner stops once the front passes half: wait for that, bounded. */
+	for (int i = 0; i < KILL_WAIT_MS && !__atomic_load_n(cfg->kill_ns, __ATOMIC_ACQUIRE); i++)
+		usleep(1000);
+	usleep(10000); /* its SIGSTOP lands */
+	k->front_before = mooncake_segment_ready_bytes(seg);
+	start = mc_now_ns();
+	k->err = mooncake_segment_wait_ready(seg, 0, 0, STOP_WAIT_MS);
+	k->waited_ns = (int64_t)(mc_now_ns() - start);
+	k->front_after = mooncake_segment_ready_bytes(seg);
+	snprintf(k->message, sizeof(k->message), "%s", mooncake_segment_last_error());
+	if (__atomic_add_fetch(cfg->reported, 1, __ATOMIC_ACQ_REL) == (int32_t)self->world_size - 1) {
+		owner = __atomic_load_n(cfg->owner_pid, __ATOMIC_ACQUIRE);
+		if (owner > 0)
+			kill(owner, SIGCONT);
+	}
+	k->resumed_err = mooncake_segment_wait_ready(seg, 0, 0, KILL_WAIT_MS);
+	__atomic_store_n(&k->done, 1, __ATOMIC_RELEASE);
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
 /* --kill-owner-at-half, a peer: wait for the whole, which must fail within
  * KILL_NOTICE_MS of the owner's death; the report goes into the shared page. */
 static int wait_for_dead_owner(struct group_rank *self, const struct demo_config *cfg,
@@ -459,6 +538,13 @@ static int demo_rank(struct group_rank *self, void *arg)
 			return self->rank == cfg->owner ? kill_owner_at_half(cfg, seg)
 							: wait_for_dead_owner(self, cfg, seg);
 		}
+		if (cfg->stop_owner_at_half) {
+			/* ... or stops, and is continued once every peer's wait has ended. */
+			if (group_barrier(self) != 0)
+				return lost_group(self);
+			return self->rank == cfg->owner ? stop_owner_at_half(cfg, seg)
+							: wait_for_stopped_owner(self, cfg, seg);
+		}
 		ret = exchange_background(self, cfg, seg, base, t0, &mine);
 	} else {
 		ret = exchange_bytes(self, cfg, base, &mine);
@@ -493,7 +579,7 @@ static void demo_usage(FILE *out)
 {
 	fprintf(out,
 		"Usage: %s demo [--ranks N] [--size SIZE] [--owner RANK] [--hugetlb] [--alignment A]\n"
-		"                        [--background [--kill-owner-at-half]]\n\n"
+		"                        [--background [--kill-owner-at-half | --stop-owner-at-half]]\n\n"
 		"Fork N ranks (default 4) that share one segment (default 256M) and show that the\n"
 		"group holds one physical copy: per rank its base address, RSS and PSS.\n\n"
 		"  --background          the owner commits behind a readiness front: each rank uses\n"
@@ -502,6 +588,10 @@ static void demo_usage(FILE *out)
 		"  --kill-owner-at-half  with --background: SIGKILL the owner once half is committed;\n"
 		"                        every peer's wait must fail within 2 s (exit 1 if one hangs\n"
 		"                        or succeeds)\n"
+		"  --stop-owner-at-half  with --background: SIGSTOP the owner once half is committed;\n"
+		"                        every peer's wait_ready(timeout 2 s) must end with ETIMEDOUT\n"
+		"                        in time, the front still; then the owner is continued and\n"
+		"                        every rank sees the whole ready (exit 1 otherwise)\n"
 		"  --alignment A         pad each rank's block to A (4K..1G, a power of two, e.g. 2M)\n"
 		"                        and declare it: the summary shows the padding it costs\n",
 		PROGRAM);
@@ -544,12 +634,62 @@ static bool report_peer(uint32_t r, const struct kill_report *k, int code, bool 
 	return ok;
 }
 
-/* --kill-owner-at-half: the ranks report through a page shared with this
- * process; 0 when the owner died by the SIGKILL and every peer's wait
- * failed within KILL_NOTICE_MS. */
+/* One peer's line of the stop run; false when its wait ignored its timeout,
+ * succeeded, saw the front move, or the whole was not ready once continued. */
+static bool report_stopped_peer(uint32_t r, const struct kill_report *k, int code, bool stopped)
+{
+	bool in_time = k->waited_ns <= (int64_t)(STOP_WAIT_MS + STOP_SLACK_MS) * 1000000;
+	bool ok = k->done && stopped && k->err == -ETIMEDOUT && in_time &&
+		  k->front_after == k->front_before && k->resumed_err == 0;
+
+	if (!k->done) {
+		printf("rank %u: no report (exit status %d)\n", r, code);
+		return false;
+	}
+	printf("rank %u: wait_ready(timeout %d ms) returned %d (%s) after %.1f ms, the front at %" PRIu64
+	       " then %" PRIu64 " bytes; once continued: %s%s\n",
+	       r, STOP_WAIT_MS, k->err, k->err ? strerror(-k->err) : "ready", (double)k->waited_ns / 1e6,
+	       k->front_before, k->front_after, k->resumed_err ? strerror(-k->resumed_err) : "all ready",
+	       ok	  ? ""
+	       : !stopped ? "  FAILED: the owner was not stopped"
+			  : "  FAILED");
+	return ok;
+}
+
+/* The stop run's lines and exit status (demo_kill's shared page is unmapped here). */
+static int stop_verdict(const struct demo_config *cfg, int err, const int *codes, void *shared, size_t bytes)
+{
+	bool stopped = *cfg->kill_ns != 0 && codes[cfg->owner] == 0;
+	uint32_t failed = 0;
+	char a[32];
+
+	printf("%s demo: %u ranks, one %s segment committing in the background; owner rank %u %s\n", PROGRAM,
+	       cfg->ranks, format_size(cfg->size, a, sizeof(a)), cfg->owner,
+	       stopped ? "SIGSTOPped once half was committed, then continued"
+		       : "was NOT stopped and continued");
+	for (uint32_t r = 0; r < cfg->ranks; r++)
+		if (r != cfg->owner && !report_stopped_peer(r, &cfg->kills[r], codes[r], stopped))
+			failed++;
+	if (err == -ETIMEDOUT)
+		printf("the ranks did not finish in time\n");
+	if (!stopped || failed || err)
+		printf("FAILED: %u of %u peers' waits on the stopped owner did not end in time with the front "
+		       "still, or the whole was not ready after\n",
+		       failed, cfg->ranks - 1);
+	else
+		printf("every peer's wait on the stopped owner ended in time (ETIMEDOUT, the front still); "
+		       "continued, the owner committed the rest\n");
+	munmap(shared, bytes);
+	return !stopped || failed || err ? 1 : 0;
+}
+
+/* --kill-owner-at-half (--stop-owner-at-half): the ranks report through a
+ * page shared with this process; 0 when the owner died by the SIGKILL and
+ * every peer's wait failed within KILL_NOTICE_MS (when every peer's wait
+ * on the stopped owner ended in time and the whole was ready once it went on). */
 static int demo_kill(struct demo_config *cfg)
 {
-	size_t bytes = sizeof(int64_t) + (size_t)cfg->ranks * sizeof(struct kill_report);
+	size_t bytes = 2 * sizeof(int64_t) + (size_t)cfg->ranks * sizeof(struct kill_report);
 	int codes[MAX_RANKS], err;
 	uint32_t failed = 0;
 	bool killed;
@@ -561,13 +701,17 @@ static int demo_kill(struct demo_config *cfg)
 		return 1;
 	}
 	cfg->kill_ns = shared;
-	cfg->kills = (struct kill_report *)(void *)((char *)shared + sizeof(int64_t));
+	cfg->owner_pid = (int32_t *)(void *)((char *)shared + sizeof(int64_t));
+	cfg->reported = cfg->owner_pid + 1;
+	cfg->kills = (struct kill_report *)(void *)((char *)shared + 2 * sizeof(int64_t));
 	fflush(stdout);
 	err = group_run(cfg->ranks, demo_rank, cfg, 120000, codes);
 	if (err && err != -ETIMEDOUT) {
 		munmap(shared, bytes);
 		return cannot_start(cfg, err);
 	}
+	if (cfg->stop_owner_at_half)
+		return stop_verdict(cfg, err, codes, shared, bytes);
 	killed = *cfg->kill_ns != 0 && codes[cfg->owner] == 128 + SIGKILL;
 	printf("%s demo: %u ranks, one %s segment committing in the background; owner rank %u %s\n", PROGRAM,
 	       cfg->ranks, format_size(cfg->size, a, sizeof(a)), cfg->owner,
@@ -596,11 +740,14 @@ int cmd_demo(int argc, char **argv)
 		{ "hugetlb", no_argument, NULL, 'H' },
 		{ "background", no_argument, NULL, 'B' },
 		{ "kill-owner-at-half", no_argument, NULL, 'K' },
+		{ "stop-owner-at-half", no_argument, NULL, 'S' },
 		{ "alignment", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct demo_config cfg = { 4, 0, UINT64_C(256) << 20, 0, 0, false, false, false, NULL, NULL };
+	struct demo_config cfg = {
+		4, 0, UINT64_C(256) << 20, 0, 0, false, false, false, false, NULL, NULL, NULL, NULL
+	};
 	int codes[MAX_RANKS], c, ret = 0, err;
 	uint64_t v;
 
@@ -639,6 +786,9 @@ int cmd_demo(int argc, char **argv)
 		case 'K':
 			cfg.kill_owner_at_half = true;
 			break;
+		case 'S':
+			cfg.stop_owner_at_half = true;
+			break;
 		case 'A':
 			if (!parse_size(optarg, &cfg.alignment) || (cfg.alignment & (cfg.alignment - 1)) ||
 			    cfg.alignment < MOONCAKE_SEGMENT_MIN_ALIGNMENT ||
@@ -668,16 +818,7 @@ int cmd_demo(int argc, char **argv)
 			PROGRAM);
 		return 2;
 	}
-	/* Each rank's block padded to the alignment: the segment is that many blocks. */
-	cfg.requested = cfg.size;
-	if (cfg.alignment) {
-		uint64_t block = cfg.size / cfg.ranks / STRIDE * STRIDE;
-
-		block = (block + cfg.alignment - 1) / cfg.alignment * cfg.alignment;
-		cfg.size = (block ? block : cfg.alignment) * cfg.ranks;
-	}
-	if (cfg.kill_owner_at_half)
-		return demo_kill(&cfg);
+	return demo_kill(&cfg);
 	fflush(stdout);
 	err = group_run(cfg.ranks, demo_rank, &cfg, 600000, codes);
 	if (err == -ETIMEDOUT) {

@@ -131,7 +131,11 @@ void mooncake_segment_options_init(struct mooncake_segment_options *opt);
 /**
  * Phase one.  Validates @opt; the owner allocates, places and commits every
  * page of the segment before this returns (lack of memory is an error here,
- * never a SIGBUS later); a non-owner reserves an address window.  On success
+ * never a SIGBUS later), or with background_commit only the first chunk
+ * (the rest commits behind the readiness front, below: lack of memory found
+ * there is the commit's error, which every rank's wait_ready() and a
+ * blocking peer's complete() report, never a SIGBUS); a non-owner reserves
+ * an address window.  On success
  * *@out owns a new segment (free it with mooncake_segment_destroy()) and
  * @blob holds this rank's MOONCAKE_SEGMENT_BLOB_SIZE bytes.  On failure
  * nothing is allocated and *@out and @blob are left untouched.
@@ -157,7 +161,8 @@ void mooncake_segment_options_init(struct mooncake_segment_options *opt);
  *           mmap or with a device_id the runtime does not have, a NUMA node
  *           that does not exist, an unsupported hugetlb page size, an
  *           alignment that is not 0 or a power of two in
- *           [MOONCAKE_SEGMENT_MIN_ALIGNMENT, MOONCAKE_SEGMENT_MAX_ALIGNMENT]
+ *           [MOONCAKE_SEGMENT_MIN_ALIGNMENT, MOONCAKE_SEGMENT_MAX_ALIGNMENT],
+ *           slot_count above MOONCAKE_SEGMENT_MAX_SLOTS
  *  -ENOTSUP a capability this build or host lacks (VMM, host registration,
  *           HugeTLB, an accelerator runtime)
  *  -ENOMEM  not enough memory, address space, memory cgroup room or HugeTLB pages
@@ -191,7 +196,19 @@ int mooncake_segment_create(const char *name, uint64_t size, const struct moonca
  *            each host's ranks a segment of their own: world_size, rank_id
  *            and owner_rank counted on the host, only its blobs here)
  *  -EALREADY complete already succeeded on this segment
- *  -ESRCH    the owner process is gone or has already called finish()
+ *  -ESRCH    the owner process is gone or has already called finish(), or
+ *            (a blocking peer of a background_commit owner) it died while
+ *            committing
+ *  -ETIMEDOUT the owner is silent: stopped (SIGSTOP, a debugger, a frozen
+ *            container) or stuck.  complete() never waits on the owner for
+ *            longer than MOONCAKE_SEGMENT_PEER_TIMEOUT_MS (10 s) in all: its
+ *            socket's answer, then (a blocking peer of a background_commit
+ *            owner) each move of its front.  A stopped owner whose pages
+ *            /proc still opens is no error: complete() maps them after
+ *            that one wait
+ *  -ECANCELED (a blocking peer of a background_commit owner) the owner
+ *            destroyed the segment while committing it
+ *  -ENOMEM, -ENOSPC (the same) the owner's background commit failed
  *  -EACCES   the owner's pages cannot be opened: another user, a ptrace
  *            restriction or separate PID namespaces (the message names which)
  *  -ENOMEM, -EMFILE, -EIO as for create
@@ -216,7 +233,13 @@ int mooncake_segment_finish(struct mooncake_segment *seg);
  */
 void mooncake_segment_destroy(struct mooncake_segment *seg);
 
-/** True once complete() succeeded; false for NULL. */
+/**
+ * True once complete() succeeded on this rank (the pages are mapped, the
+ * segment is usable); false for NULL.  It says nothing of the readiness
+ * front: with background_commit it is true while most pages are still
+ * being committed; ask mooncake_segment_ready_bytes() or wait_ready() for
+ * that.
+ */
 bool mooncake_segment_ready(const struct mooncake_segment *seg);
 
 /** This rank's base address, valid from create() on (reserved until complete()). */
@@ -338,8 +361,12 @@ const char *mooncake_segment_version(void);
 /**
  * Wait until bytes [@offset, @offset + @length) of @seg (@length 0: to the
  * end) are committed, and registered on this rank where it registers them.
+ * An empty range (@offset == size, @length 0) is ready: 0 at once.
  * Sleeps on the shared word (a futex), never spins.  @timeout_ms < 0: no
- * limit.  May run concurrently with itself and the getters.
+ * limit (then only the owner's death, its destroy or the commit's error
+ * ends the wait: an owner stopped with SIGSTOP holds it until SIGCONT, so
+ * give a timeout where that matters).  May run concurrently with itself
+ * and the getters.
  *
  * Returns 0 or:
  *  -ETIMEDOUT the range was not ready within @timeout_ms

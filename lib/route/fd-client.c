@@ -33,7 +33,7 @@
 #define HANGUP_WAIT_MS 1000
 
 /* The peer's timeout in ms, or -1 (with @why) for a value that is not one. */
-static int timeout_ms(char *why, size_t why_size)
+int mc_peer_timeout_ms(char *why, size_t why_size)
 {
 	uint64_t ms;
 
@@ -185,7 +185,8 @@ static int take_reply(int s, const struct mc_peer_fd *h, struct mc_fd_client_res
 	return -1;
 }
 
-int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, struct mc_fd_client_result *r)
+int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, int64_t *silent_since_ms,
+			 struct mc_fd_client_result *r)
 {
 	struct mc_tracked_fd tracking;
 	int64_t deadline;
@@ -194,13 +195,17 @@ int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, struct 
 	memset(r, 0, sizeof(*r));
 	r->status = -1;
 	mc_fd_socket_name(h->socket_id, r->socket_name, sizeof(r->socket_name));
-	ms = timeout_ms(r->why, sizeof(r->why));
+	ms = mc_peer_timeout_ms(r->why, sizeof(r->why));
 	r->timeout_ms = ms;
 	if (ms < 0) {
 		r->failure = MC_FD_CLIENT_BAD_SETTING;
 		return -1;
 	}
-	deadline = mc_now_ms() + ms;
+	/* One budget for complete()'s waits on a silent owner: a second request
+	 * after a first that got no answer waits only for what is left of it. */
+	if (silent_since_ms && !*silent_since_ms)
+		*silent_since_ms = mc_now_ms();
+	deadline = (silent_since_ms ? *silent_since_ms : mc_now_ms()) + ms;
 	/* The owner may take its time: let fork() in meanwhile; the connection
 	 * is tracked (a child closes its copy), and the descriptor itself
 	 * arrives only once the registry is ours again. */
@@ -218,8 +223,11 @@ int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, struct 
 	mc_fd_track_resume();
 	if (s >= 0)
 		mc_fd_untrack_held(&tracking);
-	if (r->failure == MC_FD_CLIENT_OK)
+	if (r->failure == MC_FD_CLIENT_OK) {
 		fd = take_reply(s, h, r);
+		if (silent_since_ms && r->status >= 0)
+			*silent_since_ms = 0; /* it answered: it runs */
+	}
 	if (s >= 0)
 		close(s);
 	return fd;

@@ -86,7 +86,11 @@ struct mc_fd_client_result {
  * between mc_fd_track_begin() and _end() (it pauses the registry while it
  * waits).  @owner_pid: the pid the listener must have (SO_PEERCRED) before
  * the token is sent, 0 when this rank cannot tell (another PID namespace).
+ * @silent_since_ms (may be NULL; mc_owner_ref): since when the owner is
+ * silent, 0 to start now; the wait ends the peer timeout after it, and an
+ * answer sets it to 0.
  * The descriptor, checked against h->dev/ino, or -1 and @r says why. */
-int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, struct mc_fd_client_result *r);
+int mc_fd_client_receive(const struct mc_peer_fd *h, uint32_t owner_pid, int64_t *silent_since_ms,
+			 struct mc_fd_client_result *r);
 
 #endif

@@ -416,7 +416,7 @@ int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h
 	 * uid check), from any PID namespace of its network namespace, whatever
 	 * ptrace would allow.  An abstract name means nothing in another one. */
 	if (h->socket_id && !other_net_ns) {
-		fd = mc_fd_client_receive(h, same_pid_ns ? h->pid : 0, &r);
+		fd = mc_fd_client_receive(h, same_pid_ns ? h->pid : 0, owner->silent_since_ms, &r);
 		if (fd >= 0)
 			return fd;
 		/* The user's own mistake: said, whichever route could have worked. */

@@ -23,6 +23,12 @@ struct mc_owner_ref {
 	uint64_t net_namespace; /* inode of the owner's network namespace, 0 unknown */
 	const uint8_t *handle;	/* what the owner's backend exported */
 	uint16_t handle_bytes;
+	/* complete(): since when the owner has been silent (mc_now_ms()), one
+	 * budget for the waits on it in a row; 0: it answered last, and the next
+	 * wait starts the clock (this rank's own work never counts).  An answer
+	 * on its socket sets it to 0.  NULL: each socket wait has the whole
+	 * peer timeout. */
+	int64_t *silent_since_ms;
 };
 
 /* One descriptor of the owner's: where it is, which file it must be, and
@@ -81,5 +87,8 @@ bool mc_peer_fd_decode_companion(const uint8_t *in, size_t len, const struct mc_
 int mc_peer_fd_open(const struct mc_owner_ref *owner, const struct mc_peer_fd *h);
 /* -ESRCH saying whether the owner process is gone or only its descriptor. */
 int mc_peer_fd_gone(const struct mc_peer_fd *h);
+/* How long a peer waits on a silent owner, in ms: MOONCAKE_SEGMENT_PEER_TIMEOUT_MS
+ * (fd-client.c), else 10 s; -1 with @why for a malformed value. */
+int mc_peer_timeout_ms(char *why, size_t why_size);
 
 #endif

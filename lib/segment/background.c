@@ -10,7 +10,10 @@
  * time, each chunk once the front has passed it, with a pause between
  * chunks so that the driver's locks are never held for long.  Waiting
  * (wait_ready, and a blocking peer's complete) sleeps on the control area's
- * word and looks at the owner's life every MC_CONTROL_OWNER_CHECK_MS.
+ * word and looks at the owner's life every MC_CONTROL_OWNER_CHECK_MS.  A
+ * blocking peer's complete has no timeout of the caller's: it gives up on an
+ * owner whose front has not moved for the peer timeout (a stopped owner:
+ * SIGSTOP, a debugger, a frozen container, dies no death a mutex sees).
  *
  * fork(): the threads stay in the parent.  A child's copy of the segment
  * reads the same control area (it is a MAP_SHARED mapping) and so waits on
@@ -86,7 +89,7 @@ static void *commit_behind(void *arg)
 	struct mooncake_segment *seg = start->seg;
 	struct mc_control *c = seg->control.area;
 	bool held = mc_control_hold_owner(c);
-	char message[256];
+	char message[MC_CONTROL_MESSAGE_BYTES];
 	int err;
 
 	sem_post(&start->holding); /* start is the creator's: gone after this */
@@ -309,6 +312,47 @@ int mc_background_wait(struct mooncake_segment *seg, uint64_t offset, uint64_t e
 				timeout_ms,
 				(unsigned long long)__atomic_load_n(&c->committed, __ATOMIC_ACQUIRE),
 				(unsigned long long)c->alloc_size);
+		mc_control_sleep(c, seq, (int)min_u64((uint64_t)left, MC_CONTROL_OWNER_CHECK_MS));
+	}
+}
+
+int mc_background_follow(struct mooncake_segment *seg, int64_t silent_since_ms, int silence_ms)
+{
+	struct mc_control *c = seg->control.area;
+	uint64_t seen;
+
+	if (!c)
+		return 0;
+	/* The first look is no progress: the owner may have stopped before it. */
+	seen = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
+	if (!silent_since_ms)
+		silent_since_ms = mc_now_ms();
+	for (;;) {
+		uint32_t seq = mc_control_seq(c);
+		int state = front_state(seg, c->alloc_size);
+		uint64_t committed = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
+		int64_t now = mc_now_ms(), left;
+
+		if (state <= 0)
+			return state;
+		if (mc_control_owner_died(c, seg->opt.owner_rank))
+			continue; /* the front failed: say so */
+		if (committed != seen) {
+			seen = committed;
+			silent_since_ms = now; /* it moved: the owner runs */
+		}
+		left = silent_since_ms + silence_ms - now;
+		if (left <= 0)
+			return mc_error(
+				ETIMEDOUT,
+				"Shared segment rank %u: the owner (rank %u, pid %u) committed nothing for %d ms "
+				"while this rank waited in complete() for its pages (%llu of %llu bytes committed): "
+				"it is stopped (SIGSTOP, a debugger, a frozen container) or stuck; check that it "
+				"runs (kill -CONT %u), raise MOONCAKE_SEGMENT_PEER_TIMEOUT_MS if it is only slow, "
+				"or create with background_commit on every rank and wait_ready() with a timeout",
+				seg->opt.rank_id, seg->opt.owner_rank, c->owner_pid, silence_ms,
+				(unsigned long long)committed, (unsigned long long)c->alloc_size,
+				c->owner_pid);
 		mc_control_sleep(c, seq, (int)min_u64((uint64_t)left, MC_CONTROL_OWNER_CHECK_MS));
 	}
 }

@@ -40,10 +40,12 @@ _Static_assert(offsetof(struct mc_control, seq) == 8, "control area moved");
 _Static_assert(offsetof(struct mc_control, committed) == 24, "control area moved");
 _Static_assert(offsetof(struct mc_control, slot_count) == 64, "control area moved");
 _Static_assert(offsetof(struct mc_control, message) == 72, "control area moved");
-_Static_assert(offsetof(struct mc_control, owner_alive) == 328, "control area moved");
-_Static_assert(sizeof(struct mc_control) == 368, "control area moved");
+_Static_assert(offsetof(struct mc_control, owner_alive) == 1096, "control area moved");
+_Static_assert(sizeof(struct mc_control) == 1136, "control area moved");
 _Static_assert(sizeof(struct mc_control_rank) == 72, "control area moved");
 _Static_assert(sizeof(struct mc_control_slot) == 64, "control area moved");
+_Static_assert(sizeof(((struct mc_front_view *)0)->message) == MC_CONTROL_MESSAGE_BYTES,
+	       "a reading holds the whole sentence");
 /* A futex is 32 bits: a slot's sleepers wait on the low half of its sequence. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex is the low half of a 64-bit word");
 
@@ -325,7 +327,7 @@ void mc_control_let_go_owner(struct mc_control *c)
 
 bool mc_control_owner_died(struct mc_control *c, uint32_t owner_rank)
 {
-	char message[256];
+	char message[MC_CONTROL_MESSAGE_BYTES];
 	int r;
 
 	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != MC_FRONT_COMMITTING)

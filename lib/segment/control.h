@@ -26,8 +26,12 @@
 #include "base/tracked-fd.h"
 #include "mooncake/segment.h"
 
-#define MC_CONTROL_MAGIC   UINT32_C(0x5443434D) /* bytes "MCCT" */
-#define MC_CONTROL_VERSION 1
+#define MC_CONTROL_MAGIC UINT32_C(0x5443434D) /* bytes "MCCT" */
+/* 2: the error's sentence grew from 256 to 1024 bytes (a cgroup ENOMEM with its
+ * path and fix did not fit). */
+#define MC_CONTROL_VERSION 2
+/* The bytes of the first error's sentence, NUL included. */
+#define MC_CONTROL_MESSAGE_BYTES 1024
 
 /* How long a waiter sleeps on the word before it checks that the owner still
  * lives (its death changes no word): a dead owner is noticed within this. */
@@ -72,16 +76,16 @@ struct mc_control {
 	uint32_t seq;	/* bumped at every change: the futex word */
 	uint32_t state; /* enum mc_front_state */
 	uint64_t alloc_size;
-	uint64_t committed;	     /* [0, committed) is committed */
-	uint32_t world_size;	     /* entries of ranks[] */
-	int32_t error;		     /* positive errno of MC_FRONT_FAILED */
-	uint32_t error_rank;	     /* the rank that reported it */
-	uint32_t owner_pid;	     /* in the owner's PID namespace, for messages */
-	uint64_t commit_started_ns;  /* CLOCK_MONOTONIC of the owner, for progress */
-	uint64_t commit_ns;	     /* the whole commit, once committed */
-	uint32_t slot_count;	     /* publish slots, after ranks[] at a 64-byte boundary */
-	uint32_t alignment;	     /* options.alignment as declared (0: the default), for list */
-	char message[256];	     /* the first error's sentence */
+	uint64_t committed;			/* [0, committed) is committed */
+	uint32_t world_size;			/* entries of ranks[] */
+	int32_t error;				/* positive errno of MC_FRONT_FAILED */
+	uint32_t error_rank;			/* the rank that reported it */
+	uint32_t owner_pid;			/* in the owner's PID namespace, for messages */
+	uint64_t commit_started_ns;		/* CLOCK_MONOTONIC of the owner, for progress */
+	uint64_t commit_ns;			/* the whole commit, once committed */
+	uint32_t slot_count;			/* publish slots, after ranks[] at a 64-byte boundary */
+	uint32_t alignment;			/* options.alignment as declared (0: the default), for list */
+	char message[MC_CONTROL_MESSAGE_BYTES]; /* the first error's sentence */
 	pthread_mutex_t owner_alive; /* robust, process-shared: held by the owner's commit thread */
 	struct mc_control_rank ranks[];
 };

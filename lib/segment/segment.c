@@ -569,13 +569,20 @@ static int attach_control(struct mooncake_segment *seg)
 }
 
 /* Peer: with background_commit, register behind the owner's front; without,
- * return as before only once every page is committed and registered. */
-static int follow_front(struct mooncake_segment *seg)
+ * return as before only once every page is committed and registered, or
+ * give up on an owner silent for the peer timeout, counted from
+ * @silent_since_ms (what its socket left of the budget; 0: from now),
+ * guarantees.md: a stopped owner dies no death. */
+static int follow_front(struct mooncake_segment *seg, int64_t silent_since_ms)
 {
-	int err = 0;
+	char why[320];
+	int err = 0, silence_ms;
 
-	if (!seg->opt.background_commit)
-		err = mc_background_wait(seg, 0, seg->memory.alloc_size, -1);
+	if (!seg->opt.background_commit) {
+		silence_ms = mc_peer_timeout_ms(why, sizeof(why));
+		err = silence_ms < 0 ? mc_error(EINVAL, "%s", why)
+				     : mc_background_follow(seg, silent_since_ms, silence_ms);
+	}
 	if (!err && seg->opt.host_register)
 		err = register_mapping(seg);
 	return err;
@@ -625,6 +632,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 				seg->opt.owner_rank);
 
 	if (!seg->memory.is_owner) {
+		int64_t silent_since_ms = 0; /* the owner's silence, one budget (route.h) */
 		struct mc_owner_ref ref = {
 			.pid = owner.pid,
 			.uid = owner.uid,
@@ -632,6 +640,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			.net_namespace = owner.net_namespace,
 			.handle = owner.handle,
 			.handle_bytes = owner.handle_bytes,
+			.silent_since_ms = &silent_since_ms,
 		};
 
 		seg->keep.warm = (owner.flags & MC_BLOB_FLAG_WARM) != 0;
@@ -645,7 +654,7 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 		if (!err)
 			err = attach_control(seg);
 		if (!err)
-			err = follow_front(seg);
+			err = follow_front(seg, silent_since_ms);
 		if (!err)
 			err = mc_slots_start(seg);
 		if (err) {
@@ -757,6 +766,8 @@ MC_EXPORT int mooncake_segment_wait_ready(struct mooncake_segment *seg, uint64_t
 			(unsigned long long)offset, (unsigned long long)length,
 			(unsigned long long)seg->size);
 	end = length ? offset + length : seg->size;
+	if (end <= offset)
+		return 0; /* [size, size): an empty range is ready, as in Python */
 	return mc_background_wait(seg, offset, end, timeout_ms < 0 ? -1 : timeout_ms);
 }
 

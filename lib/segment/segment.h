@@ -99,6 +99,12 @@ void mc_background_stop(struct mooncake_segment *seg);
 /* Wait until [offset, end) is committed and (registering) registered on this
  * rank: 0, -ETIMEDOUT, or the error that stopped it (message set). */
 int mc_background_wait(struct mooncake_segment *seg, uint64_t offset, uint64_t end, int timeout_ms);
+/* A blocking peer's complete(): wait until every page is committed, or
+ * -ETIMEDOUT once the front has not moved for @silence_ms since
+ * @silent_since_ms (the owner's socket went unanswered since then; 0: now)
+ * or since its last move; or the error that
+ * stopped the commit (message set). */
+int mc_background_follow(struct mooncake_segment *seg, int64_t silent_since_ms, int silence_ms);
 /* Whether the commit (the registration) has ended, so that what it wrote
  * into the segment may be read by another thread (get_info). */
 bool mc_background_commit_settled(const struct mooncake_segment *seg);

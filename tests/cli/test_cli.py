@@ -616,6 +616,34 @@ def test_demo_background_kill_owner_at_half_fails_every_peer_wait_within_2_s():
     assert "none hung, none succeeded" in result.stdout, result.stdout
 
 
+def test_demo_background_stop_owner_at_half_ends_every_peer_wait_in_time():
+    """The owner SIGSTOPs itself once half is committed; each peer's 2 s wait ends with ETIMEDOUT
+    within 3 s, the front still; continued, the owner commits the rest for every rank."""
+    for size in ("2G", "4G"):
+        result = run("demo", "--background", "--stop-owner-at-half", "--ranks", "3", "--size", size, timeout=300)
+        if "before it could be stopped half way" not in result.stderr:
+            break
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "owner rank 0 SIGSTOPped once half was committed, then continued" in result.stdout, result.stdout
+    peers = re.findall(
+        r"^rank (\d+): wait_ready\(timeout 2000 ms\) returned (-?\d+) \([^)]*\) after ([0-9.]+) ms, "
+        r"the front at (\d+) then (\d+) bytes; once continued: (.*)$",
+        result.stdout,
+        re.M,
+    )
+    assert [int(p[0]) for p in peers] == [1, 2], result.stdout
+    for rank, err, after, before, later, resumed in peers:
+        assert int(err) == -errno.ETIMEDOUT and 1900 <= float(after) < 3000, result.stdout
+        assert before == later and 0 < int(before), result.stdout
+        assert resumed == "all ready", result.stdout
+    assert "ended in time (ETIMEDOUT, the front still)" in result.stdout, result.stdout
+
+
+def test_demo_stop_owner_needs_background():
+    result = run("demo", "--stop-owner-at-half", timeout=20)
+    assert result.returncode == 2 and "needs --background" in result.stderr, result
+
+
 def test_demo_kill_owner_needs_background():
     result = run("demo", "--kill-owner-at-half", timeout=20)
     assert result.returncode == 2 and "needs --background" in result.stderr, result

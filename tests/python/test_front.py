@@ -380,7 +380,12 @@ from mooncake._segment import SharedSegment
 owner, blob = SharedSegment.create("native-front", 1 << 30, 2, 0, background_commit=True, commit_threads=1)
 print(blob.hex(), flush=True)
 sys.stdin.readline()  # the peer has mapped the pages (the owner's socket server answers until then)
-os.kill(os.getpid(), signal.SIGSTOP)
+if sys.argv[1:] == ["close"]:  # destroy the segment half way through its commit
+    owner.close()
+    print("closed", flush=True)
+    sys.stdin.readline()
+else:
+    os.kill(os.getpid(), signal.SIGSTOP)
 """
 
 
@@ -412,6 +417,88 @@ def frozen_front():
         yield peer
         peer.close()
     finally:
+        owner.kill()
+        owner.wait()
+
+
+def owner_process(*args):
+    """The owner of OWNER, with the blob it printed."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    return owner, bytes.fromhex(owner.stdout.readline().strip())
+
+
+# Issue 37 item 6: each of the owner's failures has its own code, not "Memory:".
+
+
+def test_an_owner_killed_mid_commit_is_owner_gone():
+    owner, owner_blob = owner_process()
+    try:
+        peer, peer_blob = _segment.SharedSegment.create("native-front", GIB, 2, 1, background_commit=True)
+        peer.complete([owner_blob, peer_blob])
+        let_owner_stop_itself(owner)
+        assert peer.ready_bytes() < GIB
+        owner.kill()
+        owner.wait()
+        with pytest.raises(_segment.SegmentError) as raised:
+            peer.wait_ready(0, None, 10)
+        assert str(raised.value).startswith("OwnerGone: Shared segment owner (rank 0, pid "), str(raised.value)
+        assert "died while committing the pages" in str(raised.value)
+        assert raised.value.errno == errno.ESRCH
+        peer.close()
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_an_owner_that_destroys_mid_commit_is_cancelled():
+    owner, owner_blob = owner_process("close")
+    try:
+        peer, peer_blob = _segment.SharedSegment.create("native-front", GIB, 2, 1, background_commit=True)
+        peer.complete([owner_blob, peer_blob])
+        owner.stdin.write("go\n")
+        owner.stdin.flush()
+        assert owner.stdout.readline().strip() == "closed"
+        with pytest.raises(_segment.SegmentError) as raised:
+            peer.wait_ready(0, None, 10)
+        assert str(raised.value).startswith("Cancelled: Shared segment owner (rank 0) destroyed the segment"), str(
+            raised.value
+        )
+        assert raised.value.errno == errno.ECANCELED
+        peer.close()
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_a_blocking_peer_of_a_stopped_owner_is_a_timeout(monkeypatch, capsys):
+    """Issue 37 item 1: complete() without background_commit gives up on a stopped owner.
+
+    A watchdog continues the owner after 8 s, so that a complete() that waits
+    for the whole front is seen returning late instead of hanging the test.
+    """
+    monkeypatch.setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", "1000")
+    owner, owner_blob = owner_process()
+    watchdog = threading.Timer(8, os.kill, (owner.pid, signal.SIGCONT))
+    try:
+        peer, peer_blob = _segment.SharedSegment.create("native-front", GIB, 2, 1)  # a blocking peer
+        let_owner_stop_itself(owner)  # before this peer completes: its socket and its front stand still
+        watchdog.start()
+        start = time.monotonic()
+        with pytest.raises(_segment.SegmentError) as raised:
+            peer.complete([owner_blob, peer_blob])
+        took = time.monotonic() - start
+        assert str(raised.value).startswith("Timeout: Shared segment rank 1: the owner (rank 0, pid "), str(
+            raised.value
+        )
+        assert "committed nothing for 1000 ms" in str(raised.value)
+        assert raised.value.errno == errno.ETIMEDOUT
+        assert took < 3.0, f"complete() took {took:.1f} s on a 1 s peer timeout"
+        report(capsys, "blocking peer, stopped owner, 1 s peer timeout:", [f"complete() raised after {took:.2f} s"])
+        peer.close()
+    finally:
+        watchdog.cancel()
         owner.kill()
         owner.wait()
 

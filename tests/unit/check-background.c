@@ -167,18 +167,26 @@ static int wait_on_a_frozen_front(struct group_rank *self, struct mooncake_segme
 {
 	struct timespec t0, t1;
 	int64_t cpu_ms = 0;
-	int ret = 0, frozen = stopped(group_pid(0)) && mooncake_segment_ready_bytes(seg) < BIG;
+	char why[512] = "";
+	int ret = 0, empty, frozen = stopped(group_pid(0)) && mooncake_segment_ready_bytes(seg) < BIG;
 
 	if (frozen) {
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
 		ret = mooncake_segment_wait_ready(seg, 0, 0, 300);
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+		snprintf(why, sizeof(why), "%s", mooncake_segment_last_error());
 		cpu_ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
 	}
+	/* [size, size) is empty, so ready, front or not (issue 37 item 7). */
+	empty = frozen ? mooncake_segment_wait_ready(seg, BIG, 0, 0) : 0;
+	if (empty)
+		fprintf(stderr, "rank %u: wait_ready(size, 0, 0): %s\n", self->rank,
+			mooncake_segment_last_error());
 	RANK_CHECK(kill(group_pid(0), SIGKILL) == 0);
 	RANK_CHECK(frozen);
+	RANK_CHECK(empty == 0);
 	RANK_CHECK(ret == -ETIMEDOUT);
-	RANK_CHECK(strstr(mooncake_segment_last_error(), "not ready within 300 ms") != NULL);
+	RANK_CHECK(strstr(why, "not ready within 300 ms") != NULL);
 	/* A busy loop would have burnt the 300 ms. */
 	if (cpu_ms >= 30) {
 		fprintf(stderr, "rank %u: the wait used %lld ms of CPU\n", self->rank, (long long)cpu_ms);
@@ -200,8 +208,11 @@ static int front_rank(struct group_rank *self, void *arg)
 	int64_t t0;
 	int ret;
 
-	if (what == BLOCKING_PEER && self->rank == 1)
+	if (what == BLOCKING_PEER && self->rank == 1) {
 		opt.background_commit = false;
+		/* The bound is on silence: a running owner's front moves, whatever the whole takes. */
+		setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", "1000", 1);
+	}
 	RANK_CHECK(mooncake_segment_create("ranks", BIG, &opt, &seg, blob) == 0);
 	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
 	RANK_CHECK(mooncake_segment_complete(seg, blobs, (size_t)self->world_size * BLOB) == 0);
@@ -255,6 +266,70 @@ static int front_rank(struct group_rank *self, void *arg)
 	mooncake_segment_destroy(seg);
 	return 0;
 }
+
+/* Issue 37 item 1: a blocking peer (no background_commit) of an owner that
+ * commits in the background and stops (SIGSTOP: a debugger, docker pause, a
+ * cgroup freezer) right after the blobs are exchanged, its front frozen
+ * near the start of 1 GiB.  complete() gives up with -ETIMEDOUT after the
+ * peer timeout (1 s here), one budget for the owner's silent socket and its
+ * still front.  A watchdog continues the owner after 8 s, so that a
+ * complete() that waits for the whole front is seen returning late (after
+ * the SIGCONT), not hanging the test. */
+static int stopped_owner_blocking_rank(struct group_rank *self, void *arg)
+{
+	struct mooncake_segment_options opt = background_options(self->world_size, self->rank);
+	uint8_t blob[BLOB], blobs[2 * BLOB];
+	struct mooncake_segment *seg = NULL;
+	pid_t owner = group_pid(0), watchdog;
+	int64_t t0, took;
+	int ret;
+
+	(void)arg;
+	if (self->rank == 1)
+		opt.background_commit = false;
+	RANK_CHECK(mooncake_segment_create("ranks", BIG, &opt, &seg, blob) == 0);
+	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
+	if (self->rank == 0) {
+		kill(getpid(), SIGSTOP); /* a moment after create: most of 1 GiB to go */
+		RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == 0);
+		mooncake_segment_destroy(seg);
+		return 0;
+	}
+	RANK_CHECK(stopped(owner));
+	watchdog = fork();
+	RANK_CHECK(watchdog >= 0);
+	if (watchdog == 0) {
+		sleep(8);
+		kill(owner, SIGCONT);
+		_exit(0);
+	}
+	setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", "1000", 1);
+	t0 = now_ms();
+	ret = mooncake_segment_complete(seg, blobs, sizeof(blobs));
+	took = now_ms() - t0;
+	kill(watchdog, SIGKILL);
+	waitpid(watchdog, NULL, 0);
+	kill(owner, SIGCONT);
+	fprintf(stderr,
+		"blocking peer of a stopped owner, 1000 ms peer timeout: complete %d after %lld ms: %s\n",
+		ret, (long long)took, mooncake_segment_last_error());
+	RANK_CHECK(ret == -ETIMEDOUT);
+	RANK_CHECK(strstr(mooncake_segment_last_error(), "committed nothing for 1000 ms") != NULL);
+	RANK_CHECK(strstr(mooncake_segment_last_error(), "kill -CONT") != NULL);
+	/* One peer timeout, not the whole front (nor two timeouts, nor a hang). */
+	RANK_CHECK(took < 3000);
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+START_TEST(test_a_blocking_peer_of_a_stopped_owner_times_out)
+{
+	int codes[2];
+
+	ck_assert_int_eq(group_run(2, stopped_owner_blocking_rank, NULL, 60000, codes), 0);
+	ck_assert_msg(codes[0] == 0 && codes[1] == 0, "owner %d, peer %d", codes[0], codes[1]);
+}
+END_TEST
 
 static void run_front_group(uint32_t world, enum peer_case what, int owner_code)
 {
@@ -384,6 +459,7 @@ Suite *suite_background(void)
 	tcase_add_test(tc, test_a_wait_on_a_frozen_front_sleeps_and_times_out);
 	tcase_add_test(tc, test_every_rank_uses_the_first_chunk_at_once);
 	tcase_add_test(tc, test_a_blocking_peer_waits_for_the_front);
+	tcase_add_test(tc, test_a_blocking_peer_of_a_stopped_owner_times_out);
 	tcase_add_test(tc, test_a_killed_owner_fails_every_wait);
 	tcase_add_test(tc, test_an_owner_that_destroys_fails_every_wait);
 	tcase_add_test(tc, test_a_child_forked_during_the_commit_sees_the_front);

@@ -744,6 +744,8 @@ struct route_case {
 struct shared_results {
 	uint64_t socket_id;
 	int64_t waited_ms[8];
+	int peer_done[2];  /* test_a_stopped_peer_holds_up_nobody: rank 2 has completed */
+	int owner_done[2]; /* and the owner has finished */
 };
 static struct shared_results *results;
 
@@ -1168,6 +1170,146 @@ START_TEST(test_stopped_owner_is_a_timeout_not_a_hang)
 }
 END_TEST
 
+/* An owner stopped (SIGSTOP) while a peer of its PID namespace completes:
+ * its socket does not answer, and /proc opens its pages and its control
+ * area.  The peer waits on the owner once, MOONCAKE_SEGMENT_PEER_TIMEOUT_MS
+ * for the whole of complete(), not once for the pages and again for the
+ * control area (issue 37 item 5: 2 x the timeout, then success). */
+static int stopped_owner_one_budget_rank(struct group_rank *self, void *arg)
+{
+	struct mooncake_segment_options opt = test_options(self->world_size, self->rank, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB], blobs[2 * BLOB];
+	struct timespec start;
+	pid_t owner = group_pid(0);
+	int ret;
+
+	(void)arg;
+	RANK_CHECK(mooncake_segment_create("one-budget", SIZE, &opt, &seg, blob) == 0);
+	RANK_CHECK(group_allgather(self, blob, BLOB, blobs) == 0);
+	if (self->rank == 0) {
+		RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == 0);
+		RANK_CHECK(group_barrier(self) == 0); /* stopped, then continued, meanwhile */
+		mooncake_segment_destroy(seg);
+		return 0;
+	}
+	kill(owner, SIGSTOP);
+	for (int i = 0; i < 400 && !stopped(owner); i++)
+		usleep(5000);
+	if (!stopped(owner)) {
+		kill(owner, SIGCONT);
+		RANK_CHECK(!"the owner stopped");
+	}
+	setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", "2000", 1);
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	ret = mooncake_segment_complete(seg, blobs, sizeof(blobs));
+	results->waited_ms[1] = elapsed_ms(&start);
+	kill(owner, SIGCONT);
+	unsetenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS");
+	if (ret != 0) {
+		fprintf(stderr, "complete: %d (%s)\n", ret, mooncake_segment_last_error());
+		return 20;
+	}
+	RANK_CHECK(group_barrier(self) == 0);
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+START_TEST(test_a_stopped_owner_costs_complete_one_peer_timeout)
+{
+	int codes[2];
+
+	memset(results, 0, sizeof(*results));
+	ck_assert_int_eq(group_run(2, stopped_owner_one_budget_rank, NULL, 30000, codes), 0);
+	ck_assert_msg(codes[0] == 0 && codes[1] == 0, "owner %d, peer %d", codes[0], codes[1]);
+	fprintf(stderr, "a stopped owner, 2000 ms peer timeout: complete took %lld ms\n",
+		(long long)results->waited_ms[1]);
+	/* The socket was waited for (the owner really was silent), once: 2 s, not 4. */
+	ck_assert_int_ge(results->waited_ms[1], 1900);
+	ck_assert_msg(results->waited_ms[1] < 3000, "complete waited %lld ms: the timeout twice",
+		      (long long)results->waited_ms[1]);
+}
+END_TEST
+
+/* A peer stopped (SIGSTOP) before it completes holds up nobody: the owner
+ * and the other peer complete, finish and destroy at once (the owner never
+ * waits for a peer); continued later, the stopped peer's complete() is
+ * -ESRCH naming the owner and the fix, at once, not a hang. */
+static int stopped_peer_rank(struct group_rank *self, void *arg)
+{
+	struct mooncake_segment_options opt = test_options(self->world_size, self->rank, 0);
+	struct mooncake_segment *seg = NULL;
+	uint8_t blob[BLOB], blobs[3 * BLOB];
+	struct timespec start;
+	pid_t stopped_peer = group_pid(1);
+	int ret;
+
+	(void)arg;
+	RANK_CHECK(mooncake_segment_create("stopped-peer", SIZE, &opt, &seg, blob) == 0);
+	RANK_CHECK(group_allgather(self, blob, BLOB, blobs) == 0);
+	if (self->rank == 1) {
+		kill(getpid(), SIGSTOP); /* rank 2 continues it once the others are done */
+		clock_gettime(CLOCK_MONOTONIC, &start);
+		ret = mooncake_segment_complete(seg, blobs, sizeof(blobs));
+		results->waited_ms[1] = elapsed_ms(&start);
+		/* "no longer holds descriptor ... finish()", or "is gone" once it exited. */
+		if (ret != -ESRCH || !strstr(mooncake_segment_last_error(), "the owner process")) {
+			fprintf(stderr, "the stopped peer's complete: %d (%s)\n", ret,
+				mooncake_segment_last_error());
+			return 20;
+		}
+		mooncake_segment_destroy(seg);
+		return 0;
+	}
+	/* A rank knows the pids of the ranks forked before it only: rank 2 watches rank 1. */
+	for (int i = 0; self->rank == 2 && i < 400 && !stopped(stopped_peer); i++)
+		usleep(5000);
+	RANK_CHECK(self->rank == 0 || stopped(stopped_peer));
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == 0);
+	/* The owner finishes once rank 2 has completed, and rank 2 continues rank 1 once the
+	 * owner is done (pipes: the stopped rank 1 cannot join a barrier). */
+	if (self->rank == 2)
+		RANK_CHECK(write(results->peer_done[1], "d", 1) == 1);
+	else
+		RANK_CHECK(read(results->peer_done[0], blob, 1) == 1);
+	RANK_CHECK(mooncake_segment_finish(seg) == 0);
+	mooncake_segment_destroy(seg);
+	results->waited_ms[self->rank] = elapsed_ms(&start);
+	if (self->rank == 0) {
+		RANK_CHECK(write(results->owner_done[1], "d", 1) == 1);
+	} else {
+		RANK_CHECK(read(results->owner_done[0], blob, 1) == 1);
+		kill(stopped_peer, SIGCONT);
+	}
+	return 0;
+}
+
+START_TEST(test_a_stopped_peer_holds_up_nobody)
+{
+	int codes[3];
+
+	memset(results, 0, sizeof(*results));
+	ck_assert_int_eq(pipe(results->peer_done), 0);
+	ck_assert_int_eq(pipe(results->owner_done), 0);
+	ck_assert_int_eq(group_run(3, stopped_peer_rank, NULL, 30000, codes), 0);
+	for (int i = 0; i < 2; i++) {
+		close(results->peer_done[i]);
+		close(results->owner_done[i]);
+	}
+	ck_assert_msg(codes[0] == 0 && codes[1] == 0 && codes[2] == 0, "ranks exited with %d, %d, %d",
+		      codes[0], codes[1], codes[2]);
+	fprintf(stderr,
+		"a stopped peer: owner done in %lld ms, the other peer in %lld ms, the stopped one's "
+		"complete failed %lld ms after SIGCONT\n",
+		(long long)results->waited_ms[0], (long long)results->waited_ms[2],
+		(long long)results->waited_ms[1]);
+	ck_assert_int_lt(results->waited_ms[0], 1000);
+	ck_assert_int_lt(results->waited_ms[2], 1000);
+	ck_assert_int_lt(results->waited_ms[1], 1000);
+}
+END_TEST
+
 /* Whether a child can enter new PID and network namespaces here. */
 static bool namespaces_available(void)
 {
@@ -1183,7 +1325,7 @@ static bool namespaces_available(void)
 int main(void)
 {
 	Suite *s = suite_create("peer-route");
-	TCase *any = tcase_create("any-user"), *root;
+	TCase *any = tcase_create("any-user"), *stopped_owner, *root;
 
 	results = mmap(NULL, sizeof(*results), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (results == MAP_FAILED)
@@ -1200,6 +1342,11 @@ int main(void)
 	tcase_add_test(any, test_an_owner_out_of_descriptors_does_not_spin);
 	tcase_add_test(any, test_a_child_forked_while_the_peer_waits_gets_no_late_answer);
 	suite_add_tcase(s, any);
+	stopped_owner = tcase_create("stopped-owner"); /* a 2 s timeout waited for, and a bound above it */
+	tcase_add_test(stopped_owner, test_a_stopped_owner_costs_complete_one_peer_timeout);
+	tcase_add_test(stopped_owner, test_a_stopped_peer_holds_up_nobody);
+	tcase_set_timeout(stopped_owner, 30);
+	suite_add_tcase(s, stopped_owner);
 	if (geteuid() != 0) {
 		printf("# skipping the namespace and user tests: they need root (unshare, setuid)\n");
 	} else if (!namespaces_available()) {

@@ -23,7 +23,9 @@ PyObject *segment_error; /* made by PyInit__segment() */
  * keeper's refusal of a connection past its limits (EUSERS); a kept
  * segment's refusals (doc/keeper.md) are InvalidArgument (another
  * declaration), PermissionDenied (another user's) and NotFound (no keeper,
- * or attach only and absent).
+ * or attach only and absent).  A gone owner, one that destroyed the segment
+ * while committing it and one that stopped answering are no lack of memory
+ * either: OwnerGone (ESRCH), Cancelled (ECANCELED), Timeout (ETIMEDOUT).
  */
 static const char *status_code_name(int err)
 {
@@ -50,6 +52,12 @@ static const char *status_code_name(int err)
 		return "PermissionDenied";
 	case ENOENT: /* no keeper, or no such kept segment */
 		return "NotFound";
+	case ESRCH: /* the owner died, or finished before this rank completed */
+		return "OwnerGone";
+	case ECANCELED: /* the owner destroyed the segment while committing it */
+		return "Cancelled";
+	case ETIMEDOUT: /* the owner is stopped or stuck (complete()) */
+		return "Timeout";
 	default:
 		return "Memory";
 	}
