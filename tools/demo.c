@@ -271,13 +271,14 @@ static int exchange_background(struct group_rank *self, const struct demo_config
 	return 0;
 }
 
-/* --kill-owner-at-half, the owner: SIGKILL itself once the front passes
- * half the segment, the kill's time written first for the peers. */
-static int kill_owner_at_half(const struct demo_config *cfg, struct mooncake_segment *seg)
+/* The owner: wait until the front passes half the segment, and not the
+ * whole (it must still be committing when it is @done, "killed" or
+ * "stopped").  0, or 1 having said why not. */
+static int reach_half(struct mooncake_segment *seg, const char *done)
 {
 	uint64_t half = mooncake_segment_alloc_size(seg) / 2;
 
-	/* The front passes half (or the commit fails: then nobody is killed). */
+	/* The front passes half (or the commit fails: then nothing is done to it). */
 	if (mooncake_segment_wait_ready(seg, 0, half, KILL_WAIT_MS) != 0) {
 		fprintf(stderr, "%s demo: the owner's commit did not reach half the segment: %s\n", PROGRAM,
 			mooncake_segment_last_error());
@@ -285,12 +286,21 @@ static int kill_owner_at_half(const struct demo_config *cfg, struct mooncake_seg
 	}
 	if (mooncake_segment_ready_bytes(seg) >= mooncake_segment_alloc_size(seg)) {
 		fprintf(stderr,
-			"%s demo: the owner's commit finished before it could be killed half way; "
-			"use a larger --size\n",
-			PROGRAM);
+			"%s demo: the owner's commit finished before it could be %s half way; use a larger "
+			"--size\n",
+			PROGRAM, done);
 		return 1;
 	}
 	fflush(NULL);
+	return 0;
+}
+
+/* --kill-owner-at-half, the owner: SIGKILL itself once the front passes
+ * half the segment, the kill's time written first for the peers. */
+static int kill_owner_at_half(const struct demo_config *cfg, struct mooncake_segment *seg)
+{
+	if (reach_half(seg, "killed"))
+		return 1;
 	__atomic_store_n(cfg->kill_ns, (int64_t)mc_now_ns(), __ATOMIC_RELEASE);
 	kill(getpid(), SIGKILL);
 	return 1; /* not reached */
@@ -300,21 +310,8 @@ static int kill_owner_at_half(const struct demo_config *cfg, struct mooncake_seg
  * half the segment; continued by the last peer, wait for the whole. */
 static int stop_owner_at_half(const struct demo_config *cfg, struct mooncake_segment *seg)
 {
-	uint64_t half = mooncake_segment_alloc_size(seg) / 2;
-
-	if (mooncake_segment_wait_ready(seg, 0, half, KILL_WAIT_MS) != 0) {
-		fprintf(stderr, "%s demo: the owner's commit did not reach half the segment: %s\n", PROGRAM,
-			mooncake_segment_last_error());
+	if (reach_half(seg, "stopped"))
 		return 1;
-	}
-	if (mooncake_segment_ready_bytes(seg) >= mooncake_segment_alloc_size(seg)) {
-		fprintf(stderr,
-			"%s demo: the owner's commit finished before it could be stopped half way; "
-			"use a larger --size\n",
-			PROGRAM);
-		return 1;
-	}
-	fflush(NULL);
 	__atomic_store_n(cfg->owner_pid, (int32_t)getpid(), __ATOMIC_RELEASE);
 	__atomic_store_n(cfg->kill_ns, (int64_t)mc_now_ns(), __ATOMIC_RELEASE);
 	kill(getpid(), SIGSTOP);
@@ -818,7 +815,23 @@ int cmd_demo(int argc, char **argv)
 			PROGRAM);
 		return 2;
 	}
-	return demo_kill(&cfg);
+	if (cfg.stop_owner_at_half && (!cfg.background || cfg.ranks < 2 || cfg.kill_owner_at_half)) {
+		fprintf(stderr,
+			"%s demo: --stop-owner-at-half needs --background and at least 2 --ranks, and not "
+			"--kill-owner-at-half\n",
+			PROGRAM);
+		return 2;
+	}
+	/* Each rank's block padded to the alignment: the segment is that many blocks. */
+	cfg.requested = cfg.size;
+	if (cfg.alignment) {
+		uint64_t block = cfg.size / cfg.ranks / STRIDE * STRIDE;
+
+		block = (block + cfg.alignment - 1) / cfg.alignment * cfg.alignment;
+		cfg.size = (block ? block : cfg.alignment) * cfg.ranks;
+	}
+	if (cfg.kill_owner_at_half || cfg.stop_owner_at_half)
+		return demo_kill(&cfg);
 	fflush(stdout);
 	err = group_run(cfg.ranks, demo_rank, &cfg, 600000, codes);
 	if (err == -ETIMEDOUT) {
