@@ -587,24 +587,46 @@ static struct usage usage_of(uint32_t owner)
 	return u;
 }
 
-/* The uid holding the most entries (@by_bytes false) or bytes, for a
- * refusal of a node-wide limit to name: quadratic, but only on a refusal. */
+static int holding_order(const void *a, const void *b)
+{
+	const struct kept_segment *const *x = a, *const *y = b;
+	uint32_t p = (*x)->record.owner_uid, q = (*y)->record.owner_uid;
+
+	return p < q ? -1 : p > q;
+}
+
+/* The uid holding the most entries (@by_bytes false) or bytes, with what
+ * it holds in @its, for a refusal of a node-wide limit to name: one sort of
+ * the table by owner, so a client looping on such refusals costs the loop
+ * little.  0 and nothing held without the memory to sort. */
 static uint32_t largest_holder(bool by_bytes, struct usage *its)
 {
-	uint32_t most = 0;
+	struct kept_segment **by_owner = calloc(table_count ? table_count : 1, sizeof(struct kept_segment *));
 	uint64_t most_held = 0;
-	size_t i;
+	uint32_t most = 0;
+	size_t i = 0, j;
 
-	for (i = 0; i < table_count; i++) {
-		struct usage u = usage_of(table[i]->record.owner_uid);
-		uint64_t held = by_bytes ? u.owner_bytes : u.owner_segments;
+	if (!by_owner)
+		return 0;
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
+	memcpy(by_owner, table, table_count * sizeof(struct kept_segment *));
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
+	qsort(by_owner, table_count, sizeof(struct kept_segment *), holding_order);
+	for (; i < table_count; i = j) {
+		struct usage u = { 0 };
 
-		if (held > most_held) {
-			most_held = held;
-			most = table[i]->record.owner_uid;
+		for (j = i; j < table_count && by_owner[j]->record.owner_uid == by_owner[i]->record.owner_uid;
+		     j++) {
+			u.owner_bytes += by_owner[j]->record.size + control_bytes_held(by_owner[j]);
+			u.owner_segments++;
+		}
+		if ((by_bytes ? u.owner_bytes : u.owner_segments) > most_held) {
+			most_held = by_bytes ? u.owner_bytes : u.owner_segments;
+			most = by_owner[i]->record.owner_uid;
 			*its = u;
 		}
 	}
+	free(by_owner);
 	return most;
 }
 
