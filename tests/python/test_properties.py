@@ -91,11 +91,14 @@ def test_any_declaration_gives_a_segment_or_a_shared_segment_error(blocks, name)
 
 
 @PROPERTY_SETTINGS
+# The one valid group (1, 0, 0, no device) must come up often enough for
+# the fair-share check below whatever the seed: with each valid value one
+# branch of two, it came up 14 times in 300 once (4.7%, under the 5% asked).
 @given(
-    world_size=st.one_of(st.just(1), group_ints),
-    rank_id=st.one_of(st.just(0), group_ints),
-    owner_rank=st.one_of(st.just(0), group_ints),
-    device_id=st.one_of(st.none(), st.integers(-1, 7), st.integers(-(2**33), 2**33)),
+    world_size=st.one_of(st.just(1), st.just(1), st.just(1), group_ints),
+    rank_id=st.one_of(st.just(0), st.just(0), st.just(0), group_ints),
+    owner_rank=st.one_of(st.just(0), st.just(0), st.just(0), group_ints),
+    device_id=st.one_of(st.none(), st.none(), st.integers(-1, 7), st.integers(-(2**33), 2**33)),
 )
 def test_any_group_arguments_give_a_segment_or_a_shared_segment_error(world_size, rank_id, owner_rank, device_id):
     declaration = {"k": {"count": 2, "shape": (8,), "dtype": "uint8"}}
