@@ -4,15 +4,11 @@
 Usage: align_worker.py SCENARIO RANK WORLD PARAMS_JSON; prints one JSON line.
 """
 
-import datetime
-import json
-import os
-import sys
-
 import torch
 import torch.distributed as dist
 
 from mooncake.shared_segment import SharedSegmentError, create_shared_segment
+from gloo_scenarios import run  # beside this script: the group, the scenario, the result line
 
 # Sizes that no alignment divides: every block is padded.
 BLOCKS = {
@@ -64,19 +60,7 @@ SCENARIOS = {"aligned": aligned, "mismatch": mismatch}
 
 
 def main():
-    scenario, rank, world, params = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )
-    dist.barrier()
-    result = SCENARIOS[scenario](rank, world, dist.group.WORLD, params)
-    print(json.dumps(result), flush=True)
-    dist.barrier()
-    os._exit(0)  # without the process group's teardown
+    run(SCENARIOS)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,11 @@ Scenarios where a rank dies or stops exit without any further collective, so
 that no rank can hang in gloo on a dead peer.
 """
 
-import datetime
 import gc
 import json
 import os
 import resource
 import signal
-import sys
 import threading
 import time
 
@@ -21,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from mooncake.shared_segment import SharedSegmentError, create_shared_segment
+from gloo_scenarios import run  # beside this script: the group, the scenario, the result line
 
 ENTRY = 512 << 10  # one entry per rank fits in the first chunk (2 MiB) for 4 ranks
 
@@ -272,21 +271,7 @@ NO_BARRIER = {"owner_killed", "stopped_owner"}
 
 
 def main():
-    scenario, rank, world, params = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=params.get("group_timeout", 30)),
-    )
-    dist.barrier()  # every rank is up before the scenario starts
-    result = SCENARIOS[scenario](rank, world, dist.group.WORLD, params)
-    print(json.dumps(result), flush=True)
-    if scenario not in NO_BARRIER:
-        dist.barrier()
-    # Exit without the process group's teardown, which may wait on a dead peer.
-    os._exit(0)
+    run(SCENARIOS, NO_BARRIER, group_timeout_s=30)
 
 
 if __name__ == "__main__":

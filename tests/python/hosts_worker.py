@@ -6,10 +6,6 @@ boot id.  Usage: hosts_worker.py SCENARIO RANK WORLD PARAMS_JSON; prints one
 JSON line.
 """
 
-import datetime
-import json
-import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -17,6 +13,7 @@ import torch.distributed as dist
 from mooncake import _segment
 from mooncake.shared_segment import SharedSegmentError, create_shared_segment, shared_segment_room
 from smaps import mapping_pss  # beside this script: the kernel's figures, read independently
+from gloo_scenarios import run  # beside this script: the group, the scenario, the result line
 
 BLOCKS = {
     "k": {"count": 4, "shape": (512, 64), "dtype": torch.float32},
@@ -98,19 +95,7 @@ SCENARIOS = {"share": share, "mismatch": mismatch, "room": room}
 
 
 def main():
-    scenario, rank, world, params = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )
-    dist.barrier()
-    result = SCENARIOS[scenario](rank, world, dist.group.WORLD, params)
-    print(json.dumps(result), flush=True)
-    dist.barrier()
-    os._exit(0)
+    run(SCENARIOS)
 
 
 if __name__ == "__main__":

@@ -6,17 +6,16 @@ Scenarios where a rank dies exit without any further collective, so that no
 rank can hang in gloo on a dead peer.
 """
 
-import datetime
 import json
 import os
 import signal
-import sys
 import time
 
 import numpy
 import torch.distributed as dist
 
 from mooncake.shared_segment import SharedSegmentError, SlotClaim, create_shared_segment
+from gloo_scenarios import run  # beside this script: the group, the scenario, the result line
 
 WORDS = 8192  # a block of 64 KiB
 DATA = 0  # the writer publishes here; reader r acknowledges on slot r
@@ -268,21 +267,7 @@ NO_BARRIER = {"claims"}
 
 
 def main():
-    scenario, rank, world, params = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=params.get("group_timeout", 60)),
-    )
-    dist.barrier()  # every rank is up before the scenario starts
-    result = SCENARIOS[scenario](rank, world, dist.group.WORLD, params)
-    print(json.dumps(result), flush=True)
-    if scenario not in NO_BARRIER:
-        dist.barrier()
-    # Exit without the process group's teardown, which may wait on a dead peer.
-    os._exit(0)
+    run(SCENARIOS, NO_BARRIER)
 
 
 if __name__ == "__main__":
