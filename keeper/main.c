@@ -332,6 +332,9 @@ int main(int argc, char **argv)
 		keeper_log("cannot read what the service manager passed: %s", strerror(-err));
 		return 1;
 	}
+	/* Before the store is read and the socket listens: whoever sees it
+	 * listen sees this notice. */
+	user_namespace_start();
 	if (committer_start(&config) != 0 || scanner_start() != 0 || store_start(&config) != 0)
 		return 1;
 	listen_fd = server_listen(&config, &bound_here);

@@ -695,7 +695,6 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 	/* On the listener too: a connection inherits it before accept(). */
 	refuse_rights(listen_fd);
 	reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	user_namespace_start();
 	if (getrandom(&instance, sizeof(instance), 0) != (ssize_t)sizeof(instance))
 		instance = monotonic_ns() ^ ((uint64_t)getpid() << 32);
 

@@ -260,6 +260,7 @@ def test_a_connection_past_the_limits_is_told_why_not_that_the_keeper_restarted(
     held = [k.client() for _ in range(2)]
     assert all(answered(c) for c in held)
     uid = os.geteuid()
+    first_refused = time.monotonic()
     # The CLI and the library name the limit, whose it is, and the fix.
     listed = subprocess.run(
         [str(tool), "keep", "list", "--socket", str(k.path)], capture_output=True, text=True, timeout=30
@@ -293,10 +294,13 @@ def test_a_connection_past_the_limits_is_told_why_not_that_the_keeper_restarted(
         [str(tool), "keep", "list", "--socket", str(more.path)], capture_output=True, text=True, timeout=30
     )
     assert listed.returncode == 1 and "serves 2 connections, its --max-connections" in listed.stderr, listed.stderr
-    # Logged, at most once in 10 s per kind, however many are refused.
+    # Logged, at most once in 10 s per kind, however many are refused (8
+    # here; slow builds such as ASan spread them over more than one window).
     for _ in range(5):
         subprocess.run([str(tool), "keep", "list", "--socket", str(k.path)], capture_output=True, timeout=30)
-    assert k.text().count("refused a connection of uid") == 1, k.text()
+    windows = 1 + int((time.monotonic() - first_refused) // 10)
+    logged = k.text().count("refused a connection of uid")
+    assert 1 <= logged <= min(windows, 7), k.text()
     for c in held + full:
         c.close()
     k.alive()
