@@ -12,5 +12,9 @@
 /* The tightest memory cgroup room of the process described by @proc_cgroup
  * (a /proc/PID/cgroup file) under @cgroup_root; false when no limit applies. */
 bool mc_cgroup_memory_room(const char *proc_cgroup, const char *cgroup_root, struct mc_memory_room *room);
+/* The memory cgroup room of process @pid ("self" or a number) under the
+ * host root, as create's check reads its own (limits.c); false when no
+ * limit applies. */
+bool mc_process_cgroup_room(const char *pid, struct mc_memory_room *room);
 
 #endif

@@ -96,12 +96,18 @@ uint64_t mc_memcg_charge_slack(void)
 	return (uint64_t)MEMCG_CHARGE_BATCH_PAGES * (uint64_t)sysconf(_SC_PAGESIZE) * mc_host_cpus_allowed();
 }
 
+bool mc_process_cgroup_room(const char *pid, struct mc_memory_room *room)
+{
+	char proc_cgroup[1024], cgroup_root[1024], path[64];
+
+	snprintf(path, sizeof(path), "/proc/%s/cgroup", pid);
+	return mc_cgroup_memory_room(mc_host_path(proc_cgroup, sizeof(proc_cgroup), path),
+				     mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup"), room);
+}
+
 MC_PRIVATE bool mc_self_cgroup_room(struct mc_memory_room *room)
 {
-	char proc_cgroup[1024], cgroup_root[1024];
-
-	return mc_cgroup_memory_room(mc_host_path(proc_cgroup, sizeof(proc_cgroup), "/proc/self/cgroup"),
-				     mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup"), room);
+	return mc_process_cgroup_room("self", room);
 }
 
 uint64_t mc_host_memory_room(uint64_t *available, uint64_t *swap)

@@ -351,6 +351,10 @@ const char *mooncake_segment_version(void);
  * Touching a page beyond the front is safe: it is never a SIGBUS or an OOM
  * kill past the room check, but that fault allocates and zeroes the page
  * itself (charged to the toucher's memory cgroup) and the commit skips it.
+ * So a peer bound by a memory cgroup other than the owner's returns from
+ * complete() only once the pages left to commit fit in half its cgroup's
+ * room (the other half is the program's own): a small cgroup's peer waits
+ * for the front there, with the peer timeout, and is only slower.
  * Lack of memory during the commit is the commit's error, seen by every
  * rank's wait; destroy() on the owner stops the commit (the peers' waits
  * fail with -ECANCELED); a killed owner makes them fail with -ESRCH within

@@ -32,6 +32,8 @@
 #include "accel/accel.h"
 #include "base/error.h"
 #include "host/commit-lock.h"
+#include "host/cgroup.h"
+#include "host/limits.h"
 #include "mooncake/segment.h"
 #include "control.h"
 #include "private.h"
@@ -316,7 +318,8 @@ int mc_background_wait(struct mooncake_segment *seg, uint64_t offset, uint64_t e
 	}
 }
 
-int mc_background_follow(struct mooncake_segment *seg, int64_t silent_since_ms, int silence_ms)
+int mc_background_follow(struct mooncake_segment *seg, const struct mc_follow *follow,
+			 int64_t silent_since_ms, int silence_ms)
 {
 	struct mc_control *c = seg->control.area;
 	uint64_t seen;
@@ -329,7 +332,7 @@ int mc_background_follow(struct mooncake_segment *seg, int64_t silent_since_ms, 
 		silent_since_ms = mc_now_ms();
 	for (;;) {
 		uint32_t seq = mc_control_seq(c);
-		int state = front_state(seg, c->alloc_size);
+		int state = front_state(seg, follow->end);
 		uint64_t committed = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
 		int64_t now = mc_now_ms(), left;
 
@@ -346,15 +349,52 @@ int mc_background_follow(struct mooncake_segment *seg, int64_t silent_since_ms, 
 			return mc_error(
 				ETIMEDOUT,
 				"Shared segment rank %u: the owner (rank %u, pid %u) committed nothing for %d ms "
-				"while this rank waited in complete() for its pages (%llu of %llu bytes committed): "
+				"while this rank waited in complete() %s (%llu of %llu bytes committed): "
 				"it is stopped (SIGSTOP, a debugger, a frozen container) or stuck; check that it "
 				"runs (kill -CONT %u), raise MOONCAKE_SEGMENT_PEER_TIMEOUT_MS if it is only slow, "
-				"or create with background_commit on every rank and wait_ready() with a timeout",
+				"or %s",
 				seg->opt.rank_id, seg->opt.owner_rank, c->owner_pid, silence_ms,
-				(unsigned long long)committed, (unsigned long long)c->alloc_size,
-				c->owner_pid);
+				follow->waiting_for, (unsigned long long)committed,
+				(unsigned long long)c->alloc_size, c->owner_pid, follow->fix);
 		mc_control_sleep(c, seq, (int)min_u64((uint64_t)left, MC_CONTROL_OWNER_CHECK_MS));
 	}
+}
+
+/* Whether the owner's cgroup binds at the peer's own: the owner's room
+ * check then counted every page, whoever faults it in. */
+static bool owner_shares_the_limit(pid_t owner_pid, const struct mc_memory_room *peer)
+{
+	struct mc_memory_room owner;
+	char pid[16];
+
+	snprintf(pid, sizeof(pid), "%d", (int)owner_pid);
+	return owner_pid > 0 && mc_process_cgroup_room(pid, &owner) && !strcmp(owner.where, peer->where);
+}
+
+uint64_t mc_background_peer_front(const struct mooncake_segment *seg, pid_t owner_pid, char *why, size_t size)
+{
+	const struct mc_control *c = seg->control.area;
+	uint64_t alloc = seg->memory.alloc_size, page = seg->memory.page_size, committed, tables, spare, past;
+	struct mc_memory_room cgroup;
+
+	if (!c || !page || !mc_self_cgroup_room(&cgroup) || cgroup.room == UINT64_MAX ||
+	    owner_shares_the_limit(owner_pid, &cgroup))
+		return 0;
+	committed = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
+	if (committed >= alloc)
+		return 0;
+	/* Its page tables (8 bytes a page) and the charge batching are the
+	 * peer's whatever it touches (limits.h). */
+	tables = alloc / page * 8 + mc_memcg_charge_slack();
+	spare = cgroup.room > tables ? (cgroup.room - tables) / 2 : 0;
+	past = alloc - committed;
+	if (past <= spare)
+		return 0;
+	snprintf(why, size,
+		 "until the pages left to commit fit in half the room of its memory cgroup %s (%llu bytes: a "
+		 "page this rank touches past the front is charged to it)",
+		 cgroup.where, (unsigned long long)cgroup.room);
+	return alloc - spare;
 }
 
 bool mc_background_commit_settled(const struct mooncake_segment *seg)

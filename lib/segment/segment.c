@@ -571,17 +571,31 @@ static int attach_control(struct mooncake_segment *seg)
 /* Peer: with background_commit, register behind the owner's front; without,
  * return as before only once every page is committed and registered, or
  * give up on an owner silent for the peer timeout, counted from
- * @silent_since_ms (what its socket left of the budget; 0: from now),
+ * @silent_since_ms (what its socket left of the budget; 0: from now);
+ * @owner_pid: the owner's pid where it is in this PID namespace, else 0,
  * guarantees.md: a stopped owner dies no death. */
-static int follow_front(struct mooncake_segment *seg, int64_t silent_since_ms)
+static int follow_front(struct mooncake_segment *seg, pid_t owner_pid, int64_t silent_since_ms)
 {
-	char why[320];
+	char why[320], cgroup[1600];
+	struct mc_follow follow = {
+		.end = seg->memory.alloc_size,
+		.waiting_for = "for its pages",
+		.fix = "create with background_commit on every rank and wait_ready() with a timeout",
+	};
 	int err = 0, silence_ms;
 
-	if (!seg->opt.background_commit) {
+	/* A background peer returns at once, unless its memory cgroup could not
+	 * take the pages it may touch past the front (issue 37 item 3: the
+	 * OOM killer): then it waits until they fit. */
+	if (seg->opt.background_commit) {
+		follow.end = mc_background_peer_front(seg, owner_pid, cgroup, sizeof(cgroup));
+		follow.waiting_for = cgroup;
+		follow.fix = "give this rank's memory cgroup more room";
+	}
+	if (follow.end) {
 		silence_ms = mc_peer_timeout_ms(why, sizeof(why));
 		err = silence_ms < 0 ? mc_error(EINVAL, "%s", why)
-				     : mc_background_follow(seg, silent_since_ms, silence_ms);
+				     : mc_background_follow(seg, &follow, silent_since_ms, silence_ms);
 	}
 	if (!err && seg->opt.host_register)
 		err = register_mapping(seg);
@@ -654,7 +668,9 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 		if (!err)
 			err = attach_control(seg);
 		if (!err)
-			err = follow_front(seg, silent_since_ms);
+			err = follow_front(
+				seg, owner.pid_namespace == mc_host_pid_namespace() ? (pid_t)owner.pid : 0,
+				silent_since_ms);
 		if (!err)
 			err = mc_slots_start(seg);
 		if (err) {

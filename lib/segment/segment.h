@@ -99,12 +99,31 @@ void mc_background_stop(struct mooncake_segment *seg);
 /* Wait until [offset, end) is committed and (registering) registered on this
  * rank: 0, -ETIMEDOUT, or the error that stopped it (message set). */
 int mc_background_wait(struct mooncake_segment *seg, uint64_t offset, uint64_t end, int timeout_ms);
-/* A blocking peer's complete(): wait until every page is committed, or
+/* What a peer's complete() waits for: the front at @end; @waiting_for and
+ * @fix complete the timeout's sentence ("waited in complete() <waiting_for>
+ * ...; or <fix>"). */
+struct mc_follow {
+	uint64_t end;
+	const char *waiting_for;
+	const char *fix;
+};
+/* A peer's complete(): wait until the front reaches @follow->end, or
  * -ETIMEDOUT once the front has not moved for @silence_ms since
  * @silent_since_ms (the owner's socket went unanswered since then; 0: now)
  * or since its last move; or the error that
  * stopped the commit (message set). */
-int mc_background_follow(struct mooncake_segment *seg, int64_t silent_since_ms, int silence_ms);
+int mc_background_follow(struct mooncake_segment *seg, const struct mc_follow *follow,
+			 int64_t silent_since_ms, int silence_ms);
+/* Where a background peer's complete() lets the front reach before it
+ * returns: a page a peer touches past the front is charged to the peer's
+ * memory cgroup (the fault commits it), so no more than half the cgroup's
+ * room (the rest is the engine's own) may lie past the front.  0 when no
+ * limit binds, the rest fits, or the owner (@owner_pid, in this PID
+ * namespace; 0 unknown) is bound by the same cgroup, whose room its create
+ * checked for every page; else @why (@size bytes) says which cgroup and how
+ * much room, for the timeout's message. */
+uint64_t mc_background_peer_front(const struct mooncake_segment *seg, pid_t owner_pid, char *why,
+				  size_t size);
 /* Whether the commit (the registration) has ended, so that what it wrote
  * into the segment may be read by another thread (get_info). */
 bool mc_background_commit_settled(const struct mooncake_segment *seg);

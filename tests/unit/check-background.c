@@ -142,25 +142,6 @@ enum peer_case {
 	OWNER_STOPPED,	   /* the owner stops (SIGSTOP) right after complete: the front is frozen */
 };
 
-/* Whether process @pid is stopped (state T), waiting up to 10 s for it. */
-static int stopped(pid_t pid)
-{
-	char path[64], stat[512];
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	for (int i = 0; i < 2000; i++) {
-		const char *end;
-
-		if (!read_text(path, stat, sizeof(stat))[0])
-			return 0;
-		end = strrchr(stat, ')');
-		if (end && end[1] == ' ' && end[2] == 'T')
-			return 1;
-		usleep(5000);
-	}
-	return 0;
-}
-
 /* The peer of a frozen front: a timed-out wait sleeps instead of spinning;
  * then the owner is killed (also when a check fails: nobody stays stopped). */
 static int wait_on_a_frozen_front(struct group_rank *self, struct mooncake_segment *seg)
@@ -168,7 +149,8 @@ static int wait_on_a_frozen_front(struct group_rank *self, struct mooncake_segme
 	struct timespec t0, t1;
 	int64_t cpu_ms = 0;
 	char why[512] = "";
-	int ret = 0, empty, frozen = stopped(group_pid(0)) && mooncake_segment_ready_bytes(seg) < BIG;
+	int ret = 0, empty,
+	    frozen = wait_until_stopped(group_pid(0), 10000) && mooncake_segment_ready_bytes(seg) < BIG;
 
 	if (frozen) {
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
@@ -295,7 +277,7 @@ static int stopped_owner_blocking_rank(struct group_rank *self, void *arg)
 		mooncake_segment_destroy(seg);
 		return 0;
 	}
-	RANK_CHECK(stopped(owner));
+	RANK_CHECK(wait_until_stopped(owner, 10000));
 	watchdog = fork();
 	RANK_CHECK(watchdog >= 0);
 	if (watchdog == 0) {

@@ -10,6 +10,8 @@
  *    OOM-killed (the cgroup's oom_kill count stays put), several times.
  *  - Usage that is mostly clean page cache (a 400 MiB file read twice in the
  *    cgroup) still leaves room for 480 MiB in 512 MiB: the kernel reclaims it.
+ *  - A peer in 128 MiB of its own that writes every page of a 2 GiB
+ *    background segment past the front is not OOM-killed.
  */
 #include "config.h"
 
@@ -31,6 +33,7 @@
 #include "helpers.h"
 #include "internals.h"
 #include "privileged.h"
+#include "group.h"
 
 #define MiB (UINT64_C(1) << 20)
 
@@ -577,6 +580,91 @@ START_TEST(test_room_taken_during_a_background_commit_fails_every_wait)
 }
 END_TEST
 
+#define SMALL_PEER_SEGMENT (2048 * MiB)
+
+/* Rank 1 runs in the small cgroup @arg.  Once its complete() returned it
+ * stops the owner (SIGSTOP: the front freezes where it is) and a child of
+ * its own, in its cgroup, writes every page from the end down: past the
+ * front each fault commits the page and charges it to the cgroup.  The
+ * child holds those pages, so the OOM killer would pick it, not the peer. */
+static int small_peer_rank(struct group_rank *self, void *arg)
+{
+	struct mooncake_segment_options opt = test_options(2, self->rank, 0);
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *seg = NULL;
+	volatile uint8_t *base;
+	pid_t owner, toucher;
+	uint64_t front;
+	int status = -1;
+
+	opt.background_commit = true;
+	opt.commit_threads = 1;
+	if (self->rank == 1)
+		join_cgroup(arg);
+	RANK_CHECK(mooncake_segment_create("small-peer", SMALL_PEER_SEGMENT, &opt, &seg, blob) == 0);
+	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
+	RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == 0);
+	if (self->rank == 0) {
+		RANK_CHECK(group_barrier(self) == 0); /* the peer has written and continued us */
+		RANK_CHECK(mooncake_segment_wait_ready(seg, 0, 0, 60000) == 0);
+		mooncake_segment_destroy(seg);
+		return 0;
+	}
+	owner = group_pid(0);
+	front = mooncake_segment_ready_bytes(seg);
+	base = mooncake_segment_base(seg);
+	RANK_CHECK(kill(owner, SIGSTOP) == 0);
+	if (!wait_until_stopped(owner, 10000)) {
+		kill(owner, SIGCONT);
+		return 2;
+	}
+	toucher = fork();
+	if (toucher == 0) {
+		for (uint64_t off = SMALL_PEER_SEGMENT; off > 0; off -= 4096)
+			base[off - 4096] = 0x5a;
+		_exit(0);
+	}
+	if (toucher > 0)
+		waitpid(toucher, &status, 0);
+	kill(owner, SIGCONT);
+	fprintf(stderr,
+		"# a peer in a small cgroup: complete() returned with %llu of %llu MiB committed; the "
+		"writer of every page: status 0x%x\n",
+		(unsigned long long)(front / MiB), (unsigned long long)(SMALL_PEER_SEGMENT / MiB), status);
+	RANK_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	RANK_CHECK(group_barrier(self) == 0);
+	RANK_CHECK(mooncake_segment_wait_ready(seg, 0, 0, 60000) == 0);
+	RANK_CHECK(base[0] == 0x5a && base[SMALL_PEER_SEGMENT - 1] == 0);
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
+/* Issue 37 item 3: a page a peer touches past the front is charged to the
+ * peer's cgroup, so a background peer whose cgroup could not take what is
+ * left to commit waits in complete() until it can; the owner's cgroup pays
+ * for the rest.  Before, the writer was OOM-killed (oom_kill 1). */
+START_TEST(test_a_peer_in_a_small_cgroup_never_meets_the_oom_killer)
+{
+	/* 128 MiB: it waits for the whole front (64 MiB chunks); 512 MiB: for
+	 * all but half its room, which the writer then takes. */
+	static const uint64_t limits[] = { 128 * MiB, 512 * MiB };
+
+	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+		int codes[2] = { -1, -1 };
+		char dir[768];
+		long kills;
+
+		ck_assert(make_cgroup(dir, sizeof(dir), "small-peer", limits[i]));
+		kills = oom_kills(dir);
+		ck_assert_int_eq(group_run(2, small_peer_rank, dir, 120000, codes), 0);
+		ck_assert_int_eq(oom_kills(dir), kills);
+		remove_cgroup(dir);
+		ck_assert_msg(codes[0] == 0 && codes[1] == 0, "%llu MiB: owner %d, peer %d",
+			      (unsigned long long)(limits[i] / MiB), codes[0], codes[1]);
+	}
+}
+END_TEST
+
 #define CACHE_LIMIT	(512 * MiB)
 #define CACHE_FILE_SIZE (400 * MiB)
 #define CACHE_SEGMENT	(480 * MiB)
@@ -664,9 +752,8 @@ int main(void)
 {
 	Suite *s = suite_create("cgroup");
 	TCase *tc = tcase_create("limit");
-	static const char *const tags[] = {
-		"capped", "race", "cache", "locked", "squatter", "edge", "stolen"
-	};
+	static const char *const tags[] = { "capped",	"race", "cache",  "locked",
+					    "squatter", "edge", "stolen", "small-peer" };
 	char probe[768];
 	int ret;
 
@@ -685,6 +772,7 @@ int main(void)
 	tcase_add_test(tc, test_the_room_edge_never_meets_the_oom_killer);
 	tcase_add_test(tc, test_room_holds_after_a_page_on_every_cpu);
 	tcase_add_test(tc, test_room_taken_during_a_background_commit_fails_every_wait);
+	tcase_add_test(tc, test_a_peer_in_a_small_cgroup_never_meets_the_oom_killer);
 	/* Two sibling cgroups have different outermost limits only under an unlimited parent. */
 	if (!mc_self_cgroup_room(&(struct mc_memory_room){ 0 }))
 		tcase_add_test(tc, test_a_lock_squatter_outside_the_cgroup_delays_no_create);

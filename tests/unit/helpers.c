@@ -178,6 +178,18 @@ int wait_until_dead(int pid, int timeout_ms)
 	return 0;
 }
 
+int wait_until_stopped(int pid, int timeout_ms)
+{
+	for (int waited = 0; waited < timeout_ms; waited += 5) {
+		char state = process_state(pid);
+
+		if (state == 0 || state == 'T')
+			return state == 'T';
+		usleep(5000);
+	}
+	return 0;
+}
+
 int pidfd_getfd_available(void)
 {
 	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0), fd = -1;

@@ -53,6 +53,8 @@ int check_pattern(const void *p, uint64_t n, uint32_t seed);
 
 /* Wait until @pid is a zombie or gone; false after @timeout_ms. */
 int wait_until_dead(int pid, int timeout_ms);
+/* Wait until @pid is stopped (SIGSTOP, state T); false when it is gone or after @timeout_ms. */
+int wait_until_stopped(int pid, int timeout_ms);
 
 /* The whole of file @path (a fake runtime's call log) in @buf; "" when absent. */
 const char *read_text(const char *path, char *buf, size_t size);
