@@ -180,6 +180,9 @@ int server_run(const struct keeper_config *config, int listen_fd, int signal_fd)
 /* Load what a previous keeper saved (state_load, descriptors from the
  * service manager); 0 or a negative errno with a logged reason. */
 int store_start(const struct keeper_config *config);
+/* Write a save that was put off (a warm attach's count), before the stop
+ * is announced to the service manager. */
+void store_flush(void);
 /* Close every descriptor (the kernel keeps pages that are still mapped). */
 void store_stop(void);
 uint32_t store_count(void);
@@ -213,8 +216,9 @@ uint64_t store_scan_done(void);
  * reservation when the commit failed), free @job, and fill its creator's
  * reply in @rep and @fds (sequence left to the caller); the generation. */
 uint64_t store_commit_done(struct commit_job *job, struct mc_keeper_reply *rep, int fds[2]);
-/* The idle timeout: free what nobody mapped for config->idle_timeout_s.
- * Returns how long the loop may sleep before the next look, -1 forever. */
+/* The idle timeout: free what nobody mapped for config->idle_timeout_s;
+ * a save put off that fell due.  Returns how long the loop may sleep
+ * before the next look, -1 forever. */
 int store_tick(void);
 
 /* --- committing pages (commit.c) ------------------------------------------- */

@@ -32,7 +32,7 @@ static void usage(FILE *out)
 		     "  --socket PATH          the socket (default " MC_KEEPER_DEFAULT_SOCKET ");\n"
 		     "                         its directory is made (0755) when missing\n"
 		     "  --budget BYTES         most bytes kept in all, K/M/G/T suffixes (default: no limit)\n"
-		     "  --max-segments N       most segments kept (default 1024)\n"
+		     "  --max-segments N       most segments kept (default 1024, at most 65536)\n"
 		     "  --uid-budget BYTES     most bytes one uid keeps (default: three quarters of\n"
 		     "                         --budget, or of the node's memory; 0: no limit)\n"
 		     "  --uid-max-segments N   most segments one uid keeps (default: a quarter of\n"
@@ -190,8 +190,10 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 						  "a size in bytes (like 64G, 512M or 1048576)");
 			break;
 		case OPT_MAX_SEGMENTS:
-			if (!parse_u32(optarg, 10, 1u << 20, &config->max_segments) || !config->max_segments)
-				return bad_option("--max-segments", optarg, "a number from 1 to 1048576");
+			/* Each create and release saves the whole table: 65536 keeps that
+			 * under about 30 ms (doc/keeper.md, "Costs"). */
+			if (!parse_u32(optarg, 10, 1u << 16, &config->max_segments) || !config->max_segments)
+				return bad_option("--max-segments", optarg, "a number from 1 to 65536");
 			break;
 		case OPT_UID_BUDGET:
 			config->uid_budget_set = true;
@@ -200,9 +202,9 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 						  "a size in bytes (like 16G, 512M or 1048576)");
 			break;
 		case OPT_UID_MAX_SEGMENTS:
-			if (!parse_u32(optarg, 10, 1u << 20, &config->uid_max_segments) ||
+			if (!parse_u32(optarg, 10, 1u << 16, &config->uid_max_segments) ||
 			    !config->uid_max_segments)
-				return bad_option("--uid-max-segments", optarg, "a number from 1 to 1048576");
+				return bad_option("--uid-max-segments", optarg, "a number from 1 to 65536");
 			break;
 		case OPT_MAX_CONNECTIONS:
 			if (!parse_u32(optarg, 10, 1u << 16, &config->max_connections) ||
@@ -354,6 +356,7 @@ int main(int argc, char **argv)
 		   budget, config.max_segments, uid_budget, config.uid_max_segments, config.max_per_uid);
 	service_ready("listening");
 	err = server_run(&config, listen_fd, signal_fd);
+	store_flush();
 	service_stopping();
 	if (bound_here)
 		remove_socket(config.socket_path, &bound);

@@ -246,8 +246,58 @@ static int decode_record(const uint8_t *p, size_t left, struct kept_segment *k, 
 	return 0;
 }
 
+static int by_generation(const void *a, const void *b)
+{
+	const struct kept_segment *x = *(const struct kept_segment *const *)a;
+	const struct kept_segment *y = *(const struct kept_segment *const *)b;
+
+	return (x->record.generation > y->record.generation) - (x->record.generation < y->record.generation);
+}
+
+static int by_name_and_owner(const void *a, const void *b)
+{
+	const struct kept_segment *x = *(const struct kept_segment *const *)a;
+	const struct kept_segment *y = *(const struct kept_segment *const *)b;
+	int order = strcmp(x->record.name, y->record.name);
+
+	return order ? order
+		     : (x->record.owner_uid > y->record.owner_uid) -
+			       (x->record.owner_uid < y->record.owner_uid);
+}
+
+/* Into *@twice, a record the loader must refuse (NULL when none): one
+ * generation twice, or one name of one owner twice where neither is
+ * released.  Sorted, not pair by pair: every save checks what it writes,
+ * and at 4,096 segments the pairs made a warm attach take 21 ms. */
+static int find_twice(const struct kept_segment *segments, size_t count, const struct kept_segment **twice)
+{
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
+	const struct kept_segment **sorted = malloc((count ? count : 1) * sizeof(struct kept_segment *));
+	size_t live = 0, i;
+
+	*twice = NULL;
+	if (!sorted)
+		return -ENOMEM;
+	for (i = 0; i < count; i++)
+		sorted[i] = &segments[i];
+	qsort(sorted, count, sizeof(*sorted), by_generation);
+	for (i = 1; i < count && !*twice; i++)
+		if (sorted[i - 1]->record.generation == sorted[i]->record.generation)
+			*twice = sorted[i];
+	for (i = 0; i < count; i++)
+		if (!(segments[i].record.flags & MC_KEEPER_SEGMENT_RELEASED))
+			sorted[live++] = &segments[i];
+	qsort(sorted, live, sizeof(*sorted), by_name_and_owner);
+	for (i = 1; i < live && !*twice; i++)
+		if (by_name_and_owner(&sorted[i - 1], &sorted[i]) == 0)
+			*twice = sorted[i];
+	free(sorted);
+	return 0;
+}
+
 int state_payload_decode(const uint8_t *in, size_t len, struct state_image *image, char *why, size_t why_size)
 {
+	const struct kept_segment *twice = NULL;
 	struct kept_segment *segments = NULL;
 	size_t count, at;
 	int err;
@@ -273,23 +323,18 @@ int state_payload_decode(const uint8_t *in, size_t len, struct state_image *imag
 		err = decode_record(in + at, len - at, &segments[i], &used, why, why_size);
 		if (err)
 			goto fail;
-		for (size_t j = 0; j < i; j++) {
-			if (segments[j].record.generation == segments[i].record.generation ||
-			    (strcmp(segments[j].record.name, segments[i].record.name) == 0 &&
-			     segments[j].record.owner_uid == segments[i].record.owner_uid &&
-			     !(segments[j].record.flags & MC_KEEPER_SEGMENT_RELEASED) &&
-			     !(segments[i].record.flags & MC_KEEPER_SEGMENT_RELEASED))) {
-				err = refuse(why, why_size, "\"%s\" (generation %" PRIu64 ") is there twice",
-					     segments[i].record.name, segments[i].record.generation);
-				goto fail;
-			}
-		}
 		at += used;
 	}
 	if (at != len) {
 		err = refuse(why, why_size, "%zu bytes after the last record", len - at);
 		goto fail;
 	}
+	err = find_twice(segments, count, &twice);
+	if (!err && twice)
+		err = refuse(why, why_size, "\"%s\" (generation %" PRIu64 ") is there twice",
+			     twice->record.name, twice->record.generation);
+	if (err)
+		goto fail;
 	image->next_generation = mc_get_le64(in);
 	image->count = count;
 	image->segments = segments;

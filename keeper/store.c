@@ -141,6 +141,12 @@ static uint32_t owner_of(const struct mc_keeper_request *req, const struct keepe
 	return req->owner_given ? req->owner_uid : (uint32_t)peer->uid;
 }
 
+/* A save owed for a change nobody needs at once after a crash (a warm
+ * attach's count), and when it falls due (SAVE_DELAY_NS after the first). */
+#define SAVE_DELAY_NS 1000000000u
+static bool save_owed;
+static uint64_t save_due_ns;
+
 /* The table as it is saved: a segment still being committed is no part of
  * it (a stop or crash mid-commit must not leave a half-made one). */
 static void save(void)
@@ -159,8 +165,19 @@ static void save(void)
 			kept[count++] = table[i];
 	err = state_save(kept, count, next_generation);
 	free(kept);
+	save_owed = false;
 	if (err)
 		keeper_log("cannot save the table for a restart: %s", strerror(-err));
+}
+
+/* Each save writes the whole table (linear in the segments): changes a
+ * crash may lose wait for the next save, at most SAVE_DELAY_NS, so that a
+ * burst of warm attaches costs one save (store_tick(), store_stop()). */
+static void save_soon(void)
+{
+	if (!save_owed)
+		save_due_ns = monotonic_ns() + SAVE_DELAY_NS;
+	save_owed = true;
 }
 
 static void fd_name(char *out, size_t size, const char *kind, uint64_t generation)
@@ -1098,15 +1115,23 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 		return answered;
 	}
 	if (declaration_compare(seg, req, page_size, rep) == MC_KEEPER_FIELD_NONE) {
+		bool learned = false, was_unseen = seg->handed_unseen;
+
 		/* One kept from a state without declarations learns its own. */
-		if (!seg->declaration)
+		if (!seg->declaration) {
 			seg->declaration = declaration_copy(req);
+			learned = seg->declaration != NULL;
+		}
 		/* Behind its commit, nobody wrote the pages yet: not warm. */
 		if (!behind_commit)
 			seg->record.warm_attaches++;
 		seg->last_mapped_ns = monotonic_ns();
 		note_peer(seg, peer);
-		save();
+		/* Only the count changed: it may wait (issue 38 item 8). */
+		if (learned || seg->handed_unseen != was_unseen)
+			save();
+		else
+			save_soon();
 		keeper_log("attached uid %u to '%s' (generation %" PRIu64 ", %s)", (unsigned)peer->uid,
 			   req->name, seg->record.generation,
 			   behind_commit ? "cold, behind its create" : "warm");
@@ -1424,6 +1449,10 @@ int store_tick(void)
 		released_ms = (int)((1000000000u - (now - swept_ns) % 1000000000u) / 1000000u) + 1;
 	}
 	released_ms = sooner(released_ms, groups_ms);
+	if (save_owed && now >= save_due_ns)
+		save();
+	if (save_owed)
+		released_ms = sooner(released_ms, (int)((save_due_ns - now) / 1000000u) + 1);
 	if (!conf->idle_timeout_s)
 		return released_ms;
 	for (i = 0; i < table_count && !due; i++)
@@ -1485,10 +1514,17 @@ int store_start(const struct keeper_config *config)
 	return 0;
 }
 
+void store_flush(void)
+{
+	if (save_owed)
+		save();
+}
+
 void store_stop(void)
 {
 	size_t i;
 
+	store_flush();
 	/* Not free_segment(): the descriptor store keeps them for the next keeper. */
 	for (i = 0; i < table_count; i++) {
 		/* A committing one's job is its committer's (committer_stop()). */

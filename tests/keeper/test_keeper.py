@@ -1039,6 +1039,8 @@ def test_bad_options_name_the_fix():
     for args, words in [
         (["--budget", "12X"], "--budget '12X'"),
         (["--max-segments", "0"], "--max-segments '0'"),
+        (["--max-segments", "65537"], "--max-segments '65537' is not a number from 1 to 65536"),
+        (["--uid-max-segments", "1048576"], "--uid-max-segments '1048576' is not a number from 1 to 65536"),
         (["--uid-budget", "lots"], "--uid-budget 'lots'"),
         (["--uid-max-segments", "0"], "--uid-max-segments '0'"),
         (["--socket-mode", "999"], "--socket-mode '999'"),
