@@ -280,14 +280,16 @@ static int find_twice(const struct kept_segment *segments, size_t count, const s
 		return -ENOMEM;
 	for (i = 0; i < count; i++)
 		sorted[i] = &segments[i];
-	qsort(sorted, count, sizeof(*sorted), by_generation);
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
+	qsort(sorted, count, sizeof(struct kept_segment *), by_generation);
 	for (i = 1; i < count && !*twice; i++)
 		if (sorted[i - 1]->record.generation == sorted[i]->record.generation)
 			*twice = sorted[i];
 	for (i = 0; i < count; i++)
 		if (!(segments[i].record.flags & MC_KEEPER_SEGMENT_RELEASED))
 			sorted[live++] = &segments[i];
-	qsort(sorted, live, sizeof(*sorted), by_name_and_owner);
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
+	qsort(sorted, live, sizeof(struct kept_segment *), by_name_and_owner);
 	for (i = 1; i < live && !*twice; i++)
 		if (by_name_and_owner(&sorted[i - 1], &sorted[i]) == 0)
 			*twice = sorted[i];
