@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,7 +41,8 @@ static void usage(FILE *out)
 		"that map it, resident bytes per NUMA node and in huge pages.\n\n"
 		"  --json             machine-readable (schema: doc/list-json.md)\n"
 		"  --prometheus       Prometheus text format (node_exporter's textfile collector)\n"
-		"  --watch SECONDS    scan again every SECONDS until interrupted\n"
+		"  --watch SECONDS    scan again every SECONDS until interrupted (SIGINT,\n"
+		"                     SIGTERM, SIGHUP: between two reports, never in one)\n"
 		"  --output FILE      write FILE atomically (a temporary file renamed over it)\n"
 		"  --proc DIR         read processes from DIR instead of /proc (the keeper is not asked)\n"
 		"  --keeper SOCKET    the node keeper to ask about kept segments (default:\n"
@@ -142,6 +144,34 @@ static int list_once(const struct list_config *cfg)
 	return ret;
 }
 
+/* --watch: a report every cfg->watch seconds until SIGINT, SIGTERM or
+ * SIGHUP, which are taken only between two reports, so that whoever reads
+ * the output never gets half of one (a JSON document cut mid-string). */
+static int watch(const struct list_config *cfg)
+{
+	struct timespec pause = { (time_t)cfg->watch, 0 };
+	sigset_t stops, saved;
+	int ret;
+
+	sigemptyset(&stops);
+	sigaddset(&stops, SIGINT);
+	sigaddset(&stops, SIGTERM);
+	sigaddset(&stops, SIGHUP);
+	sigprocmask(SIG_BLOCK, &stops, &saved);
+	for (;;) {
+		ret = list_once(cfg);
+		/* Output that cannot be written ends --watch too: nobody reads it. */
+		if (ferror(stdout))
+			break;
+		if (sigtimedwait(&stops, NULL, &pause) > 0) {
+			ret = 0; /* asked to stop: the last report was whole */
+			break;
+		}
+	}
+	sigprocmask(SIG_SETMASK, &saved, NULL);
+	return ret;
+}
+
 int cmd_list(int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -151,7 +181,7 @@ int cmd_list(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },	   { NULL, 0, NULL, 0 },
 	};
 	struct list_config cfg = { .format = FORMAT_TABLE, .proc = "/proc", .ask_keeper = true };
-	int c, ret;
+	int c;
 
 	while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
 		switch (c) {
@@ -197,11 +227,5 @@ int cmd_list(int argc, char **argv)
 	}
 	if (cfg.keeper)
 		cfg.ask_keeper = true; /* named: asked, with --proc too */
-	for (;;) {
-		ret = list_once(&cfg);
-		/* Output that cannot be written ends --watch too: nobody reads it. */
-		if (!cfg.watch || ferror(stdout))
-			return ret;
-		sleep((unsigned int)cfg.watch);
-	}
+	return cfg.watch ? watch(&cfg) : list_once(&cfg);
 }

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """mooncake-segment list against live segments of real rank processes."""
 
+import fcntl
 import json
 import os
+import signal
 import shutil
 import subprocess
 import time
@@ -173,6 +175,37 @@ def test_watch_scans_again():
     docs = [json.loads(d) for d in out.replace("]}\n{", "]}\x00{").split("\x00") if d.strip()]
     assert len(docs) >= 2
     assert all(d["schema_version"] == 1 for d in docs)
+
+
+F_SETPIPE_SZ = 1031
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_watch_stops_between_documents_never_in_one(tmp_path, stop):
+    """A stop signal while --watch is blocked half way through a document
+    (its reader is slow: a pipe of one page, a document of many) ends it
+    after that document: the reader gets whole documents only."""
+    for pid in range(10, 40):
+        label = f"/memfd:mooncake-segment:watched-{pid}|owner={pid} (deleted)"
+        fake_process(
+            tmp_path,
+            pid,
+            str(pid),
+            [f"7f0000000000-7f0000100000 rw-s 00000000 00:01 {pid} {label}"],
+            [f"7f0000000000 default file=x N0={pid} kernelpagesize_kB=4"],
+        )
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, F_SETPIPE_SZ, 4096)
+    proc = subprocess.Popen([TOOL, "list", "--json", "--watch", "1", "--proc", str(tmp_path)], stdout=write_end)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        first = reader.read(4096)  # the pipe was full: it is mid-document now
+        time.sleep(0.3)
+        proc.send_signal(stop)
+        out = (first + reader.read()).decode()
+    assert proc.wait(timeout=30) == 0
+    docs = [json.loads(d) for d in out.replace("]}\n{", "]}\x00{").split("\x00") if d.strip()]
+    assert len(out) > 2 * 4096 and docs and all(len(d["segments"]) == 30 for d in docs), out[-200:]
 
 
 @pytest.mark.parametrize(
