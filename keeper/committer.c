@@ -79,7 +79,7 @@ static uint32_t running_of(uint32_t uid)
 	uint32_t count = 0;
 
 	for (job = running_jobs; job; job = job->next)
-		count += job->owner_uid == uid;
+		count += job->account_uid == uid;
 	return count;
 }
 
@@ -133,7 +133,7 @@ static void start_queued(void)
 		pthread_t thread;
 		int err;
 
-		if (running_of(job->owner_uid) >= uid_max) {
+		if (running_of(job->account_uid) >= uid_max) {
 			at = &job->next;
 			continue;
 		}

@@ -10,6 +10,8 @@
  *   log.c      the one log: stderr, with the journal's priorities;
  *   server.c   the listening socket, the poll loop, connections (credentials,
  *              limits, timeouts), decoding requests and sending replies;
+ *   account.c  whose share a client uses: the uid its per-uid limits count
+ *              against (its subordinate range's or user namespace's user);
  *   store.c    the table of kept segments: create or attach, list, stat,
  *              release, sharing, the budget and the idle timeout;
  *   declaration.c a CREATE's declaration against the kept one: the field
@@ -66,6 +68,7 @@ struct keeper_config {
 				      * --scan-cache-ms, for tests) */
 	uint32_t max_commits;	    /* --max-commits: committer threads at once (default 2) */
 	uint32_t uid_max_commits;   /* --uid-max-commits: of one owner uid (default 1) */
+	const char *subuid_file;    /* --subuid-file (default ACCOUNT_SUBUID_DEFAULT) */
 };
 
 struct commit_job;
@@ -90,6 +93,8 @@ struct kept_segment {
 	uint32_t commit_flags;	       /* its creator's reply flags once committed (replaced) */
 	bool creator_unseen;	       /* its creator's maps are unreadable (see handed_unseen) */
 	pid_t creator_pid;
+	uint32_t account_uid;	     /* whose per-uid limits it counts in (account.c): its creator's account,
+			       * the owner itself unless a subordinate uid or user namespace made it */
 	uint64_t commit_group_bytes; /* its creator's group control area, made once committed; 0: none */
 	/* The control areas made for its last groups (CREATE with the group
 	 * control area flag), found again by JOIN with their token; a slot
@@ -155,12 +160,30 @@ bool user_namespace_unmapped(uid_t uid, gid_t gid);
  * map shows as it too). */
 bool user_namespace_unmapped_gid(gid_t gid);
 
+/* --- whose share a client uses (account.c) --------------------------------- */
+
+#define ACCOUNT_SUBUID_DEFAULT "/etc/subuid"
+
+/* Note the keeper's own user namespace, and read @subuid_file (NULL: the
+ * default), saying what it holds. */
+void account_start(const char *subuid_file);
+/* The account of the peer at @fd (@uid and @pid from SO_PEERCRED): the uid
+ * whose per-uid limits it counts against.  The owner of its user namespace
+ * (the one right below the keeper's, unless root made it), then the user
+ * whose /etc/subuid range holds that uid, else @uid.  Never blocks long:
+ * a few system calls, and the file read again only when it changed. */
+uid_t account_of(int fd, uid_t uid, pid_t pid);
+/* "uid U", or "uid U (counted with uid A, whose ...)" when @account is not
+ * @uid, for a refusal to name whose limit it is; @out. */
+const char *account_describe(char *out, size_t size, uid_t uid, uid_t account);
+
 /* --- the socket and the loop (server.c) ------------------------------------ */
 
 /* Who is at the other end of a connection, from SO_PEERCRED and
  * SO_PEERGROUPS when it was accepted (never from a message). */
 struct keeper_peer {
 	uid_t uid;
+	uid_t account; /* whose per-uid limits it counts against (account.c); access goes by uid */
 	gid_t gid;
 	pid_t pid;
 	gid_t *groups; /* supplementary groups; NULL when the kernel gave none */
@@ -253,7 +276,7 @@ struct commit_job {
 	char name[MC_KEEPER_NAME_MAX + 1];
 	uint64_t alloc_size, page_size, control_bytes;
 	bool hugetlb;
-	uint32_t owner_uid; /* whose commits --uid-max-commits counts */
+	uint32_t account_uid; /* whose commits --uid-max-commits counts (its segment's account) */
 	/* The committer thread's results, for the loop once it is done. */
 	struct kept_pages pages;
 	int err;

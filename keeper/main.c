@@ -41,11 +41,16 @@ static void usage(FILE *out)
 		     "  --max-connections-per-uid N\n"
 		     "                         most clients of one uid at once (default: a quarter\n"
 		     "                         of --max-connections, at least 1)\n"
+		     "                         Per-uid limits count a user's subordinate uids and\n"
+		     "                         user namespaces with the user (doc/keeper.md)\n"
 		     "  --idle-timeout SECONDS free a segment nobody mapped this long (default 0: never)\n"
 		     "  --socket-mode OCTAL    the socket's mode (default 0666: the directory gates)\n"
 		     "  --max-commits N        cold creates committing at once, each on a thread of\n"
 		     "                         its own (default 2); more wait in a queue\n"
 		     "  --uid-max-commits N    of them, most of one uid at once (default 1)\n"
+		     "  --subuid-file PATH     the subordinate uid ranges whose uids count in their\n"
+		     "                         user's per-uid limits (default " ACCOUNT_SUBUID_DEFAULT ";\n"
+		     "                         another path for a keeper in a container, or tests)\n"
 		     "  --help, --version\n");
 }
 
@@ -149,6 +154,7 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		OPT_SCAN_CACHE,
 		OPT_MAX_COMMITS,
 		OPT_UID_MAX_COMMITS,
+		OPT_SUBUID_FILE,
 		OPT_HELP,
 		OPT_VERSION
 	};
@@ -164,6 +170,7 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		{ "socket-mode", required_argument, NULL, OPT_MODE },
 		{ "max-commits", required_argument, NULL, OPT_MAX_COMMITS },
 		{ "uid-max-commits", required_argument, NULL, OPT_UID_MAX_COMMITS },
+		{ "subuid-file", required_argument, NULL, OPT_SUBUID_FILE },
 		/* Not in --help: the tests wait for it in seconds, not 10 s. */
 		{ "silent-timeout-ms", required_argument, NULL, OPT_SILENT },
 		/* Not in --help either: a test counts scans without racing the clock. */
@@ -242,6 +249,11 @@ static int parse_options(int argc, char **argv, struct keeper_config *config, bo
 		case OPT_UID_MAX_COMMITS:
 			if (!parse_u32(optarg, 10, 256, &config->uid_max_commits) || !config->uid_max_commits)
 				return bad_option("--uid-max-commits", optarg, "a number from 1 to 256");
+			break;
+		case OPT_SUBUID_FILE:
+			if (!*optarg)
+				return bad_option("--subuid-file", optarg, "a path");
+			config->subuid_file = optarg;
 			break;
 		case OPT_HELP:
 			usage(stdout);
@@ -337,6 +349,7 @@ int main(int argc, char **argv)
 	/* Before the store is read and the socket listens: whoever sees it
 	 * listen sees this notice. */
 	user_namespace_start();
+	account_start(config.subuid_file);
 	if (committer_start(&config) != 0 || scanner_start() != 0 || store_start(&config) != 0)
 		return 1;
 	listen_fd = server_listen(&config, &bound_here);

@@ -9,8 +9,9 @@
  * the kernel never installs one here (closing a client's file can block, a
  * FUSE file whose server never answers); one that carried any arrives with
  * MSG_CTRUNC and ends its connection.  Connections past --max-connections,
- * or past --max-connections-per-uid for their uid, are accepted and closed
- * at once (so that the backlog never fills), and one silent past the
+ * or past --max-connections-per-uid for their account (account.c: a user's
+ * subordinate uids and user namespaces count with it), are refused and
+ * closed at once (so that the backlog never fills), and one silent past the
  * silent timeout is closed.
  *
  * A CREATE that commits pages is parked: its segment is reserved, a
@@ -318,7 +319,9 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 		socklen_t len = sizeof(cred);
 		struct connection *c = NULL;
 		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		char who[160];
 		unsigned of_uid = 0;
+		uid_t account;
 		size_t i;
 
 		if (fd < 0) {
@@ -344,33 +347,36 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 				(int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
 			continue;
 		}
+		/* A user's subordinate uids and user namespaces share its connections. */
+		account = account_of(fd, cred.uid, cred.pid);
 		for (i = 0; i < config->max_connections; i++) {
 			if (connections[i].fd < 0) {
 				if (!c)
 					c = &connections[i];
-			} else if (connections[i].peer.uid == cred.uid) {
+			} else if (connections[i].peer.account == account) {
 				of_uid++;
 			}
 		}
 		if (of_uid >= config->max_per_uid) {
+			account_describe(who, sizeof(who), cred.uid, account);
 			refuse_connection(fd, EUSERS,
-					  "uid %u has %u connections to the keeper, the most its "
+					  "%s has %u connections to the keeper, the most its "
 					  "--max-connections-per-uid allows; close some (a process per rank "
 					  "needs one only while it creates or joins), or raise "
 					  "--max-connections-per-uid",
-					  (unsigned)cred.uid, of_uid);
+					  who, of_uid);
 			keeper_say_limited(&over_uid, KEEPER_LOG_WARNING,
-					   "refused a connection of uid %u (pid %d): it has %u, the most "
+					   "refused a connection of %s (pid %d): it has %u, the most "
 					   "--max-connections-per-uid allows",
-					   (unsigned)cred.uid, (int)cred.pid, of_uid);
+					   who, (int)cred.pid, of_uid);
 			continue;
 		}
 		if (connection_count >= config->max_connections || !c) {
-			refuse_connection(
-				fd, EUSERS,
-				"the keeper serves %zu connections, its --max-connections (uid %u has "
-				"%u of them); retry, or raise --max-connections",
-				connection_count, (unsigned)cred.uid, of_uid);
+			refuse_connection(fd, EUSERS,
+					  "the keeper serves %zu connections, its --max-connections (%s has "
+					  "%u of them); retry, or raise --max-connections",
+					  connection_count,
+					  account_describe(who, sizeof(who), cred.uid, account), of_uid);
 			keeper_say_limited(
 				&over_all, KEEPER_LOG_WARNING,
 				"refused a connection of uid %u (pid %d): all %zu of --max-connections "
@@ -381,6 +387,7 @@ static void accept_all(int listen_fd, const struct keeper_config *config)
 		refuse_rights(fd);
 		c->fd = fd;
 		c->peer.uid = cred.uid;
+		c->peer.account = account;
 		c->peer.gid = cred.gid;
 		c->peer.pid = cred.pid;
 		read_groups(fd, &c->peer);

@@ -66,10 +66,17 @@ static size_t declaration_bytes(const struct kept_segment *k)
 	return k->declaration ? 2 + strlen(k->declaration) : 0;
 }
 
+/* A record's account uid, after its declaration: 4 bytes, only where it is
+ * not the owner (a state without subordinate uids reads as before). */
+static bool own_account(const struct kept_segment *k)
+{
+	return k->account_uid == k->record.owner_uid;
+}
+
 static size_t record_bytes(const struct kept_segment *k)
 {
 	return padded(STATE_RECORD_FIXED + strlen(k->record.name) + k->record.identity_bytes +
-		      declaration_bytes(k));
+		      declaration_bytes(k) + (own_account(k) ? 0 : 4));
 }
 
 void state_image_free(struct state_image *image)
@@ -123,7 +130,8 @@ int state_payload_encode(const struct kept_segment *const *segments, size_t coun
 		mc_keeper_record_put_common(p, r);
 		p[61] = (segments[i]->hugetlb ? STATE_KEEPER_HUGETLB : 0) |
 			(segments[i]->handed_unseen ? STATE_KEEPER_UNSEEN : 0) |
-			(declaration ? STATE_KEEPER_DECLARATION : 0);
+			(declaration ? STATE_KEEPER_DECLARATION : 0) |
+			(own_account(segments[i]) ? 0 : STATE_KEEPER_ACCOUNT);
 		mc_put_le32(p + 68, r->warm_attaches);
 		memcpy(p + STATE_RECORD_FIXED, r->name, name);
 		memcpy(p + STATE_RECORD_FIXED + name, r->identity, r->identity_bytes);
@@ -134,6 +142,10 @@ int state_payload_encode(const struct kept_segment *const *segments, size_t coun
 			mc_put_le16(d, (uint16_t)strlen(declaration));
 			memcpy(d + 2, declaration, mc_get_le16(d));
 		}
+		if (!own_account(segments[i]))
+			mc_put_le32(p + STATE_RECORD_FIXED + name + r->identity_bytes +
+					    declaration_bytes(segments[i]),
+				    segments[i]->account_uid);
 		p += record_bytes(segments[i]);
 	}
 	return (int)need;
@@ -172,7 +184,7 @@ static int decode_record(const uint8_t *p, size_t left, struct kept_segment *k, 
 {
 	struct mc_keeper_segment *r = &k->record;
 	char name_why[96];
-	size_t name, identity, declaration = 0, extra = 0, total;
+	size_t name, identity, declaration = 0, extra = 0, account = 0, total;
 	const uint8_t *d;
 
 	if (left < STATE_RECORD_FIXED)
@@ -193,6 +205,10 @@ static int decode_record(const uint8_t *p, size_t left, struct kept_segment *k, 
 			return refuse(why, why_size, "record declaration length %zu", declaration);
 		extra = 2 + declaration;
 	}
+	if (p[61] & STATE_KEEPER_ACCOUNT) {
+		account = 4;
+		extra += account;
+	}
 	total = padded(STATE_RECORD_FIXED + name + identity + extra);
 	if (total > left)
 		return refuse(why, why_size, "record of %zu bytes past the payload's end", total);
@@ -211,6 +227,10 @@ static int decode_record(const uint8_t *p, size_t left, struct kept_segment *k, 
 	memcpy(r->name, p + STATE_RECORD_FIXED, name);
 	r->name[name] = '\0';
 	memcpy(r->identity, p + STATE_RECORD_FIXED + name, identity);
+	/* Without one, the owner's own: a state saved before accounts. */
+	k->account_uid = account ? mc_get_le32(d + extra - account) : r->owner_uid;
+	if (account && k->account_uid == r->owner_uid)
+		return refuse(why, why_size, "\"%s\": an account uid that is its owner's", r->name);
 	k->hugetlb = p[61] & STATE_KEEPER_HUGETLB;
 	k->handed_unseen = (p[61] & STATE_KEEPER_UNSEEN) != 0;
 	k->pages_fd = -1;

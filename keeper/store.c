@@ -4,7 +4,9 @@
  * release, who may do which, the budget, the segment limit and the idle
  * timeout.  Names are per uid: the table's key is (name, owner uid), so that
  * nobody squats another user's name, and it is sorted by that key, so that
- * LIST pages through it from a cursor.  A segment released while mapped stays
+ * LIST pages through it from a cursor.  The per-uid limits count a
+ * segment in its account (account.c: its creator's user, where the creator
+ * was a subordinate uid or in a user namespace of that user), not its owner.  A segment released while mapped stays
  * as a RELEASED entry beside its key, invisible to names but counted in the
  * budget, until a mapper scan sees nobody map it: the budget counts memory,
  * not the table.  Mappers are counted by the scanner's thread (scanner.c),
@@ -581,13 +583,14 @@ static struct mc_keeper_segment reported(const struct kept_segment *seg)
 }
 
 /* Bytes and segments kept, released-but-mapped ones included: in all, and
- * of @owner. */
+ * counted in @account's per-uid limits (its own segments and those of its
+ * subordinate uids and user namespaces, account.c). */
 struct usage {
 	uint64_t bytes, owner_bytes;
 	size_t owner_segments;
 };
 
-static struct usage usage_of(uint32_t owner)
+static struct usage usage_of(uint32_t account)
 {
 	struct usage u = { 0 };
 	size_t i;
@@ -596,7 +599,7 @@ static struct usage usage_of(uint32_t owner)
 		uint64_t bytes = table[i]->record.size + control_bytes_held(table[i]);
 
 		u.bytes += bytes;
-		if (table[i]->record.owner_uid == owner) {
+		if (table[i]->account_uid == account) {
 			u.owner_bytes += bytes;
 			u.owner_segments++;
 		}
@@ -607,12 +610,12 @@ static struct usage usage_of(uint32_t owner)
 static int holding_order(const void *a, const void *b)
 {
 	const struct kept_segment *const *x = a, *const *y = b;
-	uint32_t p = (*x)->record.owner_uid, q = (*y)->record.owner_uid;
+	uint32_t p = (*x)->account_uid, q = (*y)->account_uid;
 
 	return p < q ? -1 : p > q;
 }
 
-/* The uid holding the most entries (@by_bytes false) or bytes, with what
+/* The account holding the most entries (@by_bytes false) or bytes, with what
  * it holds in @its, for a refusal of a node-wide limit to name: one sort of
  * the table by owner, so a client looping on such refusals costs the loop
  * little.  0 and nothing held without the memory to sort. */
@@ -632,14 +635,13 @@ static uint32_t largest_holder(bool by_bytes, struct usage *its)
 	for (; i < table_count; i = j) {
 		struct usage u = { 0 };
 
-		for (j = i; j < table_count && by_owner[j]->record.owner_uid == by_owner[i]->record.owner_uid;
-		     j++) {
+		for (j = i; j < table_count && by_owner[j]->account_uid == by_owner[i]->account_uid; j++) {
 			u.owner_bytes += by_owner[j]->record.size + control_bytes_held(by_owner[j]);
 			u.owner_segments++;
 		}
 		if ((by_bytes ? u.owner_bytes : u.owner_segments) > most_held) {
 			most_held = by_bytes ? u.owner_bytes : u.owner_segments;
-			most = by_owner[i]->record.owner_uid;
+			most = by_owner[i]->account_uid;
 			*its = u;
 		}
 	}
@@ -647,10 +649,11 @@ static uint32_t largest_holder(bool by_bytes, struct usage *its)
 	return most;
 }
 
-/* Whether @owner (using @u) keeping @need more bytes for @what (its name)
- * passes the per-uid or the node's budget: the refusal in @rep when it does. */
-static bool bytes_refused(const char *what, uint32_t owner, const struct usage *u, uint64_t need,
-			  struct mc_keeper_reply *rep)
+/* Whether @account (using @u) keeping @need more bytes for @what (its name)
+ * passes the per-uid or the node's budget: the refusal in @rep when it does,
+ * naming @who (account_describe()). */
+static bool bytes_refused(const char *what, const char *who, uint32_t account, const struct usage *u,
+			  uint64_t need, struct mc_keeper_reply *rep)
 {
 	struct usage held = { 0 };
 	uint32_t holder;
@@ -659,10 +662,10 @@ static bool bytes_refused(const char *what, uint32_t owner, const struct usage *
 	    (need > conf->uid_budget_bytes - u->owner_bytes || u->owner_bytes > conf->uid_budget_bytes)) {
 		refuse(rep, ENOSPC, 0,
 		       "keeping '%s' (%" PRIu64 " bytes) would hold more than the per-uid limit of %" PRIu64
-		       " bytes (--uid-budget): uid %u holds %" PRIu64
+		       " bytes (--uid-budget): %s holds %" PRIu64
 		       " bytes (released ones still mapped included); release a kept segment "
 		       "(mooncake-segment keep release NAME) or ask the node's operator to raise --uid-budget",
-		       what, need, conf->uid_budget_bytes, (unsigned)owner, u->owner_bytes);
+		       what, need, conf->uid_budget_bytes, who, u->owner_bytes);
 		return true;
 	}
 	if (conf->budget_bytes && (need > conf->budget_bytes - u->bytes || u->bytes > conf->budget_bytes)) {
@@ -674,7 +677,7 @@ static bool bytes_refused(const char *what, uint32_t owner, const struct usage *
 		       " bytes: release a kept segment (mooncake-segment keep release NAME) or ask the node's "
 		       "operator to raise --budget or lower --uid-budget",
 		       what, need, conf->budget_bytes, u->bytes, (unsigned)holder, held.owner_bytes,
-		       (unsigned)owner, u->owner_bytes);
+		       (unsigned)account, u->owner_bytes);
 		return true;
 	}
 	return false;
@@ -686,12 +689,14 @@ static uint64_t new_group(struct kept_segment *seg, uint64_t bytes, struct mc_ke
 {
 	struct group_area *g = &seg->groups[seg->groups_next];
 	char why[MC_KEEPER_TEXT_MAX + 1];
-	struct usage u = usage_of(seg->record.owner_uid);
+	struct usage u = usage_of(seg->account_uid);
 	uint64_t token = 0, freed = g->token ? g->bytes : 0;
+	char who[160];
 	int fd, err;
 
 	/* The oldest group's area goes: what it held is not counted any more. */
-	if (bytes > freed && bytes_refused(seg->record.name, seg->record.owner_uid, &u, bytes - freed, rep))
+	account_describe(who, sizeof(who), seg->record.owner_uid, seg->account_uid);
+	if (bytes > freed && bytes_refused(seg->record.name, who, seg->account_uid, &u, bytes - freed, rep))
 		return 0;
 	err = commit_group_area(seg->record.name, bytes, &fd, why, sizeof(why));
 	while (!err && !token)
@@ -926,12 +931,13 @@ uint64_t store_commit_done(struct commit_job *job, struct mc_keeper_reply *rep, 
 }
 
 /* Whether keeping @need more bytes for @owner's @req (its new generation
- * going at @index) passes a limit: the refusal in @rep when it does.
- * Released segments still mapped count, until a scan sees them unmapped. */
-static bool room_refused(const struct mc_keeper_request *req, uint32_t owner, size_t index, uint64_t need,
-			 struct mc_keeper_reply *rep)
+ * going at @index), counted in @account's limits, passes a limit: the
+ * refusal in @rep when it does, naming @who (account_describe()).  Released
+ * segments still mapped count, until a scan sees them unmapped. */
+static bool room_refused(const struct mc_keeper_request *req, uint32_t owner, uint32_t account,
+			 const char *who, size_t index, uint64_t need, struct mc_keeper_reply *rep)
 {
-	struct usage u = usage_of(owner), held = { 0 };
+	struct usage u = usage_of(account), held = { 0 };
 	size_t i, released_here = 0;
 	uint32_t holder;
 
@@ -947,10 +953,10 @@ static bool room_refused(const struct mc_keeper_request *req, uint32_t owner, si
 	}
 	if (u.owner_segments >= conf->uid_max_segments) {
 		refuse(rep, EMFILE, 0,
-		       "uid %u holds %zu segments (released ones still mapped included); the per-uid limit is "
+		       "%s holds %zu segments (released ones still mapped included); the per-uid limit is "
 		       "%u (--uid-max-segments): release one (mooncake-segment keep release NAME) or ask "
 		       "the node's operator to raise --uid-max-segments",
-		       (unsigned)owner, u.owner_segments, conf->uid_max_segments);
+		       who, u.owner_segments, conf->uid_max_segments);
 		return true;
 	}
 	if (table_count >= conf->max_segments) {
@@ -959,17 +965,19 @@ static bool room_refused(const struct mc_keeper_request *req, uint32_t owner, si
 		       "the keeper holds %zu segments, its --max-segments; uid %u holds the most (%zu), uid %u "
 		       "%zu; the per-uid limit is %u (--uid-max-segments): ask the node's operator to raise "
 		       "--max-segments or lower --uid-max-segments",
-		       table_count, (unsigned)holder, held.owner_segments, (unsigned)owner, u.owner_segments,
-		       conf->uid_max_segments);
+		       table_count, (unsigned)holder, held.owner_segments, (unsigned)account,
+		       u.owner_segments, conf->uid_max_segments);
 		return true;
 	}
-	return bytes_refused(req->name, owner, &u, need, rep);
+	return bytes_refused(req->name, who, account, &u, need, rep);
 }
 
 /* A new kept segment for @req, owned by the uid it names: the caller's, or
- * for a replace by root the replaced segment's owner. */
+ * for a replace by root the replaced segment's owner; counted in @account's
+ * limits (the caller's account, or the replaced segment's). */
 static struct store_wait create_new(const struct mc_keeper_request *req, const struct keeper_peer *peer,
-				    uint64_t page_size, uint32_t flags, struct mc_keeper_reply *rep)
+				    uint32_t account, uint64_t page_size, uint32_t flags,
+				    struct mc_keeper_reply *rep)
 {
 	const struct store_wait answered = { 0, false, 0 };
 	bool hugetlb = (req->flags & MC_KEEPER_CREATE_HUGETLB) != 0;
@@ -979,7 +987,7 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	struct commit_job *job;
 	struct kept_segment *seg;
 	struct timespec now;
-	char why[MC_KEEPER_TEXT_MAX + 1];
+	char why[MC_KEEPER_TEXT_MAX + 1], who[160];
 	int err;
 
 	/* The control area is the library's small shared header (readiness,
@@ -1002,7 +1010,8 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 		refuse(rep, EINVAL, 0, "size %" PRIu64 " is too large", req->size);
 		return answered;
 	}
-	if (room_refused(req, owner, index, need, rep)) {
+	account_describe(who, sizeof(who), owner, account);
+	if (room_refused(req, owner, account, who, index, need, rep)) {
 		/* Released segments whose last mapper went are freed before any
 		 * refusal: a scan since this request came frees them. */
 		if ((any_released() || any_group_area_formed(monotonic_ns())) && scans_done < ticket)
@@ -1030,6 +1039,7 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	seg->record.created = (uint64_t)now.tv_sec;
 	seg->record.world_size = req->world_size;
 	seg->record.owner_uid = owner;
+	seg->account_uid = account;
 	seg->record.gid = req->gid;
 	seg->record.sharing = req->sharing;
 	seg->record.flags = hugetlb ? MC_KEEPER_SEGMENT_HUGETLB : 0;
@@ -1053,7 +1063,7 @@ static struct store_wait create_new(const struct mc_keeper_request *req, const s
 	job->page_size = page_size;
 	job->control_bytes = kept_control_bytes(req);
 	job->hugetlb = hugetlb;
-	job->owner_uid = owner;
+	job->account_uid = account;
 	err = committer_submit(job, why, sizeof(why));
 	if (err) {
 		unreserve(seg);
@@ -1076,6 +1086,7 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 	size_t index = find(req->name, owner, &found);
 	struct kept_segment *seg;
 	uint64_t page_size, generation;
+	uint32_t account;
 	int err;
 
 	err = commit_page_size(req->page_size, hugetlb, &page_size, why, sizeof(why));
@@ -1097,7 +1108,7 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 			       req->name);
 			return answered;
 		}
-		return create_new(req, peer, page_size, 0, rep);
+		return create_new(req, peer, peer->account, page_size, 0, rep);
 	}
 	seg = table[index];
 	if (!may_attach(seg, peer, rep))
@@ -1156,10 +1167,12 @@ static struct store_wait handle_create(const struct mc_keeper_request *req, cons
 		return answered;
 	}
 	generation = seg->record.generation;
+	/* Root replacing another's segment: counted where the old one was. */
+	account = owner == (uint32_t)peer->uid ? (uint32_t)peer->account : seg->account_uid;
 	remove_at(index);
 	keeper_log("replaced '%s' (generation %" PRIu64 ") for uid %u: a new declaration", req->name,
 		   generation, (unsigned)peer->uid);
-	return create_new(req, peer, page_size, MC_KEEPER_ATTACH_REPLACED, rep);
+	return create_new(req, peer, account, page_size, MC_KEEPER_ATTACH_REPLACED, rep);
 }
 
 /* A rank that cannot reach its group's owner: the pages of the generation

@@ -173,6 +173,7 @@ static void segment(struct kept_segment *k, const char *name, uint64_t generatio
 	k->record.created = 1700000000;
 	k->record.world_size = 4;
 	k->record.owner_uid = 1000;
+	k->account_uid = 1000;
 	k->record.sharing = MC_KEEPER_SHARE_GROUP;
 	k->record.gid = 100;
 	k->record.flags = MC_KEEPER_SEGMENT_HUGETLB;
@@ -235,6 +236,9 @@ int main(int argc, char **argv)
 	/* A record with the declaration its CREATE carried (after the identity). */
 	segments[0].declaration = declaration;
 	write_seed(argv[1], "state-declaration", file, state_file(file, sizeof(file), list, 3, false));
+	/* A record counted in another uid's limits (a subordinate uid's, after the declaration). */
+	segments[2].account_uid = 100000;
+	write_seed(argv[1], "state-account", file, state_file(file, sizeof(file), list, 3, false));
 	return 0;
 }
 

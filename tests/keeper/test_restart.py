@@ -10,6 +10,7 @@ starts with what the store kept, and the bytes, the generation and the
 declaration are all still there; what was released stays gone; new
 generations keep growing."""
 
+import errno
 import json
 import mmap
 import os
@@ -27,6 +28,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fake_service_manager import FakeServiceManager  # noqa: E402
+from test_hostile_clients import ask_as  # noqa: E402
 from test_keeper import (  # noqa: E402
     CREATE,
     F_ATTACH_ONLY,
@@ -60,15 +62,16 @@ if not CONFIG.exists() or not re.search(r"^#define HAVE_LIBSYSTEMD 1$", CONFIG.r
 class ManagedKeeper:
     """The keeper as a service of the fake manager, with its socket unit."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, args=()):
         self.dir = tmp_path
+        self.args = tuple(args)
         self.manager = FakeServiceManager(tmp_path, socket_path=tmp_path / "run" / "keeper.sock")
         self.path = self.manager.socket_path
         self.log = open(tmp_path / "keeper.log", "a+")
         self.start()
 
     def start(self):
-        self.manager.start([str(KEEPER), "--socket", self.path], stdout=self.log, stderr=self.log)
+        self.manager.start([str(KEEPER), "--socket", self.path, *self.args], stdout=self.log, stderr=self.log)
         try:
             self.manager.wait_ready(timeout=20)
         except (TimeoutError, RuntimeError) as e:
@@ -197,6 +200,34 @@ def test_two_uids_segments_of_one_name_stay_apart_across_a_restart(tmp_path):
         ], managed.text()
         again = as_other_uid(managed, [create_request("kv", size=2 * MIB, fingerprint=0x99, flags=F_ATTACH_ONLY)])
         assert again[0][0] == 0, again
+    finally:
+        managed.close()
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_subordinate_uids_segments_stay_counted_with_their_user_across_a_restart(tmp_path):
+    """The account a segment counts in (a subordinate uid's is its user's,
+    doc/keeper.md "Tenants") is saved with it: after a restart, the range's
+    segments still fill their user's --uid-max-segments."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to run clients as subordinate uids (setresuid)")
+    where = Path(tempfile.mkdtemp(prefix="keeperd-restart-"))
+    os.chmod(where, 0o755)
+    (where / "subuid").write_text("65534:200000:65536\n")
+    managed = ManagedKeeper(where, ("--subuid-file", str(where / "subuid"), "--uid-max-segments", "2"))
+    try:
+        for uid, name in ((200001, "s1"), (200002, "s2")):
+            said = ask_as(managed.path, uid, (), create_request(name, size=MIB))
+            assert said.startswith("0 "), said
+        managed.manager.process_notifications(0.5)
+        managed.manager.kill(15)
+        managed.start()
+        said = ask_as(managed.path, 200003, (), create_request("s3", size=MIB))
+        assert said.startswith("%d " % errno.EMFILE), said + managed.text()
+        assert "uid 200003 (counted with uid 65534, whose subordinate range" in said and "holds 2 segments" in said
+        # Owned by their own uids still.
+        listed = managed.ask(named_request(LIST, ""))
+        assert [(s["name"], s["uid"]) for s in listed.segments] == [("s1", 200001), ("s2", 200002)]
     finally:
         managed.close()
         shutil.rmtree(where, ignore_errors=True)
