@@ -141,8 +141,16 @@ def user(uid, groups=True):
 
 
 def needs_root():
+    """Skip unless this process may become every uid the tests use: root,
+    in a user namespace (a container's) that maps them."""
     if os.getuid() != 0:
         pytest.skip("needs root to run clients as other uids (setresuid)")
+    with open("/proc/self/uid_map") as f:
+        ranges = [tuple(int(field) for field in line.split()) for line in f if line.strip()]
+    needed = (65534, NAMESPACE_OWNER, SUBORDINATE_START, SUBORDINATE_START + 65536, NAMESPACE_START + 99, OUTSIDER)
+    unmapped = [uid for uid in needed if not any(inside <= uid < inside + count for inside, _, count in ranges)]
+    if unmapped:
+        pytest.skip("this user namespace (a container's) does not map uids %s, which the tests run as" % unmapped)
 
 
 def subordinate_file(path, owner_name):
