@@ -559,7 +559,10 @@ static int memfd_import(struct mc_memory *mem, const struct mc_owner_ref *owner)
 	}
 
 	advise_after_map(mem);
-	if (mem->opt->populate_on_import) {
+	/* With a control area the pages may still be committing: complete()
+	 * populates what the front has passed once it followed it (a read
+	 * fault past the front would allocate the page, charged to this rank). */
+	if (mem->opt->populate_on_import && mem->companion_fd < 0) {
 		err = mc_populate_mapping(mem->base, mem->alloc_size, mem->page_size,
 					  mem->opt->commit_threads);
 		if (err) {

@@ -69,14 +69,13 @@ static uint64_t room_in(const char *dir, bool v2, uint64_t *limit_out, uint64_t 
 	return limit > charged ? limit - charged : 0;
 }
 
-bool mc_cgroup_memory_room(const char *proc_cgroup, const char *cgroup_root, struct mc_memory_room *room)
+bool mc_cgroup_memory_path(const char *proc_cgroup, char *where, size_t size, bool *v2)
 {
 	FILE *f = fopen(proc_cgroup, "re");
-	char line[1024], dir[1280], where[1024] = "";
-	bool v2 = false, found = false;
+	char line[1024];
+	bool found = false;
 
-	memset(room, 0, sizeof(*room));
-	room->room = UINT64_MAX;
+	*v2 = false;
 	/* A v1 memory controller wins over the v2 line of a hybrid hierarchy. */
 	while (f && fgets(line, sizeof(line), f)) {
 		char *path = strrchr(line, ':');
@@ -85,19 +84,29 @@ bool mc_cgroup_memory_room(const char *proc_cgroup, const char *cgroup_root, str
 		if (!path)
 			continue;
 		if (strstr(line, ":memory:") || strstr(line, ",memory:") || strstr(line, ":memory,")) {
-			v2 = false;
+			*v2 = false;
 			found = true;
-			snprintf(where, sizeof(where), "%s", path + 1);
+			snprintf(where, size, "%s", path + 1);
 			break;
 		}
 		if (!strncmp(line, "0::", 3)) {
-			v2 = found = true;
-			snprintf(where, sizeof(where), "%s", path + 1);
+			*v2 = found = true;
+			snprintf(where, size, "%s", path + 1);
 		}
 	}
 	if (f)
 		fclose(f);
-	if (!found)
+	return found;
+}
+
+bool mc_cgroup_memory_room(const char *proc_cgroup, const char *cgroup_root, struct mc_memory_room *room)
+{
+	char dir[1280], where[1024] = "";
+	bool v2 = false;
+
+	memset(room, 0, sizeof(*room));
+	room->room = UINT64_MAX;
+	if (!mc_cgroup_memory_path(proc_cgroup, where, sizeof(where), &v2))
 		return false;
 
 	/* The cgroup and each ancestor: the tightest limit wins. */

@@ -96,18 +96,20 @@ uint64_t mc_memcg_charge_slack(void)
 	return (uint64_t)MEMCG_CHARGE_BATCH_PAGES * (uint64_t)sysconf(_SC_PAGESIZE) * mc_host_cpus_allowed();
 }
 
-bool mc_process_cgroup_room(const char *pid, struct mc_memory_room *room)
+bool mc_process_memory_cgroup(const char *pid, char *where, size_t size, bool *v2)
 {
-	char proc_cgroup[1024], cgroup_root[1024], path[64];
+	char proc_cgroup[1024], path[64];
 
 	snprintf(path, sizeof(path), "/proc/%s/cgroup", pid);
-	return mc_cgroup_memory_room(mc_host_path(proc_cgroup, sizeof(proc_cgroup), path),
-				     mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup"), room);
+	return mc_cgroup_memory_path(mc_host_path(proc_cgroup, sizeof(proc_cgroup), path), where, size, v2);
 }
 
 MC_PRIVATE bool mc_self_cgroup_room(struct mc_memory_room *room)
 {
-	return mc_process_cgroup_room("self", room);
+	char proc_cgroup[1024], cgroup_root[1024];
+
+	return mc_cgroup_memory_room(mc_host_path(proc_cgroup, sizeof(proc_cgroup), "/proc/self/cgroup"),
+				     mc_host_path(cgroup_root, sizeof(cgroup_root), "/sys/fs/cgroup"), room);
 }
 
 uint64_t mc_host_memory_room(uint64_t *available, uint64_t *swap)

@@ -33,6 +33,7 @@
 #include "base/error.h"
 #include "host/commit-lock.h"
 #include "host/cgroup.h"
+#include "host/host.h"
 #include "host/limits.h"
 #include "mooncake/segment.h"
 #include "control.h"
@@ -360,15 +361,27 @@ int mc_background_follow(struct mooncake_segment *seg, const struct mc_follow *f
 	}
 }
 
-/* Whether the owner's cgroup binds at the peer's own: the owner's room
- * check then counted every page, whoever faults it in. */
-static bool owner_shares_the_limit(pid_t owner_pid, const struct mc_memory_room *peer)
+/* Whether every memory limit over this process is over the owner too: its
+ * cgroup is the owner's or an ancestor of it.  The owner's room check then
+ * counted every page under each of them, whoever faults it in.  (Not the
+ * tightest directory of each: the owner's commit can make a shared
+ * ancestor the tightest of both while the peer's own limit is smaller.) */
+static bool owner_under_every_limit(pid_t owner_pid)
 {
-	struct mc_memory_room owner;
-	char pid[16];
+	char pid[16], mine[1024], owners[1024];
+	bool my_v2, owner_v2;
+	size_t n;
 
+	if (owner_pid <= 0)
+		return false;
 	snprintf(pid, sizeof(pid), "%d", (int)owner_pid);
-	return owner_pid > 0 && mc_process_cgroup_room(pid, &owner) && !strcmp(owner.where, peer->where);
+	if (!mc_process_memory_cgroup("self", mine, sizeof(mine), &my_v2) ||
+	    !mc_process_memory_cgroup(pid, owners, sizeof(owners), &owner_v2) || my_v2 != owner_v2)
+		return false;
+	n = strlen(mine);
+	if (n && mine[n - 1] == '/')
+		n--; /* the root, "/": an ancestor of every cgroup */
+	return !strncmp(owners, mine, n) && (owners[n] == '\0' || owners[n] == '/');
 }
 
 uint64_t mc_background_peer_front(const struct mooncake_segment *seg, pid_t owner_pid, char *why, size_t size)
@@ -378,13 +391,16 @@ uint64_t mc_background_peer_front(const struct mooncake_segment *seg, pid_t owne
 	struct mc_memory_room cgroup;
 
 	if (!c || !page || !mc_self_cgroup_room(&cgroup) || cgroup.room == UINT64_MAX ||
-	    owner_shares_the_limit(owner_pid, &cgroup))
+	    owner_under_every_limit(owner_pid))
 		return 0;
 	committed = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
 	if (committed >= alloc)
 		return 0;
-	/* Its page tables (8 bytes a page) and the charge batching are the
-	 * peer's whatever it touches (limits.h). */
+	/* Its page tables (8 bytes a page, base pages unless HugeTLB: a THP
+	 * fault can fall back to them) and the charge batching are the peer's
+	 * whatever it touches (limits.h). */
+	if (!seg->opt.hugetlb)
+		page = mc_host_base_page_size();
 	tables = alloc / page * 8 + mc_memcg_charge_slack();
 	spare = cgroup.room > tables ? (cgroup.room - tables) / 2 : 0;
 	past = alloc - committed;

@@ -568,6 +568,24 @@ static int attach_control(struct mooncake_segment *seg)
 	return err;
 }
 
+/* populate_on_import where there is a front: the page table entries of the
+ * pages behind it, never past it (host-memfd.c). */
+static int populate_behind_front(struct mooncake_segment *seg)
+{
+	const struct mc_control *c = seg->control.area;
+	uint64_t ready;
+
+	if (!c)
+		return 0; /* the backend populated at import */
+	ready = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == MC_FRONT_COMMITTED || ready > seg->memory.alloc_size)
+		ready = seg->memory.alloc_size;
+	ready -= ready % seg->memory.page_size;
+	return ready ? mc_populate_mapping(seg->memory.base, ready, seg->memory.page_size,
+					   seg->opt.commit_threads)
+		     : 0;
+}
+
 /* Peer: with background_commit, register behind the owner's front; without,
  * return as before only once every page is committed and registered, or
  * give up on an owner silent for the peer timeout, counted from
@@ -597,6 +615,8 @@ static int follow_front(struct mooncake_segment *seg, pid_t owner_pid, int64_t s
 		err = silence_ms < 0 ? mc_error(EINVAL, "%s", why)
 				     : mc_background_follow(seg, &follow, silent_since_ms, silence_ms);
 	}
+	if (!err && seg->opt.populate_on_import)
+		err = populate_behind_front(seg);
 	if (!err && seg->opt.host_register)
 		err = register_mapping(seg);
 	return err;
@@ -669,7 +689,10 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 			err = attach_control(seg);
 		if (!err)
 			err = follow_front(
-				seg, owner.pid_namespace == mc_host_pid_namespace() ? (pid_t)owner.pid : 0,
+				seg,
+				owner.pid_namespace && owner.pid_namespace == mc_host_pid_namespace()
+					? (pid_t)owner.pid
+					: 0,
 				silent_since_ms);
 		if (!err)
 			err = mc_slots_start(seg);

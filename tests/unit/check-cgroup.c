@@ -587,8 +587,15 @@ END_TEST
  * its own, in its cgroup, writes every page from the end down: past the
  * front each fault commits the page and charges it to the cgroup.  The
  * child holds those pages, so the OOM killer would pick it, not the peer. */
+struct small_peer_case {
+	uint64_t limit;
+	bool populate_on_import; /* the peer maps every page table entry at complete */
+	char dir[768];
+};
+
 static int small_peer_rank(struct group_rank *self, void *arg)
 {
+	const struct small_peer_case *c = arg;
 	struct mooncake_segment_options opt = test_options(2, self->rank, 0);
 	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
 	struct mooncake_segment *seg = NULL;
@@ -599,8 +606,9 @@ static int small_peer_rank(struct group_rank *self, void *arg)
 
 	opt.background_commit = true;
 	opt.commit_threads = 1;
+	opt.populate_on_import = c->populate_on_import;
 	if (self->rank == 1)
-		join_cgroup(arg);
+		join_cgroup(c->dir);
 	RANK_CHECK(mooncake_segment_create("small-peer", SMALL_PEER_SEGMENT, &opt, &seg, blob) == 0);
 	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
 	RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == 0);
@@ -639,6 +647,48 @@ static int small_peer_rank(struct group_rank *self, void *arg)
 	return 0;
 }
 
+/* populate_on_import reads every page at complete, and a read fault past
+ * the front allocates the page too: the owner stops (SIGSTOP) before the
+ * peer imports, so that the whole range but the first chunk is past it.
+ * The peer then maps the pages through /proc after its peer timeout (1 s),
+ * and waits for the front instead of populating past it: -ETIMEDOUT, not
+ * the OOM killer (it was the populating peer that was killed). */
+static int populating_peer_rank(struct group_rank *self, void *arg)
+{
+	const struct small_peer_case *c = arg;
+	struct mooncake_segment_options opt = test_options(2, self->rank, 0);
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *seg = NULL;
+	pid_t owner = group_pid(0);
+	int ret;
+
+	opt.background_commit = true;
+	opt.commit_threads = 1;
+	opt.populate_on_import = c->populate_on_import;
+	if (self->rank == 1)
+		join_cgroup(c->dir);
+	RANK_CHECK(mooncake_segment_create("small-peer", SMALL_PEER_SEGMENT, &opt, &seg, blob) == 0);
+	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
+	if (self->rank == 0) {
+		raise(SIGSTOP); /* continued by the peer once its complete returned */
+		RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == 0);
+		RANK_CHECK(group_barrier(self) == 0);
+		mooncake_segment_destroy(seg);
+		return 0;
+	}
+	if (!wait_until_stopped(owner, 10000))
+		return 2;
+	setenv("MOONCAKE_SEGMENT_PEER_TIMEOUT_MS", "1000", 1);
+	ret = mooncake_segment_complete(seg, blobs, sizeof(blobs));
+	kill(owner, SIGCONT);
+	fprintf(stderr, "# a populating peer of a stopped owner in a small cgroup: complete %d: %s\n", ret,
+		mooncake_segment_last_error());
+	RANK_CHECK(ret == -ETIMEDOUT);
+	RANK_CHECK(group_barrier(self) == 0);
+	mooncake_segment_destroy(seg);
+	return 0;
+}
+
 /* Issue 37 item 3: a page a peer touches past the front is charged to the
  * peer's cgroup, so a background peer whose cgroup could not take what is
  * left to commit waits in complete() until it can; the owner's cgroup pays
@@ -646,21 +696,38 @@ static int small_peer_rank(struct group_rank *self, void *arg)
 START_TEST(test_a_peer_in_a_small_cgroup_never_meets_the_oom_killer)
 {
 	/* 128 MiB: it waits for the whole front (64 MiB chunks); 512 MiB: for
-	 * all but half its room, which the writer then takes. */
-	static const uint64_t limits[] = { 128 * MiB, 512 * MiB };
+	 * all but half its room, which the writer then takes; 128 MiB with
+	 * populate_on_import, the owner stopped (populating_peer_rank). */
+	static struct small_peer_case cases[] = {
+		{ 128 * MiB, false, "" },
+		{ 512 * MiB, false, "" },
+		{ 128 * MiB, true, "" },
+	};
+	struct mooncake_segment_options o = test_options(2, 0, 0);
+	uint64_t room = 0;
 
-	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+	/* The owner commits 2 GiB where this test runs: not on a smaller host or cgroup. */
+	ck_assert_int_eq(mooncake_segment_room(&o, &room), 0);
+	if (room < SMALL_PEER_SEGMENT + 512 * MiB) {
+		printf("# skipping the small peer test: room for %llu MiB here, it needs %llu\n",
+		       (unsigned long long)(room / MiB), (unsigned long long)(SMALL_PEER_SEGMENT / MiB + 512));
+		return;
+	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct small_peer_case *c = &cases[i];
 		int codes[2] = { -1, -1 };
-		char dir[768];
 		long kills;
 
-		ck_assert(make_cgroup(dir, sizeof(dir), "small-peer", limits[i]));
-		kills = oom_kills(dir);
-		ck_assert_int_eq(group_run(2, small_peer_rank, dir, 120000, codes), 0);
-		ck_assert_int_eq(oom_kills(dir), kills);
-		remove_cgroup(dir);
-		ck_assert_msg(codes[0] == 0 && codes[1] == 0, "%llu MiB: owner %d, peer %d",
-			      (unsigned long long)(limits[i] / MiB), codes[0], codes[1]);
+		ck_assert(make_cgroup(c->dir, sizeof(c->dir), "small-peer", c->limit));
+		kills = oom_kills(c->dir);
+		ck_assert_int_eq(group_run(2, c->populate_on_import ? populating_peer_rank : small_peer_rank, c,
+					   120000, codes),
+				 0);
+		ck_assert_int_eq(oom_kills(c->dir), kills);
+		remove_cgroup(c->dir);
+		ck_assert_msg(codes[0] == 0 && codes[1] == 0, "%llu MiB%s: owner %d, peer %d",
+			      (unsigned long long)(c->limit / MiB),
+			      c->populate_on_import ? ", populate_on_import" : "", codes[0], codes[1]);
 	}
 }
 END_TEST
