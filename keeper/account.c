@@ -16,14 +16,16 @@
  *      its own, and counting them all with root would make one share of
  *      every container of the node; those count by rule 2 or 3;
  *   2. a uid (the client's, or the owner found by rule 1) in a range of
- *      /etc/subuid counts with that range's user;
+ *      /etc/subuid counts with that range's user, unless that user is root
+ *      (a root runtime's containers, as in rule 1);
  *   3. any other uid counts as itself.
  *
  * Who may use a segment is not this: access control stays by the real uid.
  * Groups have no limits, so /etc/subgid is not read.  The pid of
  * SO_PEERCRED can be reused by another process before /proc/PID is opened:
- * a pidfd of the peer (SO_PEERPIDFD, Linux 6.5; else pidfd_open()) still
- * alive after the open says that /proc/PID was that process.  The file is
+ * a pidfd of the peer (SO_PEERPIDFD, Linux 6.5) still alive after the open
+ * says that /proc/PID was that process; pidfd_open() on older kernels is
+ * taken at accept, so a pid reused before that goes unseen there.  The file is
  * read again when it changes (one stat() a connection); a keeper that cannot
  * read /proc falls back to rules 2 and 3 and says so, rate-limited.
  */
@@ -119,7 +121,9 @@ static bool parse_range(char *line, struct subordinate_range *range)
 	if (errno || end == count || *end || !many || first >= UINT32_MAX || many >= UINT32_MAX ||
 	    first + many - 1 >= UINT32_MAX)
 		return false;
-	if (!owner_uid(name, &range->owner))
+	/* Root's ranges (LXD's and Incus's root:1000000:1000000000) are a root
+	 * runtime's containers, each its own tenant, as rule 1 has it. */
+	if (!owner_uid(name, &range->owner) || range->owner == 0)
 		return false;
 	range->start = (uint32_t)first;
 	range->count = (uint32_t)many;
@@ -222,7 +226,9 @@ static bool top_owner(int ns, uid_t *owner)
 	return known;
 }
 
-/* The peer's pidfd: SO_PEERPIDFD, else pidfd_open() of its pid. */
+/* The peer's pidfd: SO_PEERPIDFD, else pidfd_open() of its pid.  Only the
+ * first is the peer for sure: before Linux 6.5 the pid may have been reused
+ * between connect() and accept(), and another process's namespace read. */
 static int peer_pidfd(int fd, pid_t pid)
 {
 	socklen_t len = sizeof(int);

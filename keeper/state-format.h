@@ -26,9 +26,10 @@
 #define STATE_KEEPER_HUGETLB	 (1u << 0) /* the record's keeper flags: struct kept_segment.hugetlb */
 #define STATE_KEEPER_UNSEEN	 (1u << 1) /* struct kept_segment.handed_unseen */
 #define STATE_KEEPER_DECLARATION (1u << 2) /* a declaration follows the identity (kept_segment.declaration) */
-#define STATE_KEEPER_ACCOUNT \
-	(1u << 3) /* an account uid follows (kept_segment.account_uid): set only \
-					    * where it is not the owner's, so that older keepers read the rest */
+/* An account uid follows (kept_segment.account_uid), set only where it is not
+ * the owner's: a state without subordinate ids stays byte for byte what an
+ * older keeper wrote (one with the bit is refused whole by an older keeper). */
+#define STATE_KEEPER_ACCOUNT (1u << 3)
 #define STATE_KEEPER_KNOWN \
 	(STATE_KEEPER_HUGETLB | STATE_KEEPER_UNSEEN | STATE_KEEPER_DECLARATION | STATE_KEEPER_ACCOUNT)
 

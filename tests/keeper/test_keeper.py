@@ -1039,8 +1039,7 @@ def test_bad_options_name_the_fix():
     for args, words in [
         (["--budget", "12X"], "--budget '12X'"),
         (["--max-segments", "0"], "--max-segments '0'"),
-        (["--max-segments", "65537"], "--max-segments '65537' is not a number from 1 to 65536"),
-        (["--uid-max-segments", "1048576"], "--uid-max-segments '1048576' is not a number from 1 to 65536"),
+        (["--max-segments", "1048577"], "--max-segments '1048577' is not a number from 1 to 1048576"),
         (["--uid-budget", "lots"], "--uid-budget 'lots'"),
         (["--uid-max-segments", "0"], "--uid-max-segments '0'"),
         (["--socket-mode", "999"], "--socket-mode '999'"),
@@ -1050,6 +1049,15 @@ def test_bad_options_name_the_fix():
         assert result.returncode == 2 and words in result.stderr and "--help" in result.stderr, result.stderr
     usage = subprocess.run([str(KEEPER), "--help"], capture_output=True, text=True).stdout
     assert "--idle-timeout" in usage and "--uid-budget" in usage and "--uid-max-segments" in usage
+
+
+def test_more_segments_than_a_keeper_keeps_start_it_with_the_most_and_say_so(make_keeper):
+    """A unit written when --max-segments took a million still starts."""
+    k = make_keeper("--max-segments", "100000", "--uid-max-segments", "70000")
+    text = k.text()
+    assert "--max-segments 100000 is above 65536" in text and "--uid-max-segments 70000 is above" in text, text
+    assert "at most 65536 segments; each uid: budget" in text and "at most 65536 segments," in text, text
+    k.alive()
 
 
 # --- lifetime and cost -----------------------------------------------------------

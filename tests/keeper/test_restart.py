@@ -268,10 +268,13 @@ def test_a_burst_of_warm_attaches_costs_one_save_and_a_stop_writes_it(managed):
             again = client.ask(create_request("hot", size=4 * MIB))
             assert again.status == 0 and again.flags & WARM, again.text
             again.close_fds()
+    last_attach = time.monotonic()
     # One save may fall due already on a slow machine, never one per attach.
     assert state_sequence(managed) <= saved + 1
     wait_for_a_save_after(managed, saved)
-    assert state_sequence(managed) == saved + 1
+    # What the last attaches owed falls due a second after the first of them.
+    time.sleep(max(0.0, last_attach + 1.5 - time.monotonic()))
+    assert state_sequence(managed) in (saved + 1, saved + 2)
     managed.manager.kill(9)
     managed.start()
     (record,) = managed.ask(named_request(STAT, "hot")).segments

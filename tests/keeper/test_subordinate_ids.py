@@ -29,6 +29,7 @@ SUBORDINATE_START = 200000  # the fixture's range of the user of uid 65534
 NAMESPACE_OWNER = 40000  # a user with no subordinate range that makes a user namespace
 NAMESPACE_START = 300000  # what that namespace maps its uids 1..100 onto
 OUTSIDER = 500000  # another user, in no range
+ROOTS_RANGE = 900000  # root's range in the fixture: left out, as LXD's root:1000000:1000000000
 LIMITS = (
     "--uid-max-segments",
     "2",
@@ -147,7 +148,15 @@ def needs_root():
         pytest.skip("needs root to run clients as other uids (setresuid)")
     with open("/proc/self/uid_map") as f:
         ranges = [tuple(int(field) for field in line.split()) for line in f if line.strip()]
-    needed = (65534, NAMESPACE_OWNER, SUBORDINATE_START, SUBORDINATE_START + 65536, NAMESPACE_START + 99, OUTSIDER)
+    needed = (
+        65534,
+        NAMESPACE_OWNER,
+        SUBORDINATE_START,
+        SUBORDINATE_START + 65536,
+        NAMESPACE_START + 99,
+        OUTSIDER,
+        ROOTS_RANGE + 1,
+    )
     unmapped = [uid for uid in needed if not any(inside <= uid < inside + count for inside, _, count in ranges)]
     if unmapped:
         pytest.skip("this user namespace (a container's) does not map uids %s, which the tests run as" % unmapped)
@@ -158,7 +167,8 @@ def subordinate_file(path, owner_name):
         "# a fixture, never the host's /etc/subuid\n"
         "%s:%d:65536\n"
         "no-such-user-here:700000:65536\n"
-        "%d:800000:1000\n" % (owner_name, SUBORDINATE_START, NAMESPACE_OWNER + 1)
+        "%d:800000:1000\n"
+        "root:%d:1000\n" % (owner_name, SUBORDINATE_START, NAMESPACE_OWNER + 1, ROOTS_RANGE)
     )
     return path
 
@@ -197,8 +207,10 @@ def test_subordinate_uids_share_their_users_limits(make_keeper, held, tmp_path):
     assert "uid %d %s has 4 connections to the keeper" % (SUBORDINATE_START + 10, COUNTED_WITH % 65534) in text
     status, text, _ = Held(asks(k.path, hello_request()), user(65534)).result
     assert status == errno.EUSERS and text.startswith("uid 65534 has 4 connections to the keeper"), text
-    # Past the range, and another user: shares of their own.
-    for uid in (SUBORDINATE_START + 65536, OUTSIDER):
+    # Past the range, another user, and a uid of root's range (a root
+    # runtime's container, as LXD's; the keeper read two ranges, not three):
+    # shares of their own.
+    for uid in (SUBORDINATE_START + 65536, OUTSIDER, ROOTS_RANGE + 1):
         status, text, _ = Held(asks(k.path, create_request("o", size=MIB)), user(uid)).result
         assert status == 0, (uid, text)
     mine = k.ask(create_request("mine", size=MIB))
