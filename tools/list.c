@@ -146,29 +146,38 @@ static int list_once(const struct list_config *cfg)
 
 /* --watch: a report every cfg->watch seconds until SIGINT, SIGTERM or
  * SIGHUP, which are taken only between two reports, so that whoever reads
- * the output never gets half of one (a JSON document cut mid-string). */
+ * the output never gets half of one (a JSON document cut mid-string).  One
+ * the process ignores stays ignored (nohup, a script's `cmd &`); one taken
+ * ends it as that signal would have, so that a shell sees it. */
 static int watch(const struct list_config *cfg)
 {
+	static const int stop_signals[] = { SIGINT, SIGTERM, SIGHUP };
 	struct timespec pause = { (time_t)cfg->watch, 0 };
 	sigset_t stops, saved;
-	int ret;
+	int ret, taken = 0;
 
 	sigemptyset(&stops);
-	sigaddset(&stops, SIGINT);
-	sigaddset(&stops, SIGTERM);
-	sigaddset(&stops, SIGHUP);
+	for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++) {
+		struct sigaction now;
+
+		if (sigaction(stop_signals[i], NULL, &now) == 0 && now.sa_handler != SIG_IGN)
+			sigaddset(&stops, stop_signals[i]);
+	}
 	sigprocmask(SIG_BLOCK, &stops, &saved);
 	for (;;) {
 		ret = list_once(cfg);
 		/* Output that cannot be written ends --watch too: nobody reads it. */
 		if (ferror(stdout))
 			break;
-		if (sigtimedwait(&stops, NULL, &pause) > 0) {
-			ret = 0; /* asked to stop: the last report was whole */
+		taken = sigtimedwait(&stops, NULL, &pause);
+		if (taken > 0)
 			break;
-		}
 	}
 	sigprocmask(SIG_SETMASK, &saved, NULL);
+	if (taken > 0 && !ret) {
+		signal(taken, SIG_DFL);
+		raise(taken); /* the last report was whole */
+	}
 	return ret;
 }
 

@@ -203,9 +203,24 @@ def test_watch_stops_between_documents_never_in_one(tmp_path, stop):
         time.sleep(0.3)
         proc.send_signal(stop)
         out = (first + reader.read()).decode()
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=30) == -stop  # ended by it, as a shell expects, but between documents
     docs = [json.loads(d) for d in out.replace("]}\n{", "]}\x00{").split("\x00") if d.strip()]
     assert len(out) > 2 * 4096 and docs and all(len(d["segments"]) == 30 for d in docs), out[-200:]
+
+
+def test_watch_keeps_ignoring_what_it_was_started_ignoring():
+    """Under nohup (SIGHUP ignored) --watch goes on."""
+    proc = subprocess.Popen(
+        ["nohup", TOOL, "list", "--json", "--watch", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        proc.stdout.readline()  # a report came: it runs
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.5)
+        assert proc.poll() is None, "SIGHUP ended a --watch that nohup started"
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
 
 
 @pytest.mark.parametrize(
