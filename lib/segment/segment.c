@@ -578,7 +578,8 @@ static int populate_behind_front(struct mooncake_segment *seg)
 	if (!c)
 		return 0; /* the backend populated at import */
 	ready = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
-	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == MC_FRONT_COMMITTED || ready > seg->memory.alloc_size)
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == MC_FRONT_COMMITTED ||
+	    ready > seg->memory.alloc_size)
 		ready = seg->memory.alloc_size;
 	ready -= ready % seg->memory.page_size;
 	return ready ? mc_populate_mapping(seg->memory.base, ready, seg->memory.page_size,
@@ -688,12 +689,12 @@ MC_EXPORT int mooncake_segment_complete(struct mooncake_segment *seg, const void
 		if (!err)
 			err = attach_control(seg);
 		if (!err)
-			err = follow_front(
-				seg,
-				owner.pid_namespace && owner.pid_namespace == mc_host_pid_namespace()
-					? (pid_t)owner.pid
-					: 0,
-				silent_since_ms);
+			err = follow_front(seg,
+					   owner.pid_namespace &&
+							   owner.pid_namespace == mc_host_pid_namespace()
+						   ? (pid_t)owner.pid
+						   : 0,
+					   silent_since_ms);
 		if (!err)
 			err = mc_slots_start(seg);
 		if (err) {

@@ -670,7 +670,7 @@ static int populating_peer_rank(struct group_rank *self, void *arg)
 	RANK_CHECK(mooncake_segment_create("small-peer", SMALL_PEER_SEGMENT, &opt, &seg, blob) == 0);
 	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
 	if (self->rank == 0) {
-		raise(SIGSTOP); /* continued by the peer once its complete returned */
+		kill(getpid(), SIGSTOP); /* continued by the peer once its complete returned */
 		RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == 0);
 		RANK_CHECK(group_barrier(self) == 0);
 		mooncake_segment_destroy(seg);
@@ -710,7 +710,8 @@ START_TEST(test_a_peer_in_a_small_cgroup_never_meets_the_oom_killer)
 	ck_assert_int_eq(mooncake_segment_room(&o, &room), 0);
 	if (room < SMALL_PEER_SEGMENT + 512 * MiB) {
 		printf("# skipping the small peer test: room for %llu MiB here, it needs %llu\n",
-		       (unsigned long long)(room / MiB), (unsigned long long)(SMALL_PEER_SEGMENT / MiB + 512));
+		       (unsigned long long)(room / MiB),
+		       (unsigned long long)(SMALL_PEER_SEGMENT / MiB + 512));
 		return;
 	}
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -720,8 +721,8 @@ START_TEST(test_a_peer_in_a_small_cgroup_never_meets_the_oom_killer)
 
 		ck_assert(make_cgroup(c->dir, sizeof(c->dir), "small-peer", c->limit));
 		kills = oom_kills(c->dir);
-		ck_assert_int_eq(group_run(2, c->populate_on_import ? populating_peer_rank : small_peer_rank, c,
-					   120000, codes),
+		ck_assert_int_eq(group_run(2, c->populate_on_import ? populating_peer_rank : small_peer_rank,
+					   c, 120000, codes),
 				 0);
 		ck_assert_int_eq(oom_kills(c->dir), kills);
 		remove_cgroup(c->dir);
