@@ -4,6 +4,7 @@
 import fcntl
 import json
 import os
+import select
 import signal
 import shutil
 import subprocess
@@ -180,6 +181,19 @@ def test_watch_scans_again():
 F_SETPIPE_SZ = 1031
 
 
+def read_until_closed(reader, timeout):
+    """What @reader gives until its writer closes it, or fail after @timeout s."""
+    deadline, chunks = time.monotonic() + timeout, []
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, "the writer did not close the pipe within %d s" % timeout
+        if select.select([reader], [], [], left)[0]:
+            chunk = os.read(reader.fileno(), 65536)
+            if not chunk:
+                return b"".join(chunks).decode()
+            chunks.append(chunk)
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_watch_stops_between_documents_never_in_one(tmp_path, stop):
     """A stop signal while --watch is blocked half way through a document
@@ -196,14 +210,24 @@ def test_watch_stops_between_documents_never_in_one(tmp_path, stop):
         )
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, F_SETPIPE_SZ, 4096)
-    proc = subprocess.Popen([TOOL, "list", "--json", "--watch", "1", "--proc", str(tmp_path)], stdout=write_end)
+    # A shell starts background jobs with SIGINT ignored (make check under
+    # CI's `&`), which the tool then rightly keeps ignoring: not here.
+    proc = subprocess.Popen(
+        [TOOL, "list", "--json", "--watch", "1", "--proc", str(tmp_path)],
+        stdout=write_end,
+        preexec_fn=lambda: signal.signal(stop, signal.SIG_DFL),
+    )
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as reader:
-        first = reader.read(4096)  # the pipe was full: it is mid-document now
-        time.sleep(0.3)
-        proc.send_signal(stop)
-        out = (first + reader.read()).decode()
-    assert proc.wait(timeout=30) == -stop  # ended by it, as a shell expects, but between documents
+    try:
+        with os.fdopen(read_end, "rb") as reader:
+            first = reader.read(4096)  # the pipe was full: it is mid-document now
+            time.sleep(0.3)
+            proc.send_signal(stop)
+            out = first.decode() + read_until_closed(reader, 30)
+        assert proc.wait(timeout=30) == -stop  # ended by it, as a shell expects, but between documents
+    finally:
+        proc.kill()
+        proc.wait()
     docs = [json.loads(d) for d in out.replace("]}\n{", "]}\x00{").split("\x00") if d.strip()]
     assert len(out) > 2 * 4096 and docs and all(len(d["segments"]) == 30 for d in docs), out[-200:]
 
@@ -211,7 +235,10 @@ def test_watch_stops_between_documents_never_in_one(tmp_path, stop):
 def test_watch_keeps_ignoring_what_it_was_started_ignoring():
     """Under nohup (SIGHUP ignored) --watch goes on."""
     proc = subprocess.Popen(
-        ["nohup", TOOL, "list", "--json", "--watch", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        ["nohup", TOOL, "list", "--json", "--watch", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),  # nohup's doing, not the shell's
     )
     try:
         proc.stdout.readline()  # a report came: it runs
