@@ -390,11 +390,10 @@ uint64_t mc_background_peer_front(const struct mooncake_segment *seg, pid_t owne
 	uint64_t alloc = seg->memory.alloc_size, page = seg->memory.page_size, committed, tables, spare, past;
 	struct mc_memory_room cgroup;
 
-	if (!c || !page || !mc_self_cgroup_room(&cgroup) || cgroup.room == UINT64_MAX ||
-	    owner_under_every_limit(owner_pid))
+	if (!c || !page)
 		return 0;
 	committed = __atomic_load_n(&c->committed, __ATOMIC_ACQUIRE);
-	if (committed >= alloc)
+	if (committed >= alloc || !mc_self_cgroup_room(&cgroup) || cgroup.room == UINT64_MAX)
 		return 0;
 	/* Its page tables (8 bytes a page, base pages unless HugeTLB: a THP
 	 * fault can fall back to them) and the charge batching are the peer's
@@ -404,7 +403,8 @@ uint64_t mc_background_peer_front(const struct mooncake_segment *seg, pid_t owne
 	tables = alloc / page * 8 + mc_memcg_charge_slack();
 	spare = cgroup.room > tables ? (cgroup.room - tables) / 2 : 0;
 	past = alloc - committed;
-	if (past <= spare)
+	/* The owner's cgroup is read only where the peer's own room falls short. */
+	if (past <= spare || owner_under_every_limit(owner_pid))
 		return 0;
 	snprintf(why, size,
 		 "until the pages left to commit fit in half the room of its memory cgroup %s (%llu bytes: a "

@@ -593,24 +593,41 @@ struct small_peer_case {
 	char dir[768];
 };
 
-static int small_peer_rank(struct group_rank *self, void *arg)
+/* Both ranks of a small peer case: the peer (rank 1) joins the cgroup, each
+ * creates its side of a background segment and gathers every blob; NULL,
+ * said on stderr, when that fails. */
+static struct mooncake_segment *small_peer_create(struct group_rank *self, const struct small_peer_case *c,
+						  uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE])
 {
-	const struct small_peer_case *c = arg;
 	struct mooncake_segment_options opt = test_options(2, self->rank, 0);
-	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE];
 	struct mooncake_segment *seg = NULL;
-	volatile uint8_t *base;
-	pid_t owner, toucher;
-	uint64_t front;
-	int status = -1;
 
 	opt.background_commit = true;
 	opt.commit_threads = 1;
 	opt.populate_on_import = c->populate_on_import;
 	if (self->rank == 1)
 		join_cgroup(c->dir);
-	RANK_CHECK(mooncake_segment_create("small-peer", SMALL_PEER_SEGMENT, &opt, &seg, blob) == 0);
-	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
+	if (mooncake_segment_create("small-peer", SMALL_PEER_SEGMENT, &opt, &seg, blob) != 0 ||
+	    group_allgather(self, blob, sizeof(blob), blobs) != 0) {
+		fprintf(stderr, "rank %u: create or all-gather failed: %s\n", self->rank,
+			mooncake_segment_last_error());
+		mooncake_segment_destroy(seg);
+		return NULL;
+	}
+	return seg;
+}
+
+static int small_peer_rank(struct group_rank *self, void *arg)
+{
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *seg = small_peer_create(self, arg, blobs);
+	volatile uint8_t *base;
+	pid_t owner, toucher;
+	uint64_t front;
+	int status = -1;
+
+	RANK_CHECK(seg != NULL);
 	RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == 0);
 	if (self->rank == 0) {
 		RANK_CHECK(group_barrier(self) == 0); /* the peer has written and continued us */
@@ -655,20 +672,12 @@ static int small_peer_rank(struct group_rank *self, void *arg)
  * the OOM killer (it was the populating peer that was killed). */
 static int populating_peer_rank(struct group_rank *self, void *arg)
 {
-	const struct small_peer_case *c = arg;
-	struct mooncake_segment_options opt = test_options(2, self->rank, 0);
-	uint8_t blob[MOONCAKE_SEGMENT_BLOB_SIZE], blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
-	struct mooncake_segment *seg = NULL;
+	uint8_t blobs[2 * MOONCAKE_SEGMENT_BLOB_SIZE];
+	struct mooncake_segment *seg = small_peer_create(self, arg, blobs);
 	pid_t owner = group_pid(0);
 	int ret;
 
-	opt.background_commit = true;
-	opt.commit_threads = 1;
-	opt.populate_on_import = c->populate_on_import;
-	if (self->rank == 1)
-		join_cgroup(c->dir);
-	RANK_CHECK(mooncake_segment_create("small-peer", SMALL_PEER_SEGMENT, &opt, &seg, blob) == 0);
-	RANK_CHECK(group_allgather(self, blob, sizeof(blob), blobs) == 0);
+	RANK_CHECK(seg != NULL);
 	if (self->rank == 0) {
 		kill(getpid(), SIGSTOP); /* continued by the peer once its complete returned */
 		RANK_CHECK(mooncake_segment_complete(seg, blobs, sizeof(blobs)) == 0);
